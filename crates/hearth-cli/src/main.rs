@@ -1,0 +1,78 @@
+//! The `hearth` binary.
+
+mod generate;
+mod models;
+mod tokenize;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "hearth", version, about = "A local-first LLM inference server", propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every model-loading command shares.
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// A .gguf file, a Hugging Face model directory, an HF id in the local HF cache, or an alias (`hearth models`).
+    #[arg(long, short = 'm', env = "HEARTH_MODEL", default_value = hearth_engine::weights::resolve::DEFAULT_MODEL)]
+    pub model: String,
+    /// auto | cpu | cuda | cuda:N
+    #[arg(long, env = "HEARTH_DEVICE", default_value = "auto")]
+    pub device: String,
+    /// CPU threads for the compute pool (default: all cores).
+    #[arg(long, env = "HEARTH_THREADS")]
+    pub threads: Option<usize>,
+    /// A Jinja chat template file, overriding the model's own.
+    #[arg(long, env = "HEARTH_CHAT_TEMPLATE")]
+    pub chat_template: Option<std::path::PathBuf>,
+}
+
+impl ModelArgs {
+    pub fn load(&self) -> anyhow::Result<hearth_engine::generate::LoadedModel> {
+        if let Some(n) = self.threads {
+            anyhow::ensure!(n > 0, "--threads must be at least 1");
+            // Read by candle's rayon pool on first use; nothing has started it yet.
+            std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+        }
+        let device = hearth_engine::device::select_device(&self.device)?;
+        let m = hearth_engine::generate::load(&self.model, &device, self.chat_template.as_deref())?;
+        tracing::info!(
+            model = %m.location.path().display(),
+            config = %m.model.config().describe(),
+            device = %hearth_engine::device::describe(&device),
+            load_ms = m.load_time.as_millis() as u64,
+            "model loaded"
+        );
+        Ok(m)
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text for one prompt, streaming it to stdout (timings go to stderr).
+    Generate(generate::GenerateArgs),
+    /// Print the token ids of a text as a JSON array.
+    Tokenize(tokenize::TokenizeArgs),
+    /// List the models `--model` can name without a path.
+    Models,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Generate(a) => generate::run(a),
+        Command::Tokenize(a) => tokenize::run(a),
+        Command::Models => models::run(),
+    };
+    if let Err(e) = result {
+        eprintln!("hearth: error: {e:#}");
+        std::process::exit(1);
+    }
+}

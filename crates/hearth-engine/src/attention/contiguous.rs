@@ -1,0 +1,62 @@
+//! A simple KV store: one growing contiguous buffer per (slot, layer). Used by `hearth generate` and the tests;
+//! the serving engine uses the paged block pool instead.
+
+use super::{cpu, AttnParams, BatchContext, KvStore};
+use crate::{Error, Result};
+use candle_core::Tensor;
+use candle_nn::kv_cache::KvCache;
+use std::collections::HashMap;
+
+pub struct ContiguousKv {
+    num_layers: usize,
+    /// Initial per-sequence capacity in tokens; buffers grow beyond it as needed.
+    capacity: usize,
+    slots: HashMap<usize, Vec<KvCache>>,
+}
+
+impl ContiguousKv {
+    pub fn new(num_layers: usize, capacity: usize) -> Self {
+        Self { num_layers, capacity: capacity.max(16), slots: HashMap::new() }
+    }
+
+    /// Tokens stored for a slot.
+    pub fn len(&self, slot: usize) -> usize {
+        self.slots.get(&slot).and_then(|l| l.first()).map(|c| c.current_seq_len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self, slot: usize) -> bool {
+        self.len(slot) == 0
+    }
+
+    pub fn free(&mut self, slot: usize) {
+        self.slots.remove(&slot);
+    }
+}
+
+impl KvStore for ContiguousKv {
+    fn attend(&mut self, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, ctx: &BatchContext, p: &AttnParams) -> Result<Tensor> {
+        let mut outs = Vec::with_capacity(ctx.rows.len());
+        for row in &ctx.rows {
+            let (layers, cap) = (self.num_layers, self.capacity);
+            let caches = self.slots.entry(row.slot).or_insert_with(|| (0..layers).map(|_| KvCache::new(1, cap)).collect());
+            let cache = caches
+                .get_mut(layer)
+                .ok_or_else(|| Error::InvalidRequest(format!("layer {layer} out of range")))?;
+            if cache.current_seq_len() != row.pos0 {
+                return Err(Error::InvalidRequest(format!(
+                    "slot {} holds {} tokens but the row starts at position {}",
+                    row.slot,
+                    cache.current_seq_len(),
+                    row.pos0
+                )));
+            }
+            // (len, KvH, D) -> (KvH, len, D), appended along the token dim.
+            let kr = k.narrow(0, row.start, row.len)?.transpose(0, 1)?.contiguous()?;
+            let vr = v.narrow(0, row.start, row.len)?.transpose(0, 1)?.contiguous()?;
+            let (k_all, v_all) = cache.append(&kr, &vr)?;
+            let qr = q.narrow(0, row.start, row.len)?;
+            outs.push(cpu::attend_row(&qr, &k_all, &v_all, row.pos0, 0, p)?);
+        }
+        Ok(Tensor::cat(&outs, 0)?)
+    }
+}

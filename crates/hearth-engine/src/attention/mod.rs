@@ -1,0 +1,36 @@
+//! Attention over a KV view. Models compute q/k/v for the packed tokens of a batch and hand them to a
+//! [`KvStore`], which appends k/v for each row and attends each row's queries to that row's keys. The model owns
+//! no cache; the store decides the layout (contiguous per sequence now, paged blocks in the engine).
+
+pub mod context;
+pub mod contiguous;
+pub mod cpu;
+
+pub use context::{BatchContext, RowSpan};
+pub use contiguous::ContiguousKv;
+
+use crate::Result;
+use candle_core::Tensor;
+
+/// Per-layer attention parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnParams {
+    pub scale: f64,
+    /// `Some(w)`: a query at position p sees keys at positions > p - w.
+    pub window: Option<usize>,
+    pub softcap: Option<f64>,
+}
+
+pub trait KvStore {
+    /// Append this step's k/v for every row of `ctx` at `layer`, then attend.
+    /// `q`: (T, H, D), `k`/`v`: (T, KvH, D), all packed in `ctx` row order. Returns (T, H*D).
+    fn attend(
+        &mut self,
+        layer: usize,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        ctx: &BatchContext,
+        params: &AttnParams,
+    ) -> Result<Tensor>;
+}

@@ -1,0 +1,13 @@
+//! hearth-engine: the inference core. Weights, model architectures, attention over a KV view, tokenizer and chat
+//! templates, sampling. It knows nothing of HTTP or the command line.
+
+pub mod attention;
+pub mod device;
+pub mod error;
+pub mod generate;
+pub mod models;
+pub mod sampling;
+pub mod tokenizer;
+pub mod weights;
+
+pub use error::{Error, Result};

@@ -1,0 +1,146 @@
+//! Gemma 3 (text): 5 sliding-window layers to 1 global, per-head q/k RMSNorm, RMSNorm before and after both the
+//! attention and the MLP, GELU-tanh gated MLP, embeddings scaled by sqrt(hidden), tied LM head. Reads top to
+//! bottom like Hugging Face's `modeling_gemma3.py`.
+
+use super::layers::{finish_logits, select_rows, split_heads, Linear, Loader, Mlp, RmsNorm, Rope};
+use super::Model;
+use crate::attention::{AttnParams, BatchContext, KvStore};
+use crate::weights::config::RopeScaling;
+use crate::weights::{EmbeddingTable, ModelConfig};
+use crate::Result;
+use candle_core::Tensor;
+
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: RmsNorm,
+    k_norm: RmsNorm,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    params: AttnParams,
+}
+
+impl Attention {
+    fn load(l: &Loader, p: &str, layer: usize) -> Result<Self> {
+        let c = l.cfg;
+        Ok(Self {
+            q_proj: l.linear(&format!("{p}.q_proj"), c.attention_bias)?,
+            k_proj: l.linear(&format!("{p}.k_proj"), c.attention_bias)?,
+            v_proj: l.linear(&format!("{p}.v_proj"), c.attention_bias)?,
+            o_proj: l.linear(&format!("{p}.o_proj"), false)?,
+            q_norm: l.rms_norm(&format!("{p}.q_norm"))?,
+            k_norm: l.rms_norm(&format!("{p}.k_norm"))?,
+            heads: c.num_heads,
+            kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            params: AttnParams {
+                scale: c.query_pre_attn_scalar.powf(-0.5),
+                window: c.layer_window[layer],
+                softcap: c.attn_logit_softcapping,
+            },
+        })
+    }
+
+    fn forward(&self, x: &Tensor, layer: usize, rope: &Rope, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
+        // 1. project
+        let q = split_heads(&self.q_proj.forward(x)?, self.heads, self.head_dim)?;
+        let k = split_heads(&self.k_proj.forward(x)?, self.kv_heads, self.head_dim)?;
+        let v = split_heads(&self.v_proj.forward(x)?, self.kv_heads, self.head_dim)?;
+        // 2. per-head RMSNorm of q and k
+        let q = self.q_norm.forward(&q)?;
+        let k = self.k_norm.forward(&k)?;
+        // 3. rope (local base on sliding layers, global base otherwise)
+        let q = rope.apply(&q, &ctx.positions)?;
+        let k = rope.apply(&k, &ctx.positions)?;
+        // 4. attend (sliding window per layer)
+        let out = kv.attend(layer, &q, &k, &v, ctx, &self.params)?;
+        // 5. output projection
+        self.o_proj.forward(&out)
+    }
+}
+
+struct Block {
+    input_layernorm: RmsNorm,
+    attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    pre_feedforward_layernorm: RmsNorm,
+    mlp: Mlp,
+    post_feedforward_layernorm: RmsNorm,
+    sliding: bool,
+}
+
+pub struct Gemma3 {
+    cfg: ModelConfig,
+    embed_tokens: EmbeddingTable,
+    embed_scale: f64,
+    layers: Vec<Block>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    rope_global: Rope,
+    rope_local: Rope,
+}
+
+impl Gemma3 {
+    pub fn load(l: &Loader) -> Result<Self> {
+        let c = l.cfg;
+        let embed_tokens = l.weights.embedding("model.embed_tokens.weight", l.dtype, l.device)?;
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for i in 0..c.num_layers {
+            let p = format!("model.layers.{i}");
+            layers.push(Block {
+                input_layernorm: l.rms_norm(&format!("{p}.input_layernorm"))?,
+                attn: Attention::load(l, &format!("{p}.self_attn"), i)?,
+                post_attention_layernorm: l.rms_norm(&format!("{p}.post_attention_layernorm"))?,
+                pre_feedforward_layernorm: l.rms_norm(&format!("{p}.pre_feedforward_layernorm"))?,
+                mlp: Mlp::load(l, &format!("{p}.mlp"))?,
+                post_feedforward_layernorm: l.rms_norm(&format!("{p}.post_feedforward_layernorm"))?,
+                sliding: c.layer_window[i].is_some(),
+            });
+        }
+        let lm_head = if !c.tie_word_embeddings && l.weights.contains("lm_head.weight") {
+            l.linear("lm_head", false)?
+        } else {
+            Linear::new(embed_tokens.as_matmul()?, None)
+        };
+        let max = c.max_position_embeddings;
+        let rope_global = Rope::new(c.head_dim, c.rope_theta, &c.rope_scaling, max, c.rope_interleaved, l.device)?;
+        let local_base = c.rope_local_theta.unwrap_or(c.rope_theta);
+        let rope_local = Rope::new(c.head_dim, local_base, &RopeScaling::None, max, c.rope_interleaved, l.device)?;
+        Ok(Self {
+            cfg: c.clone(),
+            embed_tokens,
+            embed_scale: (c.hidden_size as f64).sqrt(),
+            layers,
+            norm: l.rms_norm("model.norm")?,
+            lm_head,
+            rope_global,
+            rope_local,
+        })
+    }
+}
+
+impl Model for Gemma3 {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    fn max_positions(&self) -> usize {
+        self.rope_global.max_positions()
+    }
+
+    fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
+        let mut h = (self.embed_tokens.lookup(tokens)? * self.embed_scale)?;
+        for (i, b) in self.layers.iter().enumerate() {
+            let rope = if b.sliding { &self.rope_local } else { &self.rope_global };
+            let a = b.attn.forward(&b.input_layernorm.forward(&h)?, i, rope, ctx, kv)?;
+            h = (h + b.post_attention_layernorm.forward(&a)?)?;
+            let m = b.mlp.forward(&b.pre_feedforward_layernorm.forward(&h)?)?;
+            h = (h + b.post_feedforward_layernorm.forward(&m)?)?;
+        }
+        let h = select_rows(&h, &ctx.logit_indices())?;
+        finish_logits(self.lm_head.forward(&self.norm.forward(&h)?)?, self.cfg.final_logit_softcapping)
+    }
+}

@@ -1,0 +1,214 @@
+//! Pieces shared by the model files: linear layers (quantized or dense), RMSNorm, rotary embeddings with the
+//! supported scalings, the gated MLP, and the head projection.
+
+use crate::weights::config::{Activation, RopeScaling};
+use crate::weights::{ModelConfig, Weights};
+use crate::Result;
+use candle_core::quantized::QMatMul;
+use candle_core::{DType, Device, Module, Tensor};
+
+/// Where and how a model is being built.
+pub struct Loader<'a> {
+    pub weights: &'a Weights,
+    pub cfg: &'a ModelConfig,
+    pub device: &'a Device,
+    pub dtype: DType,
+}
+
+impl Loader<'_> {
+    pub fn linear(&self, prefix: &str, bias: bool) -> Result<Linear> {
+        let w = self.weights.matrix(&format!("{prefix}.weight"), self.dtype, self.device)?;
+        let b = if bias { Some(self.weights.vector(&format!("{prefix}.bias"), self.dtype, self.device)?) } else { None };
+        Ok(Linear { w, b })
+    }
+
+    pub fn rms_norm(&self, name: &str) -> Result<RmsNorm> {
+        let w = self.weights.vector(&format!("{name}.weight"), DType::F32, self.device)?;
+        let w = if self.cfg.norm_weight_offset != 0.0 { (w + self.cfg.norm_weight_offset)? } else { w };
+        Ok(RmsNorm { w, eps: self.cfg.rms_norm_eps as f32 })
+    }
+}
+
+#[derive(Clone)]
+pub struct Linear {
+    w: QMatMul,
+    b: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn new(w: QMatMul, b: Option<Tensor>) -> Self {
+        Self { w, b }
+    }
+
+    /// x: (T, in) -> (T, out)
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = self.w.forward(x)?;
+        Ok(match &self.b {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// RMSNorm computed in f32: y = x / sqrt(mean(x²) + eps) * w.
+#[derive(Clone)]
+pub struct RmsNorm {
+    w: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dtype = x.dtype();
+        let y = candle_nn::ops::rms_norm(&x.to_dtype(DType::F32)?.contiguous()?, &self.w, self.eps)?;
+        Ok(y.to_dtype(dtype)?)
+    }
+}
+
+/// Rotary embedding tables for one base frequency, indexed by absolute position.
+#[derive(Clone)]
+pub struct Rope {
+    cos: Tensor,
+    sin: Tensor,
+    interleaved: bool,
+}
+
+/// Inverse frequencies for `dim` rotary dims with the given base and scaling (HF's `_compute_*_parameters`).
+pub fn inv_freqs(dim: usize, base: f64, scaling: &RopeScaling) -> Vec<f32> {
+    let mut f: Vec<f64> = (0..dim / 2).map(|i| 1.0 / base.powf(2.0 * i as f64 / dim as f64)).collect();
+    match scaling {
+        RopeScaling::None => {}
+        RopeScaling::Linear { factor } => f.iter_mut().for_each(|x| *x /= factor),
+        RopeScaling::FreqFactors(div) => {
+            for (x, d) in f.iter_mut().zip(div.iter()) {
+                *x /= *d as f64;
+            }
+        }
+        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
+            let low_wavelen = original_max_position_embeddings / low_freq_factor;
+            let high_wavelen = original_max_position_embeddings / high_freq_factor;
+            for x in f.iter_mut() {
+                let wavelen = 2.0 * std::f64::consts::PI / *x;
+                if wavelen > low_wavelen {
+                    *x /= factor;
+                } else if wavelen >= high_wavelen {
+                    let smooth = (original_max_position_embeddings / wavelen - low_freq_factor)
+                        / (high_freq_factor - low_freq_factor);
+                    *x = (1.0 - smooth) * *x / factor + smooth * *x;
+                }
+            }
+        }
+    }
+    f.into_iter().map(|x| x as f32).collect()
+}
+
+impl Rope {
+    pub fn new(dim: usize, base: f64, scaling: &RopeScaling, max_pos: usize, interleaved: bool, device: &Device) -> Result<Self> {
+        let inv = inv_freqs(dim, base, scaling);
+        let half = inv.len();
+        let inv = Tensor::from_vec(inv, (1, half), device)?;
+        let pos = Tensor::arange(0u32, max_pos as u32, device)?.to_dtype(DType::F32)?.reshape((max_pos, 1))?;
+        let freqs = pos.broadcast_mul(&inv)?;
+        Ok(Self { cos: freqs.cos()?, sin: freqs.sin()?, interleaved })
+    }
+
+    pub fn max_positions(&self) -> usize {
+        self.cos.dim(0).unwrap_or(0)
+    }
+
+    /// x: (T, H, D) with per-token positions (T,) -> rotated (T, H, D).
+    pub fn apply(&self, x: &Tensor, positions: &Tensor) -> Result<Tensor> {
+        let dtype = x.dtype();
+        let cos = self.cos.index_select(positions, 0)?;
+        let sin = self.sin.index_select(positions, 0)?;
+        let x4 = x.to_dtype(DType::F32)?.unsqueeze(0)?.contiguous()?; // (1, T, H, D)
+        let y = if self.interleaved {
+            // rope_i wants (B, H, T, D).
+            let xt = x4.transpose(1, 2)?.contiguous()?;
+            candle_nn::rotary_emb::rope_i(&xt, &cos, &sin)?.transpose(1, 2)?
+        } else {
+            candle_nn::rotary_emb::rope_thd(&x4, &cos, &sin)?
+        };
+        Ok(y.squeeze(0)?.to_dtype(dtype)?)
+    }
+}
+
+/// Gated MLP: down(act(gate(x)) * up(x)).
+#[derive(Clone)]
+pub struct Mlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+    act: Activation,
+}
+
+impl Mlp {
+    pub fn load(l: &Loader, prefix: &str) -> Result<Self> {
+        Ok(Self {
+            gate: l.linear(&format!("{prefix}.gate_proj"), false)?,
+            up: l.linear(&format!("{prefix}.up_proj"), false)?,
+            down: l.linear(&format!("{prefix}.down_proj"), false)?,
+            act: l.cfg.activation,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let g = self.gate.forward(x)?;
+        let g = match self.act {
+            Activation::Silu => candle_nn::ops::silu(&g)?,
+            Activation::GeluTanh => g.gelu()?,
+        };
+        let h = (g * self.up.forward(x)?)?;
+        self.down.forward(&h)
+    }
+}
+
+/// Select the rows of `hidden` (T, hidden) whose logits are wanted.
+pub fn select_rows(hidden: &Tensor, indices: &[u32]) -> Result<Tensor> {
+    if indices.len() == hidden.dim(0)? {
+        return Ok(hidden.clone());
+    }
+    let idx = Tensor::new(indices, hidden.device())?;
+    Ok(hidden.index_select(&idx, 0)?)
+}
+
+/// Final logits in f32, optionally soft-capped: cap * tanh(logits / cap).
+pub fn finish_logits(logits: Tensor, softcap: Option<f64>) -> Result<Tensor> {
+    let logits = logits.to_dtype(DType::F32)?;
+    Ok(match softcap {
+        Some(c) => ((logits / c)?.tanh()? * c)?,
+        None => logits,
+    })
+}
+
+/// (T, H*D) -> (T, H, D)
+pub fn split_heads(x: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+    let t = x.dim(0)?;
+    Ok(x.reshape((t, heads, head_dim))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama3_scaling_keeps_high_freqs_and_divides_low() {
+        let s = RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 8192.0 };
+        let plain = inv_freqs(128, 500_000.0, &RopeScaling::None);
+        let scaled = inv_freqs(128, 500_000.0, &s);
+        assert_eq!(plain[0], scaled[0]); // wavelength 2π < high_wavelen: unchanged
+        let last = plain.len() - 1;
+        assert!((scaled[last] - plain[last] / 8.0).abs() < 1e-12); // longest wavelength: divided by factor
+    }
+
+    #[test]
+    fn rope_at_position_zero_is_identity() {
+        let dev = Device::Cpu;
+        for inter in [false, true] {
+            let r = Rope::new(8, 10_000.0, &RopeScaling::None, 4, inter, &dev).unwrap();
+            let x = Tensor::arange(0f32, 16.0, &dev).unwrap().reshape((1, 2, 8)).unwrap();
+            let y = r.apply(&x, &Tensor::new(&[0u32], &dev).unwrap()).unwrap();
+            assert_eq!(x.to_vec3::<f32>().unwrap(), y.to_vec3::<f32>().unwrap());
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! GGUF files: memory-mapped, metadata accessors, and tensors loaded by their Hugging Face names.
+//!
+//! The file is mapped once; each tensor's bytes are handed from the map to candle's block storage (one copy into
+//! aligned blocks, no dequantization). Linear weights stay quantized; only norms and biases become f32 tensors.
+
+use crate::{Error, Result};
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Tensor types hearth loads from GGUF (everything candle 0.11 implements on every device).
+pub const SUPPORTED_DTYPES: &[GgmlDType] = &[
+    GgmlDType::F32,
+    GgmlDType::F16,
+    GgmlDType::BF16,
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+    GgmlDType::Q8K,
+];
+
+pub struct GgufFile {
+    pub path: PathBuf,
+    mmap: memmap2::Mmap,
+    pub content: gguf_file::Content,
+}
+
+impl GgufFile {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        // SAFETY: the map is read-only; a file truncated underneath us is the same hazard llama.cpp accepts.
+        let mmap = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| Error::io(format!("memory-mapping {}", path.display()), e))?;
+        let mut cursor = std::io::Cursor::new(&mmap[..]);
+        let content = gguf_file::Content::read(&mut cursor)
+            .map_err(|e| Error::InvalidModel(format!("{}: not a readable GGUF v2/v3 file: {e}", path.display())))?;
+        Ok(Self { path: path.to_path_buf(), mmap, content })
+    }
+
+    pub fn metadata(&self) -> &HashMap<String, gguf_file::Value> {
+        &self.content.metadata
+    }
+
+    pub fn get(&self, key: &str) -> Option<&gguf_file::Value> {
+        self.content.metadata.get(key)
+    }
+
+    pub fn get_str(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(|v| v.to_string().ok()).map(|s| s.as_str())
+    }
+
+    /// Any integer type as u64 (GGUF writers differ in which width they use).
+    pub fn get_u64(&self, key: &str) -> Option<u64> {
+        use gguf_file::Value::*;
+        match self.get(key)? {
+            U8(v) => Some(*v as u64),
+            I8(v) => u64::try_from(*v).ok(),
+            U16(v) => Some(*v as u64),
+            I16(v) => u64::try_from(*v).ok(),
+            U32(v) => Some(*v as u64),
+            I32(v) => u64::try_from(*v).ok(),
+            U64(v) => Some(*v),
+            I64(v) => u64::try_from(*v).ok(),
+            _ => None,
+        }
+    }
+
+    pub fn get_f64(&self, key: &str) -> Option<f64> {
+        use gguf_file::Value::*;
+        match self.get(key)? {
+            F32(v) => Some(*v as f64),
+            F64(v) => Some(*v),
+            _ => self.get_u64(key).map(|v| v as f64),
+        }
+    }
+
+    pub fn get_bool(&self, key: &str) -> Option<bool> {
+        self.get(key).and_then(|v| v.to_bool().ok())
+    }
+
+    pub fn architecture(&self) -> Result<&str> {
+        self.get_str("general.architecture")
+            .ok_or_else(|| Error::InvalidModel(format!("{}: no general.architecture", self.path.display())))
+    }
+
+    pub fn has_tensor(&self, gguf_name: &str) -> bool {
+        self.content.tensor_infos.contains_key(gguf_name)
+    }
+
+    /// Load one tensor by its GGUF name, still quantized.
+    pub fn qtensor(&self, gguf_name: &str, device: &Device) -> Result<QTensor> {
+        let info = self.content.tensor_infos.get(gguf_name).ok_or_else(|| {
+            Error::InvalidModel(format!("{}: missing tensor `{gguf_name}`", self.path.display()))
+        })?;
+        if !SUPPORTED_DTYPES.contains(&info.ggml_dtype) {
+            return Err(Error::Unsupported(format!(
+                "tensor `{gguf_name}` has type {:?}; hearth supports {}",
+                info.ggml_dtype,
+                supported_names()
+            )));
+        }
+        let elems = info.shape.elem_count();
+        let block = info.ggml_dtype.block_size();
+        if elems % block != 0 {
+            return Err(Error::InvalidModel(format!(
+                "tensor `{gguf_name}`: {elems} elements is not a multiple of the block size {block}"
+            )));
+        }
+        let size = elems / block * info.ggml_dtype.type_size();
+        let start = (self.content.tensor_data_offset as usize)
+            .checked_add(info.offset as usize)
+            .filter(|s| s.checked_add(size).is_some_and(|e| e <= self.mmap.len()))
+            .ok_or_else(|| {
+                Error::InvalidModel(format!(
+                    "tensor `{gguf_name}` ({size} bytes) lies outside the file ({} bytes): truncated download?",
+                    self.mmap.len()
+                ))
+            })?;
+        let data = &self.mmap[start..start + size];
+        Ok(candle_core::quantized::ggml_file::qtensor_from_ggml(
+            info.ggml_dtype,
+            data,
+            info.shape.dims().to_vec(),
+            device,
+        )?)
+    }
+
+    /// Load one tensor by its GGUF name, dequantized to f32.
+    pub fn tensor_f32(&self, gguf_name: &str, device: &Device) -> Result<Tensor> {
+        Ok(self.qtensor(gguf_name, device)?.dequantize(device)?)
+    }
+
+    /// Count of tensors per type, for `hearth models` and load logs.
+    pub fn dtype_summary(&self) -> String {
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for info in self.content.tensor_infos.values() {
+            let name = format!("{:?}", info.ggml_dtype);
+            match counts.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((name, 1)),
+            }
+        }
+        counts.sort_by(|a, b| b.1.cmp(&a.1));
+        counts.iter().map(|(n, c)| format!("{n}×{c}")).collect::<Vec<_>>().join(" ")
+    }
+}
+
+fn supported_names() -> String {
+    SUPPORTED_DTYPES.iter().map(|d| format!("{d:?}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Map a Hugging Face parameter name to its GGUF name (llama.cpp's naming), for the given GGUF architecture.
+pub fn hf_to_gguf_name(arch: &str, hf: &str) -> Option<String> {
+    match hf {
+        "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
+        "model.norm.weight" => return Some("output_norm.weight".into()),
+        "lm_head.weight" => return Some("output.weight".into()),
+        _ => {}
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, param) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, suffix) = param.rsplit_once('.')?; // suffix: weight | bias
+    let gemma = arch.starts_with("gemma");
+    let g = match module {
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        "input_layernorm" => "attn_norm",
+        "post_attention_layernorm" if gemma => "post_attention_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        "pre_feedforward_layernorm" => "ffn_norm",
+        "post_feedforward_layernorm" => "post_ffw_norm",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{g}.{suffix}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hf_to_gguf_name;
+
+    #[test]
+    fn maps_llama_and_gemma_norms_differently() {
+        assert_eq!(
+            hf_to_gguf_name("llama", "model.layers.3.post_attention_layernorm.weight").as_deref(),
+            Some("blk.3.ffn_norm.weight")
+        );
+        assert_eq!(
+            hf_to_gguf_name("gemma3", "model.layers.3.post_attention_layernorm.weight").as_deref(),
+            Some("blk.3.post_attention_norm.weight")
+        );
+        assert_eq!(
+            hf_to_gguf_name("gemma3", "model.layers.0.pre_feedforward_layernorm.weight").as_deref(),
+            Some("blk.0.ffn_norm.weight")
+        );
+        assert_eq!(
+            hf_to_gguf_name("qwen2", "model.layers.11.self_attn.q_proj.bias").as_deref(),
+            Some("blk.11.attn_q.bias")
+        );
+        assert_eq!(hf_to_gguf_name("llama", "lm_head.weight").as_deref(), Some("output.weight"));
+        assert_eq!(hf_to_gguf_name("llama", "model.layers.x.mlp.up_proj.weight"), None);
+    }
+}

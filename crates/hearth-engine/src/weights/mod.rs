@@ -1,0 +1,90 @@
+//! Weights: where a model's tensors come from (GGUF or Hugging Face safetensors), behind one interface that
+//! speaks Hugging Face parameter names. Model code never sees a file format.
+
+pub mod config;
+pub mod gguf;
+pub mod resolve;
+pub mod safetensors;
+
+use crate::{Error, Result};
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{DType, Device, Tensor};
+use std::sync::Arc;
+
+pub use config::ModelConfig;
+pub use gguf::GgufFile;
+pub use safetensors::HfWeights;
+
+pub enum Weights {
+    Gguf(GgufFile),
+    Hf(HfWeights),
+}
+
+/// A matrix used as `x @ W^T`: quantized (GGUF) or dense.
+#[derive(Clone)]
+pub struct MatWeight(pub QMatMul);
+
+/// An embedding table, shared with a tied LM head.
+#[derive(Clone)]
+pub enum EmbeddingTable {
+    Quantized(Arc<QTensor>),
+    Dense(Tensor),
+}
+
+impl EmbeddingTable {
+    pub fn lookup(&self, ids: &Tensor) -> Result<Tensor> {
+        Ok(match self {
+            EmbeddingTable::Quantized(q) => q.embedding(ids)?,
+            EmbeddingTable::Dense(w) => w.index_select(ids, 0)?,
+        })
+    }
+
+    /// The same table as an output projection (tied word embeddings).
+    pub fn as_matmul(&self) -> Result<QMatMul> {
+        Ok(match self {
+            EmbeddingTable::Quantized(q) => QMatMul::from_arc(q.clone())?,
+            EmbeddingTable::Dense(w) => QMatMul::Tensor(w.clone()),
+        })
+    }
+}
+
+impl Weights {
+    fn gguf_name(g: &GgufFile, hf: &str) -> Result<String> {
+        let arch = g.architecture()?;
+        gguf::hf_to_gguf_name(arch, hf)
+            .ok_or_else(|| Error::InvalidModel(format!("no GGUF name for parameter `{hf}` (architecture {arch})")))
+    }
+
+    pub fn contains(&self, hf: &str) -> bool {
+        match self {
+            Weights::Gguf(g) => Self::gguf_name(g, hf).map(|n| g.has_tensor(&n)).unwrap_or(false),
+            Weights::Hf(h) => h.contains(hf),
+        }
+    }
+
+    /// A weight matrix, kept quantized when the file is quantized.
+    pub fn matrix(&self, hf: &str, dtype: DType, device: &Device) -> Result<QMatMul> {
+        match self {
+            Weights::Gguf(g) => {
+                let q = g.qtensor(&Self::gguf_name(g, hf)?, device)?;
+                Ok(QMatMul::from_arc(Arc::new(q))?)
+            }
+            Weights::Hf(h) => Ok(QMatMul::Tensor(h.tensor(hf, dtype, device)?)),
+        }
+    }
+
+    /// A small tensor (norm weight, bias) in the compute dtype.
+    pub fn vector(&self, hf: &str, dtype: DType, device: &Device) -> Result<Tensor> {
+        match self {
+            Weights::Gguf(g) => Ok(g.tensor_f32(&Self::gguf_name(g, hf)?, device)?.to_dtype(dtype)?),
+            Weights::Hf(h) => h.tensor(hf, dtype, device),
+        }
+    }
+
+    pub fn embedding(&self, hf: &str, dtype: DType, device: &Device) -> Result<EmbeddingTable> {
+        match self {
+            Weights::Gguf(g) => Ok(EmbeddingTable::Quantized(Arc::new(g.qtensor(&Self::gguf_name(g, hf)?, device)?))),
+            Weights::Hf(h) => Ok(EmbeddingTable::Dense(h.tensor(hf, dtype, device)?)),
+        }
+    }
+}

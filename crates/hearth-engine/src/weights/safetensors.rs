@@ -1,0 +1,80 @@
+//! Hugging Face model directories: `config.json` + `model.safetensors` or shards listed in
+//! `model.safetensors.index.json`. Tensors are memory-mapped; bf16/f16/f32 are converted to the compute dtype.
+
+use crate::{Error, Result};
+use candle_core::safetensors::MmapedSafetensors;
+use candle_core::{DType, Device, Tensor};
+use std::path::{Path, PathBuf};
+
+pub struct HfWeights {
+    pub dir: PathBuf,
+    st: MmapedSafetensors,
+}
+
+impl HfWeights {
+    pub fn open(dir: &Path) -> Result<Self> {
+        let files = shard_files(dir)?;
+        // SAFETY: read-only maps of files we do not modify.
+        let st = unsafe { MmapedSafetensors::multi(&files) }
+            .map_err(|e| Error::InvalidModel(format!("{}: unreadable safetensors: {e}", dir.display())))?;
+        for (name, view) in st.tensors() {
+            match view.dtype() {
+                safetensors::Dtype::F32 | safetensors::Dtype::F16 | safetensors::Dtype::BF16 => {}
+                other => {
+                    return Err(Error::Unsupported(format!(
+                        "tensor `{name}` has dtype {other:?}; hearth loads bf16, f16 and f32 safetensors"
+                    )))
+                }
+            }
+        }
+        Ok(Self { dir: dir.to_path_buf(), st })
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.st.get(name).is_ok()
+    }
+
+    pub fn tensor(&self, name: &str, dtype: DType, device: &Device) -> Result<Tensor> {
+        if !self.contains(name) {
+            return Err(Error::InvalidModel(format!("{}: missing tensor `{name}`", self.dir.display())));
+        }
+        Ok(self.st.load(name, device)?.to_dtype(dtype)?)
+    }
+}
+
+/// The safetensors files of a directory: the shards named by the index, or the single `model.safetensors`.
+pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        let text = std::fs::read_to_string(&index).map_err(|e| Error::io(format!("reading {}", index.display()), e))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::InvalidModel(format!("{}: {e}", index.display())))?;
+        let map = v
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| Error::InvalidModel(format!("{}: no `weight_map` object", index.display())))?;
+        let mut files: Vec<PathBuf> = Vec::new();
+        for f in map.values() {
+            let f = f.as_str().ok_or_else(|| Error::InvalidModel(format!("{}: non-string shard", index.display())))?;
+            if f.contains('/') || f.contains("..") {
+                return Err(Error::InvalidModel(format!("{}: shard path `{f}` leaves the directory", index.display())));
+            }
+            let p = dir.join(f);
+            if !files.contains(&p) {
+                if !p.is_file() {
+                    return Err(Error::InvalidModel(format!("missing shard {} (named by the index)", p.display())));
+                }
+                files.push(p);
+            }
+        }
+        return Ok(files);
+    }
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    Err(Error::ModelNotFound(format!(
+        "{}: no model.safetensors or model.safetensors.index.json (hearth loads safetensors or GGUF, not .bin)",
+        dir.display()
+    )))
+}
