@@ -87,10 +87,17 @@ def llama_cpp_model(path: Path):
                            logits_all=False, verbose=False, seed=0)
 
 
+def last_logits(llm) -> np.ndarray:
+    # With logits_all=False llama-cpp-python no longer copies logits into llm.scores, so read the context's
+    # output for the last evaluated token directly.
+    ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).astype(np.float32, copy=True)
+
+
 def llama_cpp_run(llm, ids: list[int]):
     llm.reset()
     llm.eval(ids)
-    last = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32, copy=True)
+    last = last_logits(llm)
     prompt_logits = last.copy()
     greedy, gaps = [], []
     for _ in range(N_GREEDY):
@@ -98,7 +105,7 @@ def llama_cpp_run(llm, ids: list[int]):
         greedy.append(t)
         gaps.append(gap(last))
         llm.eval([t])
-        last = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32, copy=True)
+        last = last_logits(llm)
     return prompt_logits, greedy, gaps
 
 

@@ -6,6 +6,7 @@ Writes tests/goldens/tokenizer_smollm2.json and tests/goldens/tokenizer_gemma3.j
 """
 from __future__ import annotations
 
+import ctypes
 import sys
 import traceback
 from pathlib import Path
@@ -86,6 +87,14 @@ def gguf_meta(path: Path) -> dict:
     return out
 
 
+def piece(vocab, token: int, special: bool) -> bytes:
+    """llama.cpp's piece for one token: llama_token_to_piece(vocab, token, buf, n, lstrip=0, special)."""
+    buf = ctypes.create_string_buffer(256)
+    n = llama_cpp.llama_token_to_piece(vocab, llama_cpp.llama_token(token), buf, 256, 0, special)
+    assert 0 <= n <= 256, n
+    return bytes(buf[:n])
+
+
 def hf_tokenizer(model_file: str):
     try:
         from transformers import AutoTokenizer
@@ -115,8 +124,9 @@ def build(name: str, model_file: str) -> None:
         # add_bos=True asks llama.cpp to add the special tokens the GGUF says to add (add_bos_token / add_eos_token).
         ids = llm.tokenize(b, add_bos=True, special=True)
         ids_ns = llm.tokenize(b, add_bos=False, special=True)
-        detok = [llm.detokenize([i]).hex() for i in ids_ns]
-        detok_special = [llm.detokenize([i], special=True).hex() for i in ids_ns]
+        detok = [piece(vocab, i, False).hex() for i in ids_ns]
+        detok_special = [piece(vocab, i, True).hex() for i in ids_ns]
+        assert [llm.detokenize([i]) for i in ids_ns] == [bytes.fromhex(h) for h in detok]
         hf_ids = None
         if tok is not None:
             hf_ids = tok(text, add_special_tokens=True)["input_ids"]
@@ -144,8 +154,9 @@ def build(name: str, model_file: str) -> None:
             "llama_cpp_no_special: tokenize(..., add_bos=False, special=True) (special tokens in text still parsed).",
             "hf: transformers AutoTokenizer.from_pretrained(models_dir, gguf_file=model_file)(text, add_special_tokens=True)"
             "['input_ids'], or null with hf_error.",
-            "detok: hex of llm.detokenize([id]) for each id of llama_cpp_no_special (special=False: control tokens "
-            "render as empty); detok_special: same with special=True.",
+            "detok: hex of llama.cpp's piece for each id of llama_cpp_no_special: llama_token_to_piece(vocab, id, "
+            "lstrip=0, special=False) == llm.detokenize([id]) (control tokens render as empty); detok_special: "
+            "the same with special=True (control tokens render as their text).",
         ],
         "hf_error": hf_err,
         "hf_mismatches": mismatches if tok is not None else None,

@@ -14,7 +14,7 @@ const TOL: f32 = 2e-4;
 fn check(name: &str) {
     let dir = fixture(&format!("tiny-{name}"));
     let m = load(dir.to_str().unwrap(), &candle_core::Device::Cpu, None).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let g = golden(&format!("tiny_{name}.json"));
+    let g = golden(&format!("tiny_{}.json", name.replace('-', "_")));
     let n_layers = m.model.config().num_layers;
     for (i, case) in g["cases"].as_array().unwrap().iter().enumerate() {
         let input = ids(&case["input_ids"]);
