@@ -2,7 +2,7 @@
 //! (The serving engine batches many sequences through the same `Model::forward`.)
 
 use crate::attention::{BatchContext, ContiguousKv};
-use crate::models::{load_model, open_weights, Model};
+use crate::models::{load_model, open_weights, LoadOptions, Model};
 use crate::sampling::{Sampled, Sampler, SamplingParams};
 use crate::tokenizer::{ChatTemplate, Tokenizer};
 use crate::weights::resolve::{resolve, ModelLocation};
@@ -21,6 +21,10 @@ pub struct LoadedModel {
 
 /// Resolve `spec`, load weights, tokenizer and chat template (`chat_template` overrides the model's own).
 pub fn load(spec: &str, device: &Device, chat_template: Option<&Path>) -> Result<LoadedModel> {
+    load_with(spec, device, chat_template, &LoadOptions::default())
+}
+
+pub fn load_with(spec: &str, device: &Device, chat_template: Option<&Path>, opts: &LoadOptions) -> Result<LoadedModel> {
     let t0 = Instant::now();
     let location = resolve(spec)?;
     let (weights, cfg) = open_weights(&location)?;
@@ -35,7 +39,7 @@ pub fn load(spec: &str, device: &Device, chat_template: Option<&Path>) -> Result
     if let Some(path) = chat_template {
         tokenizer.chat_template = Some(ChatTemplate::from_file(path, &tokenizer.bos_token(), &tokenizer.eos_token())?);
     }
-    let model = load_model(&weights, &cfg, device)?;
+    let model = load_model(&weights, &cfg, device, opts)?;
     Ok(LoadedModel { model, tokenizer, location, device: device.clone(), load_time: t0.elapsed() })
 }
 

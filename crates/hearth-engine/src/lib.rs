@@ -5,6 +5,7 @@ pub mod attention;
 pub mod device;
 pub mod error;
 pub mod generate;
+pub mod kernels;
 pub mod models;
 pub mod sampling;
 pub mod tokenizer;

@@ -100,11 +100,7 @@ impl Gemma3 {
                 sliding: c.layer_window[i].is_some(),
             });
         }
-        let lm_head = if !c.tie_word_embeddings && l.weights.contains("lm_head.weight") {
-            l.linear("lm_head", false)?
-        } else {
-            Linear::new(embed_tokens.as_matmul()?, None)
-        };
+        let lm_head = l.lm_head(&embed_tokens)?;
         let max = c.max_position_embeddings;
         let rope_global = Rope::new(c.head_dim, c.rope_theta, &c.rope_scaling, max, c.rope_interleaved, l.device)?;
         let local_base = c.rope_local_theta.unwrap_or(c.rope_theta);

@@ -1,6 +1,7 @@
 //! Pieces shared by the model files: linear layers (quantized or dense), RMSNorm, rotary embeddings with the
 //! supported scalings, the gated MLP, and the head projection.
 
+use crate::kernels::FastQMatMul;
 use crate::weights::config::{Activation, RopeScaling};
 use crate::weights::{ModelConfig, Weights};
 use crate::Result;
@@ -13,13 +14,30 @@ pub struct Loader<'a> {
     pub cfg: &'a ModelConfig,
     pub device: &'a Device,
     pub dtype: DType,
+    /// Dequantize quantized matrices to `dtype` at load (exact reference math, more memory).
+    pub dequantize: bool,
 }
 
 impl Loader<'_> {
     pub fn linear(&self, prefix: &str, bias: bool) -> Result<Linear> {
-        let w = self.weights.matrix(&format!("{prefix}.weight"), self.dtype, self.device)?;
+        let w = self.dense_if_asked(self.weights.matrix(&format!("{prefix}.weight"), self.dtype, self.device)?)?;
         let b = if bias { Some(self.weights.vector(&format!("{prefix}.bias"), self.dtype, self.device)?) } else { None };
-        Ok(Linear { w, b })
+        Ok(Linear::new(w, b))
+    }
+
+    /// The LM head: `lm_head` when the model has its own, else the tied embedding table.
+    pub fn lm_head(&self, embed: &crate::weights::EmbeddingTable) -> Result<Linear> {
+        if !self.cfg.tie_word_embeddings && self.weights.contains("lm_head.weight") {
+            return self.linear("lm_head", false);
+        }
+        Ok(Linear::new(self.dense_if_asked(embed.as_matmul()?)?, None))
+    }
+
+    fn dense_if_asked(&self, w: QMatMul) -> Result<QMatMul> {
+        Ok(match w {
+            QMatMul::QTensor(q) if self.dequantize => QMatMul::Tensor(q.dequantize(self.device)?.to_dtype(self.dtype)?),
+            other => other,
+        })
     }
 
     pub fn rms_norm(&self, name: &str) -> Result<RmsNorm> {
@@ -32,17 +50,23 @@ impl Loader<'_> {
 #[derive(Clone)]
 pub struct Linear {
     w: QMatMul,
+    /// Set for CPU weights whose type `crate::kernels` accelerates; it falls back to `w`'s candle path itself.
+    fast: Option<FastQMatMul>,
     b: Option<Tensor>,
 }
 
 impl Linear {
     pub fn new(w: QMatMul, b: Option<Tensor>) -> Self {
-        Self { w, b }
+        let fast = FastQMatMul::new(&w);
+        Self { w, fast, b }
     }
 
     /// x: (T, in) -> (T, out)
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = self.w.forward(x)?;
+        let y = match &self.fast {
+            Some(f) => f.forward(x)?,
+            None => self.w.forward(x)?,
+        };
         Ok(match &self.b {
             Some(b) => y.broadcast_add(b)?,
             None => y,

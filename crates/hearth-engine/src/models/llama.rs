@@ -93,11 +93,7 @@ impl Llama {
                 mlp: Mlp::load(l, &format!("{p}.mlp"))?,
             });
         }
-        let lm_head = if !c.tie_word_embeddings && l.weights.contains("lm_head.weight") {
-            l.linear("lm_head", false)?
-        } else {
-            Linear::new(embed_tokens.as_matmul()?, None)
-        };
+        let lm_head = l.lm_head(&embed_tokens)?;
         let rope = Rope::new(c.head_dim, c.rope_theta, &c.rope_scaling, c.max_position_embeddings, c.rope_interleaved, l.device)?;
         Ok(Self { cfg: c.clone(), embed_tokens, layers, norm: l.rms_norm("model.norm")?, lm_head, rope })
     }

@@ -53,10 +53,18 @@ fn merge_generation_config_eos(dir: &std::path::Path, cfg: &mut ModelConfig) {
     }
 }
 
+/// How to build a model.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Dequantize GGUF matrices at load: the reference's exact math (transformers dequantizes GGUF the same way),
+    /// at ~4-8x the weight memory. `--dequantize` / `HEARTH_DEQUANTIZE=1`.
+    pub dequantize: bool,
+}
+
 /// Build the model for a configuration. CPU computes in f32.
-pub fn load_model(weights: &Weights, cfg: &ModelConfig, device: &Device) -> Result<Box<dyn Model>> {
+pub fn load_model(weights: &Weights, cfg: &ModelConfig, device: &Device, opts: &LoadOptions) -> Result<Box<dyn Model>> {
     let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
-    let l = layers::Loader { weights, cfg, device, dtype };
+    let l = layers::Loader { weights, cfg, device, dtype, dequantize: opts.dequantize };
     Ok(match cfg.family {
         Family::Llama => Box::new(llama::Llama::load(&l)?),
         Family::Gemma3 => Box::new(gemma3::Gemma3::load(&l)?),

@@ -1,0 +1,308 @@
+//! Fast CPU matmul for GGML-quantized weights: `y = x @ W^T`, x `(.., k)` f32, W `(n, k)` in GGML blocks.
+//!
+//! candle 0.11.1's CPU `QMatMul` has SIMD dot products for Q4_0, Q8_0 and the k-quants only; Q4_1 and Q5_0
+//! (SmolLM2's and Gemma 3's main weight types) run its scalar `vec_dot_unopt`. This module adds:
+//!
+//! * **Decode path** (few activation rows): each row of x is quantized to 32-wide int8 blocks exactly as
+//!   candle/ggml do (Q8_1 for Q4_1 weights, Q8_0 otherwise; bit-identical scales and values), then AVX2 dot
+//!   products per block (`maddubs`+`madd`, or `vpdpbusd` where the CPU has AVX-VNNI): Q4_1×Q8_1
+//!   (`d_w·d_x·Σq·y + m_w·s_x`), Q5_0×Q8_0 (5th bit rebuilt, the `-16` offset folded in as an exact integer
+//!   correction), Q8_0×Q8_0. Every block sum is an exact i32, so results equal candle's up to f32
+//!   accumulation order. Output rows are split over candle's CPU worker pool (the threads its own quantized
+//!   matmul uses, so the two never compete for cores).
+//! * **Prefill path** (many rows): W is dequantized to f32 once per call (parallel over rows; AVX2 for
+//!   Q4_1/Q5_0/Q8_0, candle's `to_float` for the k-quants) and multiplied with candle's f32 `matmul` (the
+//!   `gemm` crate).
+//!
+//! Which path serves which `(type, m)` is decided by [`Plan`], from measurements on a 2-core AMD EPYC with
+//! AVX-512/AVX-VNNI (see `examples/qmatmul_bench.rs`); everything else falls back to candle's `QMatMul`,
+//! which is also the scalar reference in the tests. Non-CPU tensors, non-f32 activations and CPUs without
+//! AVX2+FMA+F16C always use candle.
+//!
+//! Environment:
+//! * `HEARTH_FAST_QUANT=0` (or `off`/`false`) disables the whole module: every matmul uses candle's `QMatMul`.
+//! * `HEARTH_FAST_QUANT=avx2` keeps the module but does not use AVX-VNNI instructions.
+//!
+//! Both are read once, on first use.
+
+mod cpu;
+mod dequant;
+mod quant;
+
+#[cfg(test)]
+mod tests;
+
+use crate::Result;
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+use std::sync::{Arc, OnceLock};
+
+/// Instruction set a kernel runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// AVX2 + FMA + F16C: `vpmaddubsw` + `vpmaddwd` per block.
+    Avx2,
+    /// AVX2 + FMA + F16C + AVX-VNNI (256-bit `vpdpbusd`).
+    AvxVnni,
+}
+
+impl Isa {
+    /// What this CPU supports (ignoring the environment).
+    pub fn detect() -> Option<Isa> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+                if is_x86_feature_detected!("avxvnni") {
+                    return Some(Isa::AvxVnni);
+                }
+                return Some(Isa::Avx2);
+            }
+        }
+        None
+    }
+}
+
+/// Whether this CPU can run kernels built for `isa`.
+pub fn isa_supported(isa: Isa) -> bool {
+    match (Isa::detect(), isa) {
+        (None, _) => false,
+        (Some(Isa::Avx2), Isa::AvxVnni) => false,
+        _ => true,
+    }
+}
+
+/// Parse `HEARTH_FAST_QUANT`: `None` = module disabled, else the highest ISA allowed (given the detected one).
+pub fn isa_from_setting(setting: Option<&str>, detected: Option<Isa>) -> Option<Isa> {
+    let detected = detected?;
+    match setting.map(|s| s.trim().to_ascii_lowercase()) {
+        Some(s) if s == "0" || s == "off" || s == "false" || s == "no" => None,
+        Some(s) if s == "avx2" => Some(Isa::Avx2),
+        _ => Some(detected),
+    }
+}
+
+/// The ISA in use, or `None` when the module is off (kill switch or no AVX2).
+pub fn active_isa() -> Option<Isa> {
+    static ISA: OnceLock<Option<Isa>> = OnceLock::new();
+    *ISA.get_or_init(|| isa_from_setting(std::env::var("HEARTH_FAST_QUANT").ok().as_deref(), Isa::detect()))
+}
+
+/// Which implementation serves one matmul.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// int8 dot products on quantized activations (this module).
+    Decode,
+    /// Dequantize W to f32, then candle's f32 matmul.
+    DequantF32,
+    /// candle's `QMatMul`.
+    Candle,
+}
+
+/// Per-type choice of path by the number of activation rows `m`.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    /// Decode path for `m < decode_below` (0: never).
+    pub decode_below: usize,
+    /// Dequant+f32 path for `m >= dequant_from` (`usize::MAX`: never).
+    pub dequant_from: usize,
+}
+
+impl Plan {
+    /// Measured policy (see the module docs and `examples/qmatmul_bench.rs`).
+    pub fn for_dtype(dtype: GgmlDType) -> Plan {
+        match dtype {
+            GgmlDType::Q4_1 | GgmlDType::Q5_0 => Plan { decode_below: 8, dequant_from: 8 },
+            GgmlDType::Q8_0 => Plan { decode_below: 8, dequant_from: 8 },
+            GgmlDType::Q4K | GgmlDType::Q6K => Plan { decode_below: 0, dequant_from: usize::MAX },
+            _ => Plan { decode_below: 0, dequant_from: usize::MAX },
+        }
+    }
+
+    pub fn path(&self, m: usize) -> Path {
+        if m < self.decode_below {
+            Path::Decode
+        } else if m >= self.dequant_from {
+            Path::DequantF32
+        } else {
+            Path::Candle
+        }
+    }
+}
+
+/// Weight types the decode kernels handle.
+pub fn decode_supported(dtype: GgmlDType) -> bool {
+    matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q8_0)
+}
+
+/// Weight types the dequant+f32 path handles.
+pub fn dequant_supported(dtype: GgmlDType) -> bool {
+    matches!(
+        dtype,
+        GgmlDType::Q4_1
+            | GgmlDType::Q5_0
+            | GgmlDType::Q8_0
+            | GgmlDType::Q4_0
+            | GgmlDType::Q5_1
+            | GgmlDType::Q2K
+            | GgmlDType::Q3K
+            | GgmlDType::Q4K
+            | GgmlDType::Q5K
+            | GgmlDType::Q6K
+    )
+}
+
+/// A quantized CPU weight served by this module where it is faster, by candle's `QMatMul` elsewhere.
+#[derive(Clone)]
+pub struct FastQMatMul {
+    w: Arc<QTensor>,
+    fallback: QMatMul,
+    isa: Isa,
+    plan: Plan,
+    n: usize,
+    k: usize,
+}
+
+impl std::fmt::Debug for FastQMatMul {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FastQMatMul({:?}, {}x{}, {:?}, {:?})", self.w.dtype(), self.n, self.k, self.isa, self.plan)
+    }
+}
+
+impl FastQMatMul {
+    /// `Some` when the module is on and `w` is a 2-D CPU `QMatMul::QTensor` of a type some path here
+    /// accelerates; `None` means: keep using candle's `QMatMul`.
+    pub fn new(w: &QMatMul) -> Option<Self> {
+        let QMatMul::QTensor(q) = w else { return None };
+        let isa = active_isa()?;
+        Self::with_plan(q.clone(), isa, Plan::for_dtype(q.dtype()))
+    }
+
+    /// Like `new`, with an explicit ISA and plan (tests, benchmarks).
+    pub fn with_plan(w: Arc<QTensor>, isa: Isa, plan: Plan) -> Option<Self> {
+        if !matches!(w.device(), Device::Cpu) || !isa_supported(isa) {
+            return None;
+        }
+        let (n, k) = w.shape().dims2().ok()?;
+        let dtype = w.dtype();
+        let plan = Plan {
+            decode_below: if decode_supported(dtype) { plan.decode_below } else { 0 },
+            dequant_from: if dequant_supported(dtype) { plan.dequant_from } else { usize::MAX },
+        };
+        if plan.decode_below == 0 && plan.dequant_from == usize::MAX {
+            return None;
+        }
+        let fallback = QMatMul::QTensor(w.clone());
+        Some(Self { w, fallback, isa, plan, n, k })
+    }
+
+    pub fn plan(&self) -> Plan {
+        self.plan
+    }
+
+    /// The path `forward` takes for an input with `m` rows.
+    pub fn path(&self, m: usize) -> Path {
+        self.plan.path(m)
+    }
+
+    /// x: (.., k) -> (.., n).
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dims = x.dims();
+        let Some((&k, lead)) = dims.split_last() else { return Ok(self.fallback.forward(x)?) };
+        if k != self.k || x.dtype() != DType::F32 || !x.device().is_cpu() {
+            return Ok(self.fallback.forward(x)?);
+        }
+        let m: usize = lead.iter().product();
+        let mut out_dims = dims.to_vec();
+        *out_dims.last_mut().unwrap() = self.n;
+        match self.path(m) {
+            Path::Candle => Ok(self.fallback.forward(x)?),
+            Path::Decode => {
+                let x = x.contiguous()?;
+                let mut out = vec![0f32; m * self.n];
+                {
+                    let (storage, layout) = x.storage_and_layout();
+                    let candle_core::Storage::Cpu(cpu) = &*storage else { unreachable!("checked is_cpu") };
+                    let xs = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + m * k];
+                    decode_matmul(&self.w, self.isa, xs, m, &mut out)?;
+                }
+                Ok(Tensor::from_vec(out, out_dims, &Device::Cpu)?)
+            }
+            Path::DequantF32 => {
+                let x2 = x.reshape((m, k))?;
+                let y = dequant_matmul(&self.w, self.isa, &x2)?;
+                Ok(y.reshape(out_dims)?)
+            }
+        }
+    }
+}
+
+/// Decode path: `out (m, n) = x (m, k) @ W^T` with int8 activations. `w` must be a 2-D CPU tensor of a
+/// `decode_supported` type.
+pub fn decode_matmul(w: &QTensor, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+    let (n, k) = w.shape().dims2()?;
+    if x.len() != m * k || out.len() != m * n {
+        return Err(crate::Error::InvalidRequest(format!(
+            "decode_matmul: x has {} values, out {}, for m={m} n={n} k={k}",
+            x.len(),
+            out.len()
+        )));
+    }
+    if !isa_supported(isa) {
+        return Err(crate::Error::Unsupported(format!("this CPU lacks {isa:?}")));
+    }
+    let data = w.data()?;
+    cpu::decode_matmul(w.dtype(), isa, &data, n, k, x, m, out)
+}
+
+/// Prefill path: dequantize W (once, in parallel) and run candle's f32 matmul. x: (m, k) f32 on the CPU.
+pub fn dequant_matmul(w: &QTensor, isa: Isa, x: &Tensor) -> Result<Tensor> {
+    let (n, k) = w.shape().dims2()?;
+    let wf = dequantize(w, isa)?;
+    let wt = Tensor::from_vec(wf, (n, k), &Device::Cpu)?;
+    Ok(x.contiguous()?.matmul(&wt.t()?)?)
+}
+
+/// W (n, k) as f32, row-major, computed in parallel over rows.
+pub fn dequantize(w: &QTensor, isa: Isa) -> Result<Vec<f32>> {
+    let (n, k) = w.shape().dims2()?;
+    if !isa_supported(isa) {
+        return Err(crate::Error::Unsupported(format!("this CPU lacks {isa:?}")));
+    }
+    let data = w.data()?;
+    dequant::dequantize(w.dtype(), isa, &data, n, k)
+}
+
+/// Split `n_items` over candle's CPU worker pool in chunks of at least `grain` items.
+pub(crate) fn par_chunks(n_items: usize, grain: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
+    if n_items == 0 {
+        return;
+    }
+    let pool = candle_core::utils::barrier_pool();
+    let threads = pool.n_workers() + 1;
+    if threads == 1 || n_items <= grain {
+        f(0..n_items);
+        return;
+    }
+    let units = n_items.div_ceil(grain);
+    let per_unit = n_items.div_ceil(units);
+    let unit = |u: std::ops::Range<usize>| {
+        let lo = u.start * per_unit;
+        let hi = (u.end * per_unit).min(n_items);
+        if lo < hi {
+            f(lo..hi)
+        }
+    };
+    if use_rayon() {
+        use rayon::prelude::*;
+        (0..units).into_par_iter().for_each(|u| unit(u..u + 1));
+    } else {
+        // execute_chunked hands out ~8 chunks per thread from a shared cursor.
+        pool.execute_chunked(units, unit);
+    }
+}
+
+/// Benchmark knob: `HEARTH_FAST_QUANT_POOL=rayon` runs the kernels on rayon's global pool instead of candle's.
+fn use_rayon() -> bool {
+    static R: OnceLock<bool> = OnceLock::new();
+    *R.get_or_init(|| std::env::var("HEARTH_FAST_QUANT_POOL").is_ok_and(|v| v == "rayon"))
+}
