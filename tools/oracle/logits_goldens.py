@@ -126,15 +126,15 @@ def hf_model(model_file: str):
 def hf_run(model, ids: list[int]):
     out = model(input_ids=torch.tensor([ids]), use_cache=True)
     last = out.logits[0, -1].float().numpy().copy()
-    past = out.past_key_values
+    cache = out.cache
     prompt_logits = last.copy()
     greedy, gaps = [], []
     for _ in range(N_GREEDY):
         t = argmax(last)
         greedy.append(t)
         gaps.append(gap(last))
-        out = model(input_ids=torch.tensor([[t]]), past_key_values=past, use_cache=True)
-        past = out.past_key_values
+        out = model(input_ids=torch.tensor([[t]]), cache=cache, use_cache=True)
+        cache = out.cache
         last = out.logits[0, -1].float().numpy().copy()
     return prompt_logits, greedy, gaps
 
@@ -142,7 +142,10 @@ def hf_run(model, ids: list[int]):
 def compare(a_logits, a_greedy, b_logits, b_greedy, n: int) -> dict:
     stride = n // N_SAMPLE
     idx = np.arange(0, n, stride)
-    d = np.abs(a_logits.astype(np.float64) - b_logits.astype(np.float64))
+    a64, b64 = a_logits.astype(np.float64), b_logits.astype(np.float64)
+    d = np.abs(a64 - b64)
+    lse = lambda v: v.max() + math.log(np.exp(v - v.max()).sum())  # noqa: E731
+    dlp = np.abs((a64 - lse(a64)) - (b64 - lse(b64)))
     agree = 0
     for x, y in zip(a_greedy, b_greedy):
         if x != y:
@@ -152,6 +155,8 @@ def compare(a_logits, a_greedy, b_logits, b_greedy, n: int) -> dict:
         "sample_max_abs_diff": r6(d[idx].max()),
         "full_max_abs_diff": r6(d.max()),
         "full_mean_abs_diff": r6(d.mean()),
+        "full_max_abs_diff_logprobs": r6(dlp.max()),
+        "top64_overlap": len(set(np.argsort(-a64)[:N_TOP].tolist()) & set(np.argsort(-b64)[:N_TOP].tolist())),
         "top1_equal": argmax(a_logits) == argmax(b_logits),
         "greedy_equal": a_greedy == b_greedy,
         "greedy_agree_prefix": agree,
@@ -180,7 +185,8 @@ def build(name: str, model_file: str) -> None:
             entry["llama_cpp_vs_hf"] = cmp
             print(f"[{name}] {len(ids):4d} tok {text[:40]!r:44} llama.cpp {t1 - t0:.1f}s hf {time.time() - t1:.1f}s | "
                   f"sample max|d|={cmp['sample_max_abs_diff']:.4g} full max|d|={cmp['full_max_abs_diff']:.4g} "
-                  f"mean|d|={cmp['full_mean_abs_diff']:.3g} top1_eq={cmp['top1_equal']} "
+                  f"mean|d|={cmp['full_mean_abs_diff']:.3g} logprob max|d|={cmp['full_max_abs_diff_logprobs']:.4g} "
+                  f"top64 overlap={cmp['top64_overlap']} top1_eq={cmp['top1_equal']} "
                   f"greedy_eq={cmp['greedy_equal']} (agree {cmp['greedy_agree_prefix']}/{N_GREEDY})")
             if not cmp["greedy_equal"]:
                 k = cmp["greedy_agree_prefix"]
@@ -210,7 +216,8 @@ def build(name: str, model_file: str) -> None:
             "greedy: 32 argmax tokens (lowest id on ties, EOS not special) along that reference's own path; gaps: "
             "top1 - top2 logit at each step, on that reference's own logits.",
             "llama_cpp_vs_hf: differences between the two references, computed by this script from the full "
-            "vectors at the last prompt position.",
+            "vectors at the last prompt position (logprobs = logits - logsumexp); greedy_agree_prefix = number of "
+            "leading greedy tokens that agree.",
         ],
         "hf_error": hf_err,
         "prompts": out_prompts,

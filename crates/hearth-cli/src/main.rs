@@ -28,6 +28,9 @@ pub struct ModelArgs {
     /// A Jinja chat template file, overriding the model's own.
     #[arg(long, env = "HEARTH_CHAT_TEMPLATE")]
     pub chat_template: Option<std::path::PathBuf>,
+    /// Dequantize GGUF matrices to f32 at load: transformers' exact math, several times the weight memory.
+    #[arg(long, env = "HEARTH_DEQUANTIZE")]
+    pub dequantize: bool,
 }
 
 impl ModelArgs {
@@ -38,7 +41,8 @@ impl ModelArgs {
             std::env::set_var("RAYON_NUM_THREADS", n.to_string());
         }
         let device = hearth_engine::device::select_device(&self.device)?;
-        let m = hearth_engine::generate::load(&self.model, &device, self.chat_template.as_deref())?;
+        let opts = hearth_engine::models::LoadOptions { dequantize: self.dequantize };
+        let m = hearth_engine::generate::load_with(&self.model, &device, self.chat_template.as_deref(), &opts)?;
         tracing::info!(
             model = %m.location.path().display(),
             config = %m.model.config().describe(),
