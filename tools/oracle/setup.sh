@@ -32,12 +32,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PIP="$VENV/bin/pip"
-"$PIP" install --quiet --upgrade pip
+"$PIP" install --quiet "pip==26.3"
+CONSTRAINTS="$ROOT/tools/oracle/constraints.txt"   # every transitive dependency, pinned
 
 # Pure-Python / prebuilt wheels first.
 # torch: plain PyPI wheel (PyPI has no CPU-only Linux wheel; the CUDA runtime
 # wheels it depends on are pulled in but unused, the oracle runs on CPU).
-"$PIP" install \
+"$PIP" install -c "$CONSTRAINTS" \
   "torch==$TORCH_VERSION" \
   "transformers==$TRANSFORMERS_VERSION" \
   "gguf==$GGUF_VERSION" \
@@ -54,7 +55,7 @@ if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m
   CMAKE_ARGS="-DGGML_NATIVE=ON" \
   MAKEFLAGS="-j2" \
   CMAKE_BUILD_PARALLEL_LEVEL=2 \
-  nice -n 15 "$PIP" install --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+  nice -n 15 "$PIP" install -c "$CONSTRAINTS" --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
 fi
 
 "$VENV/bin/python" - <<'PY'
