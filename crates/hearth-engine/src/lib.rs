@@ -3,11 +3,14 @@
 
 pub mod attention;
 pub mod device;
+pub mod engine;
 pub mod error;
 pub mod generate;
+pub mod kv;
 pub mod kernels;
 pub mod models;
 pub mod sampling;
+pub mod scheduler;
 pub mod tokenizer;
 pub mod weights;
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Prefill and decode speed of `hearth generate` against llama.cpp's llama-bench, same GGUF, same threads.
+
+Usage (from the repo root, after scripts/fetch-models, bench/setup-llama-cpp.sh and
+`cargo build --release -p hearth-cli`):
+    python3 bench/generate_vs_llamacpp.py [--runs 5] [--threads 2] [--gen 128] [--models smollm2-135m,gemma3-270m]
+
+hearth: `hearth generate --raw --prompt-file bench/prompts/long.txt --max-tokens GEN --ignore-eos --json`, RUNS
+times per configuration (default levers, and HEARTH_FAST_QUANT=0 as the kill-switch A/B); its own prefill and
+decode timings. llama.cpp: `llama-bench -p N -n 0` (prefill of N tokens, N = hearth's prompt length) and
+`llama-bench -p 0 -n GEN -d N` (decode GEN tokens at context depth N), RUNS repetitions each. Medians.
+Prints a markdown table for docs/benchmarks.md. Stdlib only.
+"""
+import argparse, json, os, statistics, subprocess, sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEARTH = os.path.join(ROOT, "target/release/hearth")
+LLAMA_BENCH = os.path.join(ROOT, "bench/.build/llama.cpp/build/bin/llama-bench")
+PROMPT = os.path.join(ROOT, "bench/prompts/long.txt")
+MODELS = {"smollm2-135m": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3-270m": "gemma-3-270m-q4_k_m.gguf"}
+
+
+def models_dir():
+    return os.environ.get("HEARTH_MODELS") or os.path.expanduser("~/.cache/hearth/models")
+
+
+def hearth_runs(model, runs, threads, gen, env_extra):
+    env = dict(os.environ, **env_extra)
+    out = []
+    for _ in range(runs):
+        cmd = [HEARTH, "generate", "-m", model, "--device", "cpu", "--threads", str(threads), "--raw",
+               "--prompt-file", PROMPT, "--max-tokens", str(gen), "--ignore-eos", "--json"]
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        out.append(json.loads(r.stdout)["timings"])
+    return out
+
+
+def llama_bench(gguf, threads, runs, args):
+    cmd = [LLAMA_BENCH, "-m", gguf, "-t", str(threads), "-r", str(runs), "-o", "json"] + args
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    rows = json.loads(r.stdout)
+    return rows[0]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--models", default="smollm2-135m,gemma3-270m")
+    a = ap.parse_args()
+    for p in (HEARTH, LLAMA_BENCH):
+        if not os.path.exists(p):
+            sys.exit(f"missing {p}: build it first (see the docstring)")
+    print("| model | engine | prompt tokens | prefill tok/s (median) | decode tok/s (median) | runs |")
+    print("|---|---|---|---|---|---|")
+    for model in a.models.split(","):
+        gguf = os.path.join(models_dir(), MODELS[model])
+        for label, env in (("hearth", {}), ("hearth, HEARTH_FAST_QUANT=0", {"HEARTH_FAST_QUANT": "0"})):
+            t = hearth_runs(model, a.runs, a.threads, a.gen, env)
+            n = t[0]["prompt_tokens"]
+            pf = statistics.median(x["prefill_tok_s"] for x in t)
+            dc = statistics.median(x["decode_tok_s"] for x in t)
+            print(f"| {model} | {label} | {n} | {pf:.1f} | {dc:.1f} | {a.runs} |", flush=True)
+        pp = llama_bench(gguf, a.threads, a.runs, ["-p", str(n), "-n", "0"])
+        tg = llama_bench(gguf, a.threads, a.runs, ["-p", "0", "-n", str(a.gen), "-d", str(n)])
+        print(f"| {model} | llama.cpp llama-bench ({pp.get('build_commit', '?')}) | {n} | {pp['avg_ts']:.1f} | "
+              f"{tg['avg_ts']:.1f} | {a.runs} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Build llama.cpp's own C++ tools (llama-bench, llama-cli, llama-server) from the llama.cpp vendored in the
+# llama-cpp-python sdist on PyPI, with native CPU flags, into bench/.build/llama.cpp. Idempotent.
+# Needs: python3 + pip (for the sdist and for cmake if it is missing), a C++ compiler.
+set -euo pipefail
+cd "$(dirname "$0")"
+VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+OUT=.build/llama.cpp
+BIN="$OUT/build/bin"
+if [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-server" ] && [ -x "$BIN/llama-cli" ]; then
+  echo "setup-llama-cpp: up to date ($BIN)"; exit 0
+fi
+mkdir -p .build
+if ! command -v cmake >/dev/null; then
+  python3 -m venv .build/cmake-venv
+  .build/cmake-venv/bin/pip install --quiet --only-binary :all: cmake
+  export PATH="$PWD/.build/cmake-venv/bin:$PATH"
+fi
+if [ ! -d "$OUT/src" ]; then
+  tmp=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$tmp" "llama-cpp-python==$VERSION"
+  tar -xzf "$tmp"/llama_cpp_python-"$VERSION".tar.gz -C "$tmp"
+  rm -rf "$OUT"
+  mv "$tmp/llama_cpp_python-$VERSION/vendor/llama.cpp" "$OUT"
+  rm -rf "$tmp"
+fi
+cmake -S "$OUT" -B "$OUT/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >/dev/null
+cmake --build "$OUT/build" --config Release -j "${JOBS:-2}" --target llama-bench llama-cli llama-server
+echo "setup-llama-cpp: built $BIN/{llama-bench,llama-cli,llama-server}"

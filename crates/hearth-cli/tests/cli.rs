@@ -1,0 +1,65 @@
+//! The `hearth` binary end to end: generate (text and --json), tokenize, models, and its error messages.
+
+use std::process::Command;
+
+fn hearth(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hearth")).args(args).output().expect("run hearth")
+}
+
+#[test]
+fn generate_json_is_greedy_and_reproducible() {
+    let args = ["generate", "--device", "cpu", "--raw", "--max-tokens", "12", "--json", "The capital of France is"];
+    let out = hearth(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ids"].as_array().unwrap().len(), 12);
+    assert_eq!(v["finish_reason"], "length");
+    // llama.cpp's greedy continuation starts with " Paris." (tests/goldens/logits_smollm2.json, prompt 0).
+    assert!(v["text"].as_str().unwrap().starts_with(" Paris."), "{v}");
+    assert_eq!(v["prompt_ids"], serde_json::json!([504, 3575, 282, 4649, 314]));
+    let again: serde_json::Value = serde_json::from_slice(&hearth(&args).stdout).unwrap();
+    assert_eq!(v["ids"], again["ids"]);
+}
+
+#[test]
+fn generate_streams_text_and_reports_speed_on_stderr() {
+    let out = hearth(&["generate", "--device", "cpu", "--max-tokens", "8", "--temperature", "0.7", "--seed", "3", "Say hi"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("prefill:") && err.contains("tok/s") && err.contains("finish:"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty());
+}
+
+#[test]
+fn tokenize_plain_and_chat() {
+    let out = hearth(&["tokenize", "Hello world"]);
+    assert!(out.status.success());
+    let ids: Vec<u32> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!ids.is_empty());
+    let chat: Vec<u32> = serde_json::from_slice(&hearth(&["tokenize", "--chat", "Hello world"]).stdout).unwrap();
+    assert_eq!(chat[0], 1, "ChatML starts with <|im_start|>");
+    assert!(chat.len() > ids.len() + 5);
+}
+
+#[test]
+fn clear_errors() {
+    let out = hearth(&["generate", "-m", "gemma3-270m", "--device", "cpu", "hi"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no chat template") && err.contains("--raw"), "{err}");
+
+    let out = hearth(&["tokenize", "-m", "no-such-model", "x"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("hearth models"));
+
+    let out = hearth(&["generate", "--device", "tpu", "x"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown device"));
+}
+
+#[test]
+fn models_lists_the_aliases() {
+    let out = hearth(&["models"]);
+    assert!(out.status.success());
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("smollm2-135m") && s.contains("llama") && s.contains("gemma3-270m"), "{s}");
+}
