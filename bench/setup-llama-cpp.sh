@@ -18,8 +18,19 @@ if ! command -v cmake >/dev/null; then
 fi
 if [ ! -d "$OUT/src" ]; then
   tmp=$(mktemp -d)
-  python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$tmp" "llama-cpp-python==$VERSION"
-  tar -xzf "$tmp"/llama_cpp_python-"$VERSION".tar.gz -C "$tmp"
+  # The sdist straight from PyPI's simple index (`pip download` of an sdist would also build its build
+  # dependencies from source).
+  python3 - "$VERSION" "$tmp/sdist.tar.gz" <<'PY'
+import html, re, sys, urllib.request
+version, dest = sys.argv[1], sys.argv[2]
+page = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/", timeout=60).read().decode()
+name = f"llama_cpp_python-{version}.tar.gz"
+links = [html.unescape(l) for l in re.findall(r'href="([^"]+)"', page) if name in l]
+if not links:
+    sys.exit(f"setup-llama-cpp: {name} not found on PyPI")
+urllib.request.urlretrieve(links[0], dest)
+PY
+  tar -xzf "$tmp/sdist.tar.gz" -C "$tmp"
   rm -rf "$OUT"
   mv "$tmp/llama_cpp_python-$VERSION/vendor/llama.cpp" "$OUT"
   rm -rf "$tmp"
