@@ -64,7 +64,7 @@ def main():
             print(f"| {model} | {label} | {n} | {pf:.1f} | {dc:.1f} | {a.runs} |", flush=True)
         pp = llama_bench(gguf, a.threads, a.runs, ["-p", str(n), "-n", "0"])
         tg = llama_bench(gguf, a.threads, a.runs, ["-p", "0", "-n", str(a.gen), "-d", str(n)])
-        print(f"| {model} | llama.cpp llama-bench ({pp.get('build_commit', '?')}) | {n} | {pp['avg_ts']:.1f} | "
+        print(f"| {model} | llama.cpp llama-bench (vendored in llama-cpp-python 0.3.36) | {n} | {pp['avg_ts']:.1f} | "
               f"{tg['avg_ts']:.1f} | {a.runs} |", flush=True)
 
 

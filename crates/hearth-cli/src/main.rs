@@ -2,6 +2,7 @@
 
 mod generate;
 mod models;
+mod serve;
 mod tokenize;
 
 use clap::{Args, Parser, Subcommand};
@@ -62,6 +63,8 @@ enum Command {
     Tokenize(tokenize::TokenizeArgs),
     /// List the models `--model` can name without a path.
     Models,
+    /// Serve the model over an OpenAI-compatible HTTP API.
+    Serve(serve::ServeArgs),
 }
 
 fn main() {
@@ -74,6 +77,7 @@ fn main() {
         Command::Generate(a) => generate::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Models => models::run(),
+        Command::Serve(a) => serve::run(a),
     };
     if let Err(e) = result {
         eprintln!("hearth: error: {e:#}");

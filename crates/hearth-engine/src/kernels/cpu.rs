@@ -211,7 +211,7 @@ mod x86 {
             let (wv, dw, mw) = K::load(w.add(b * K::BYTES));
             for r in 0..MR {
                 let xb = &*xs[r].add(b);
-                let y = _mm256_load_si256(xb.qs.as_ptr() as *const __m256i);
+                let y = _mm256_loadu_si256(xb.qs.as_ptr() as *const __m256i);
                 let dot = K::dot::<M>(wv, y, xb.corr.as_ptr());
                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xb.d), acc[r]);
                 if K::HAS_MIN {
@@ -235,7 +235,7 @@ mod x86 {
         let mut s1 = 0f32;
         for b in 0..nb {
             let xb = &*x.add(b);
-            let y = _mm256_load_si256(xb.qs.as_ptr() as *const __m256i);
+            let y = _mm256_loadu_si256(xb.qs.as_ptr() as *const __m256i);
             let (wv0, dw0, mw0) = K::load(w0.add(b * K::BYTES));
             let (wv1, dw1, mw1) = K::load(w1.add(b * K::BYTES));
             let d0 = K::dot::<M>(wv0, y, xb.corr.as_ptr());
@@ -249,6 +249,9 @@ mod x86 {
         }
         (hsum(a0) + s0, hsum(a1) + s1)
     }
+
+    /// Activation rows kept hot in L1 while a chunk's weight rows stream past.
+    const ACT_TILE: usize = 16;
 
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
@@ -264,47 +267,56 @@ mod x86 {
         let row_bytes = nb * K::BYTES;
         let x = xq.as_ptr();
         if m == 1 {
-            let mut j = rows.start;
-            while j + 2 <= rows.end {
-                let (a, b) = row_pair::<K, M>(w.add(j * row_bytes), w.add((j + 1) * row_bytes), nb, x);
-                *out.add(j) = a;
-                *out.add(j + 1) = b;
-                j += 2;
+            // Two rows at a time for two independent accumulator chains, taken from the two halves of the
+            // range so that each half is read front to back (adjacent-row pairs defeat the stream prefetcher).
+            let half = rows.len() / 2;
+            for i in 0..half {
+                let (j0, j1) = (rows.start + i, rows.start + half + i);
+                let (a, b) = row_pair::<K, M>(w.add(j0 * row_bytes), w.add(j1 * row_bytes), nb, x);
+                *out.add(j0) = a;
+                *out.add(j1) = b;
             }
-            if j < rows.end {
+            if rows.len() % 2 == 1 {
+                let j = rows.end - 1;
                 *out.add(j) = row_tile::<K, M, 1>(w.add(j * row_bytes), nb, [x])[0];
             }
             return;
         }
-        for j in rows {
-            let wr = w.add(j * row_bytes);
-            let mut r = 0;
-            while r < m {
-                let left = m - r;
-                let xr = |i: usize| x.add((r + i) * nb);
-                if left >= 4 {
-                    let v = row_tile::<K, M, 4>(wr, nb, [xr(0), xr(1), xr(2), xr(3)]);
-                    for (i, v) in v.into_iter().enumerate() {
-                        *out.add((r + i) * n + j) = v;
+        // Cache blocking: a tile of ACT_TILE activation rows stays in L1 while the chunk's weight rows stream by.
+        let mut r0 = 0;
+        while r0 < m {
+            let r1 = m.min(r0 + ACT_TILE);
+            for j in rows.clone() {
+                let wr = w.add(j * row_bytes);
+                let mut r = r0;
+                while r < r1 {
+                    let left = r1 - r;
+                    let xr = |i: usize| x.add((r + i) * nb);
+                    if left >= 4 {
+                        let v = row_tile::<K, M, 4>(wr, nb, [xr(0), xr(1), xr(2), xr(3)]);
+                        for (i, v) in v.into_iter().enumerate() {
+                            *out.add((r + i) * n + j) = v;
+                        }
+                        r += 4;
+                    } else if left == 3 {
+                        let v = row_tile::<K, M, 3>(wr, nb, [xr(0), xr(1), xr(2)]);
+                        for (i, v) in v.into_iter().enumerate() {
+                            *out.add((r + i) * n + j) = v;
+                        }
+                        r += 3;
+                    } else if left == 2 {
+                        let v = row_tile::<K, M, 2>(wr, nb, [xr(0), xr(1)]);
+                        for (i, v) in v.into_iter().enumerate() {
+                            *out.add((r + i) * n + j) = v;
+                        }
+                        r += 2;
+                    } else {
+                        *out.add(r * n + j) = row_tile::<K, M, 1>(wr, nb, [xr(0)])[0];
+                        r += 1;
                     }
-                    r += 4;
-                } else if left == 3 {
-                    let v = row_tile::<K, M, 3>(wr, nb, [xr(0), xr(1), xr(2)]);
-                    for (i, v) in v.into_iter().enumerate() {
-                        *out.add((r + i) * n + j) = v;
-                    }
-                    r += 3;
-                } else if left == 2 {
-                    let v = row_tile::<K, M, 2>(wr, nb, [xr(0), xr(1)]);
-                    for (i, v) in v.into_iter().enumerate() {
-                        *out.add((r + i) * n + j) = v;
-                    }
-                    r += 2;
-                } else {
-                    *out.add(r * n + j) = row_tile::<K, M, 1>(wr, nb, [xr(0)])[0];
-                    r += 1;
                 }
             }
+            r0 = r1;
         }
     }
 

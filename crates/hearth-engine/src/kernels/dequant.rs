@@ -16,19 +16,25 @@ struct OutPtr(*mut f32);
 unsafe impl Sync for OutPtr {}
 unsafe impl Send for OutPtr {}
 
-pub fn dequantize(dtype: GgmlDType, isa: Isa, w: &[u8], n: usize, k: usize) -> Result<Vec<f32>> {
+/// W (n, k) as f32 rows. With `split_min` (Q4_1 only) each row is `k + k/32` long: the values without the
+/// block minimum (q·d), then the k/32 block minima m, so that `[x·, s] @ row` reproduces Σ_b d·Σq·x + m·s.
+pub fn dequantize(dtype: GgmlDType, isa: Isa, w: &[u8], n: usize, k: usize, split_min: bool) -> Result<Vec<f32>> {
     let bs = dtype.block_size();
     let ts = dtype.type_size();
     if k % bs != 0 || w.len() != n * (k / bs) * ts {
         return Err(Error::InvalidModel(format!("{dtype:?} weight of {} bytes for {n}x{k}", w.len())));
     }
+    if split_min && dtype != GgmlDType::Q4_1 {
+        return Err(Error::Unsupported(format!("split_min dequantization of {dtype:?}")));
+    }
     let row_bytes = (k / bs) * ts;
-    let mut out: Vec<f32> = Vec::with_capacity(n * k);
+    let ks = if split_min { k + k / 32 } else { k };
+    let mut out: Vec<f32> = Vec::with_capacity(n * ks);
     let ptr = OutPtr(out.as_mut_ptr());
     let run = |rows: std::ops::Range<usize>, f: &(dyn Fn(&[u8], &mut [f32]) + Sync)| {
         let ptr = &ptr;
-        // SAFETY: chunks are disjoint row ranges of the n*k allocation; every value is written before set_len.
-        let dst = unsafe { std::slice::from_raw_parts_mut(ptr.0.add(rows.start * k), rows.len() * k) };
+        // SAFETY: chunks are disjoint row ranges of the n*ks allocation; every value is written before set_len.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr.0.add(rows.start * ks), rows.len() * ks) };
         f(&w[rows.start * row_bytes..rows.end * row_bytes], dst)
     };
     macro_rules! generic {
@@ -43,7 +49,9 @@ pub fn dequantize(dtype: GgmlDType, isa: Isa, w: &[u8], n: usize, k: usize) -> R
         #[cfg(target_arch = "x86_64")]
         GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => {
             let _ = isa; // every Isa includes AVX2
-            par_chunks(n, grain(k), |rows| run(rows, &|src, dst| unsafe { x86::dequant_avx2(dtype, src, dst) }))
+            par_chunks(n, grain(k), |rows| {
+                run(rows, &|src, dst| unsafe { x86::dequant_avx2(dtype, src, dst, k / 32, split_min) })
+            })
         }
         #[cfg(not(target_arch = "x86_64"))]
         GgmlDType::Q4_1 => generic!(k_quants::BlockQ4_1),
@@ -60,8 +68,8 @@ pub fn dequantize(dtype: GgmlDType, isa: Isa, w: &[u8], n: usize, k: usize) -> R
         GgmlDType::Q6K => generic!(k_quants::BlockQ6K),
         other => return Err(Error::Unsupported(format!("fast dequantize for {other:?}"))),
     }
-    // SAFETY: all n*k values were written by the chunks above.
-    unsafe { out.set_len(n * k) };
+    // SAFETY: all n*ks values were written by the chunks above.
+    unsafe { out.set_len(n * ks) };
     Ok(out)
 }
 
@@ -100,20 +108,29 @@ mod x86 {
     }
 
     /// # Safety
-    /// AVX2+FMA+F16C; `src` holds whole blocks of `dtype`, `dst` 32 values per block.
+    /// AVX2+FMA+F16C; `src` holds whole rows of `nb` blocks of `dtype`, `dst` the matching rows of 32·nb values
+    /// (plus nb minima per row with `split_min`, Q4_1 only).
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dequant_avx2(dtype: GgmlDType, src: &[u8], dst: &mut [f32]) {
+    pub unsafe fn dequant_avx2(dtype: GgmlDType, src: &[u8], dst: &mut [f32], nb: usize, split_min: bool) {
         let mask = _mm_set1_epi8(0x0f);
         let d = dst.as_mut_ptr();
         match dtype {
             GgmlDType::Q4_1 => {
-                for (b, blk) in src.chunks_exact(20).enumerate() {
+                let ks = 32 * nb + if split_min { nb } else { 0 };
+                for (i, blk) in src.chunks_exact(20).enumerate() {
+                    let (r, b) = (i / nb, i % nb);
                     let p = blk.as_ptr();
                     let q = _mm_loadu_si128(p.add(4) as *const __m128i);
                     let lo = _mm_and_si128(q, mask);
                     let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), mask);
-                    let m = _mm256_set1_ps(f16_at(p.add(2)));
-                    store_i8x32(lo, hi, _mm256_set1_ps(f16_at(p)), Some(m), d.add(32 * b));
+                    let dv = _mm256_set1_ps(f16_at(p));
+                    let row = d.add(r * ks);
+                    if split_min {
+                        store_i8x32(lo, hi, dv, None, row.add(32 * b));
+                        *row.add(32 * nb + b) = f16_at(p.add(2));
+                    } else {
+                        store_i8x32(lo, hi, dv, Some(_mm256_set1_ps(f16_at(p.add(2)))), row.add(32 * b));
+                    }
                 }
             }
             GgmlDType::Q5_0 => {

@@ -12,7 +12,9 @@
 //!   matmul uses, so the two never compete for cores).
 //! * **Prefill path** (many rows): W is dequantized to f32 once per call (parallel over rows; AVX2 for
 //!   Q4_1/Q5_0/Q8_0, candle's `to_float` for the k-quants) and multiplied with candle's f32 `matmul` (the
-//!   `gemm` crate).
+//!   `gemm` crate). x is rounded to the same 8-bit block values first (and Q4_1's min term uses the same f16
+//!   block sums), so this path computes the decode path's math up to f32 rounding: a row's result does not
+//!   depend on how many rows share the call (chunked prefill, batching), and stays comparable to llama.cpp.
 //!
 //! Which path serves which `(type, m)` is decided by [`Plan`], from measurements on a 2-core AMD EPYC with
 //! AVX-512/AVX-VNNI (see `examples/qmatmul_bench.rs`); everything else falls back to candle's `QMatMul`,
@@ -88,7 +90,7 @@ pub fn active_isa() -> Option<Isa> {
 }
 
 /// Which implementation serves one matmul.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Path {
     /// int8 dot products on quantized activations (this module).
     Decode,
@@ -107,15 +109,26 @@ pub struct Plan {
     pub dequant_from: usize,
 }
 
+/// Largest weight (elements) the dequant+f32 path materializes: 8M f32 = 32 MiB, glibc's largest mmap threshold,
+/// so the buffer is recycled from the heap instead of page-faulted in on every call.
+pub const DEQUANT_MAX_ELEMS: usize = 8 << 20;
+
 impl Plan {
-    /// Measured policy (see the module docs and `examples/qmatmul_bench.rs`).
-    pub fn for_dtype(dtype: GgmlDType) -> Plan {
-        match dtype {
-            GgmlDType::Q4_1 | GgmlDType::Q5_0 => Plan { decode_below: 8, dequant_from: 8 },
-            GgmlDType::Q8_0 => Plan { decode_below: 8, dequant_from: 8 },
-            GgmlDType::Q4K | GgmlDType::Q6K => Plan { decode_below: 0, dequant_from: usize::MAX },
-            _ => Plan { decode_below: 0, dequant_from: usize::MAX },
+    /// Measured policy for a `(n, k)` weight of `dtype` (see `examples/qmatmul_bench.rs`). The int8 kernels beat
+    /// candle at every m for Q4_1/Q5_0/Q8_0; the dequant+f32 path overtakes them around m = 48..96. candle's
+    /// k-quant kernels (repacked, VNNI) beat dequant+f32 at every m measured, so those stay with candle.
+    pub fn for_weight(dtype: GgmlDType, n: usize, k: usize) -> Plan {
+        let crossover = match dtype {
+            GgmlDType::Q4_1 => 64,
+            GgmlDType::Q5_0 => 64,
+            GgmlDType::Q8_0 => 96,
+            _ => return Plan { decode_below: 0, dequant_from: usize::MAX },
+        };
+        if n * k > DEQUANT_MAX_ELEMS {
+            // e.g. a vocabulary head: dequantizing it per call costs far more than it saves
+            return Plan { decode_below: usize::MAX, dequant_from: usize::MAX };
         }
+        Plan { decode_below: crossover, dequant_from: crossover }
     }
 
     pub fn path(&self, m: usize) -> Path {
@@ -174,7 +187,8 @@ impl FastQMatMul {
     pub fn new(w: &QMatMul) -> Option<Self> {
         let QMatMul::QTensor(q) = w else { return None };
         let isa = active_isa()?;
-        Self::with_plan(q.clone(), isa, Plan::for_dtype(q.dtype()))
+        let (n, k) = q.shape().dims2().ok()?;
+        Self::with_plan(q.clone(), isa, Plan::for_weight(q.dtype(), n, k))
     }
 
     /// Like `new`, with an explicit ISA and plan (tests, benchmarks).
@@ -255,21 +269,47 @@ pub fn decode_matmul(w: &QTensor, isa: Isa, x: &[f32], m: usize, out: &mut [f32]
 }
 
 /// Prefill path: dequantize W (once, in parallel) and run candle's f32 matmul. x: (m, k) f32 on the CPU.
+///
+/// For the types with int8 kernels (Q4_1, Q5_0, Q8_0) x is first rounded to its 8-bit block values (the same
+/// quantization as the decode path and candle: `q·d`, exact in f32), and for Q4_1 the block-minimum term uses
+/// the same f16 block sums `s` (as an extra `k/32` columns of x and W). The result is then the decode path's
+/// (and candle's) up to f32 rounding, so a row's output does not depend on how many rows share the call
+/// (chunked prefill, batching). Other types multiply the f32 x as is.
 pub fn dequant_matmul(w: &QTensor, isa: Isa, x: &Tensor) -> Result<Tensor> {
     let (n, k) = w.shape().dims2()?;
-    let wf = dequantize(w, isa)?;
-    let wt = Tensor::from_vec(wf, (n, k), &Device::Cpu)?;
-    Ok(x.contiguous()?.matmul(&wt.t()?)?)
+    let (m, xk) = x.dims2()?;
+    if xk != k || x.dtype() != DType::F32 || !x.device().is_cpu() {
+        return Err(crate::Error::InvalidRequest(format!("dequant_matmul: x {:?} for a {n}x{k} weight", x.shape())));
+    }
+    if !isa_supported(isa) {
+        return Err(crate::Error::Unsupported(format!("this CPU lacks {isa:?}")));
+    }
+    let dtype = w.dtype();
+    let split_min = dtype == GgmlDType::Q4_1;
+    let data = w.data()?;
+    let wf = dequant::dequantize(dtype, isa, &data, n, k, split_min)?;
+    let ks = wf.len() / n.max(1);
+    let wt = Tensor::from_vec(wf, (n, ks), &Device::Cpu)?;
+    let x = x.contiguous()?;
+    let xq = if decode_supported(dtype) {
+        let (storage, layout) = x.storage_and_layout();
+        let candle_core::Storage::Cpu(cpu) = &*storage else { unreachable!("checked is_cpu") };
+        let xs = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + m * k];
+        Tensor::from_vec(quant::round_rows(xs, m, k, split_min), (m, ks), &Device::Cpu)?
+    } else {
+        x
+    };
+    Ok(xq.matmul(&wt.t()?)?)
 }
 
-/// W (n, k) as f32, row-major, computed in parallel over rows.
+/// W (n, k) as f32, row-major, computed in parallel over rows; bit-identical to candle's `dequantize`.
 pub fn dequantize(w: &QTensor, isa: Isa) -> Result<Vec<f32>> {
     let (n, k) = w.shape().dims2()?;
     if !isa_supported(isa) {
         return Err(crate::Error::Unsupported(format!("this CPU lacks {isa:?}")));
     }
     let data = w.data()?;
-    dequant::dequantize(w.dtype(), isa, &data, n, k)
+    dequant::dequantize(w.dtype(), isa, &data, n, k, false)
 }
 
 /// Split `n_items` over candle's CPU worker pool in chunks of at least `grain` items.

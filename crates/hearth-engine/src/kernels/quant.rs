@@ -8,7 +8,7 @@ pub const QK: usize = 32;
 
 /// One quantized block of activations.
 #[derive(Clone, Copy, Debug, PartialEq)]
-#[repr(C, align(32))]
+#[repr(C)]
 pub struct XBlock {
     /// round(x / d), with d = amax / 127 (Q8_0 and Q8_1 agree).
     pub qs: [i8; QK],
@@ -61,6 +61,32 @@ pub fn quantize_rows(x: &[f32], out: &mut [XBlock], corr_mult: i32, simd: bool) 
     for (xb, o) in x.chunks_exact(QK).zip(out.iter_mut()) {
         *o = quantize_block_scalar(xb, corr_mult);
     }
+}
+
+/// x (m, k) rounded to its quantized values `q·d` (exact in f32), in parallel over rows. With `with_s` each
+/// output row has k/32 more values: the blocks' Q8_1 sums `s`.
+pub fn round_rows(x: &[f32], m: usize, k: usize, with_s: bool) -> Vec<f32> {
+    let nb = k / QK;
+    let ks = if with_s { k + nb } else { k };
+    let mut out = vec![0f32; m * ks];
+    let ptr = out.as_mut_ptr() as usize;
+    super::par_chunks(m, (64 * 1024 / (k * 4).max(1)).max(1), |rows| {
+        let mut blocks = vec![XBlock::ZERO; nb];
+        for r in rows {
+            quantize_rows(&x[r * k..(r + 1) * k], &mut blocks, 0, cfg!(target_arch = "x86_64"));
+            // SAFETY: each row of `out` is written by exactly one chunk.
+            let o = unsafe { std::slice::from_raw_parts_mut((ptr as *mut f32).add(r * ks), ks) };
+            for (b, blk) in blocks.iter().enumerate() {
+                for (v, &q) in o[b * QK..(b + 1) * QK].iter_mut().zip(&blk.qs) {
+                    *v = q as f32 * blk.d;
+                }
+                if with_s {
+                    o[k + b] = blk.s;
+                }
+            }
+        }
+    });
+    out
 }
 
 #[cfg(target_arch = "x86_64")]
