@@ -1,0 +1,164 @@
+//! `hearth serve`: the OpenAI-compatible HTTP server.
+
+use crate::ModelArgs;
+use anyhow::Context;
+use clap::Args;
+use hearth_engine::engine::{blocks_for_budget, EngineConfig};
+use hearth_engine::weights::resolve::ModelLocation;
+use hearth_server::{DefaultOverrides, Ready, SamplingDefaults, ServerConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to listen on (0.0.0.0 for every interface).
+    #[arg(long, env = "HEARTH_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 = any free port; the banner says which).
+    #[arg(long, env = "HEARTH_PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// Most sequences decoding at once.
+    #[arg(long, env = "HEARTH_BATCH", default_value_t = 8)]
+    pub batch: usize,
+    /// Tokens per KV cache block.
+    #[arg(long, env = "HEARTH_KV_BLOCK_SIZE", default_value_t = 16)]
+    pub kv_block_size: usize,
+    /// KV cache size in GiB (default: 25% of available memory, at most what `--batch` full contexts need).
+    #[arg(long, env = "HEARTH_KV_BUDGET")]
+    pub kv_budget: Option<f64>,
+    /// Most new tokens (prefill + decode) the engine computes in one step.
+    #[arg(long, env = "HEARTH_PREFILL_CHUNK", default_value_t = 256)]
+    pub prefill_chunk: usize,
+    /// Most requests waiting for a batch slot; more get HTTP 429.
+    #[arg(long, env = "HEARTH_MAX_QUEUE", default_value_t = 64)]
+    pub max_queue: usize,
+    /// Largest request body (bytes, or with a K/M/G suffix); larger bodies get HTTP 413.
+    #[arg(long, env = "HEARTH_MAX_BODY", default_value = "4M", value_parser = parse_size)]
+    pub max_body: usize,
+    /// Require `Authorization: Bearer KEY` on every route but /health.
+    #[arg(long, env = "HEARTH_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Default completion length (default: min(2048, what is left of the context)).
+    #[arg(long, env = "HEARTH_MAX_TOKENS")]
+    pub max_tokens: Option<usize>,
+    /// Default temperature (default: the model's generation_config.json, else 0 = greedy).
+    #[arg(long, env = "HEARTH_TEMPERATURE")]
+    pub temperature: Option<f32>,
+    /// Default top-p.
+    #[arg(long, env = "HEARTH_TOP_P")]
+    pub top_p: Option<f32>,
+    /// Default top-k (0 = off).
+    #[arg(long, env = "HEARTH_TOP_K")]
+    pub top_k: Option<usize>,
+    /// Milliseconds between SSE keep-alive comments while a stream waits for its first token.
+    #[arg(long, env = "HEARTH_SSE_KEEPALIVE_MS", default_value_t = 1000, hide = true)]
+    pub sse_keepalive_ms: u64,
+}
+
+/// `4096`, `512K`, `4M`, `1G` (powers of 1024; a trailing `B`/`iB` is allowed).
+fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim().to_ascii_uppercase();
+    let t = t.trim_end_matches("IB").trim_end_matches('B');
+    let (num, mult) = match t.chars().last() {
+        Some('K') => (&t[..t.len() - 1], 1usize << 10),
+        Some('M') => (&t[..t.len() - 1], 1 << 20),
+        Some('G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: f64 = num.trim().parse().map_err(|_| format!("`{s}` is not a size (examples: 4096, 512K, 4M)"))?;
+    if !(n.is_finite() && n >= 1.0) {
+        return Err(format!("`{s}` must be at least 1 byte"));
+    }
+    Ok((n * mult as f64) as usize)
+}
+
+/// MemAvailable from /proc/meminfo, in bytes.
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn check(a: &ServeArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(a.batch >= 1, "--batch must be at least 1");
+    anyhow::ensure!(a.kv_block_size >= 1, "--kv-block-size must be at least 1");
+    anyhow::ensure!(a.prefill_chunk >= 1, "--prefill-chunk must be at least 1");
+    anyhow::ensure!(a.kv_budget.is_none_or(|g| g.is_finite() && g > 0.0), "--kv-budget must be a positive number of GiB");
+    anyhow::ensure!(a.temperature.is_none_or(|t| t.is_finite() && t >= 0.0), "--temperature must be >= 0");
+    anyhow::ensure!(a.top_p.is_none_or(|p| p > 0.0 && p <= 1.0), "--top-p must be in (0, 1]");
+    anyhow::ensure!(a.max_tokens.is_none_or(|m| m >= 1), "--max-tokens must be at least 1");
+    anyhow::ensure!(a.api_key.as_deref().is_none_or(|k| !k.trim().is_empty()), "--api-key must not be empty");
+    Ok(())
+}
+
+pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    check(&a)?;
+    let cfg = ServerConfig {
+        host: a.host.clone(),
+        port: a.port,
+        max_body: a.max_body,
+        api_key: a.api_key.clone(),
+        keepalive: Duration::from_millis(a.sse_keepalive_ms.max(1)),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(hearth_server::run(cfg, move || load(&a)))
+}
+
+/// Load the model, size the KV cache, start the engine.
+fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
+    let m = a.model.load()?;
+    let bs = a.kv_block_size;
+    let budget = match a.kv_budget {
+        Some(gib) => (gib * (1u64 << 30) as f64) as u64,
+        None => mem_available().map(|b| b / 4).unwrap_or(2 << 30),
+    };
+    // More than `batch` full contexts can never be used.
+    let cap = a.batch * (m.model.max_positions().div_ceil(bs) + 1);
+    let kv_blocks = blocks_for_budget(m.model.as_ref(), &m.device, budget, bs).min(cap);
+    anyhow::ensure!(kv_blocks >= 2, "--kv-budget is too small to hold even one block of {bs} tokens; raise it");
+    let generation_config = match &m.location {
+        ModelLocation::HfDir(d) => {
+            std::fs::read_to_string(d.join("generation_config.json")).ok().and_then(|t| serde_json::from_str(&t).ok())
+        }
+        ModelLocation::Gguf(_) => None,
+    };
+    let flags = DefaultOverrides { temperature: a.temperature, top_p: a.top_p, top_k: a.top_k, max_tokens: a.max_tokens };
+    let defaults = SamplingDefaults::resolve(generation_config.as_ref(), &flags);
+    let device = hearth_engine::device::describe(&m.device);
+    let eos = m.tokenizer.eos_ids().to_vec();
+    let ecfg =
+        EngineConfig { max_batch: a.batch, kv_block_size: bs, kv_blocks, step_tokens: a.prefill_chunk, max_queue: a.max_queue };
+    let engine = hearth_engine::engine::start(m.model, m.device, ecfg, eos).context("starting the engine")?;
+    Ok(Ready {
+        engine,
+        tokenizer: Arc::new(m.tokenizer),
+        model_id: a.model.model.clone(),
+        device,
+        defaults,
+        kv_block_size: bs,
+        created: hearth_server::state::unix_now(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4M"), Ok(4 << 20));
+        assert_eq!(parse_size("4MB"), Ok(4 << 20));
+        assert_eq!(parse_size("1.5k"), Ok(1536));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("0").is_err());
+    }
+}

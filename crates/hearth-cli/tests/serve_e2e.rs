@@ -1,0 +1,400 @@
+//! End-to-end: the real `hearth serve` binary with the default model (smollm2-135m, from scripts/fetch-models),
+//! spoken to over HTTP on a free loopback port.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::io::Read;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+use support::*;
+
+/// One server shared by the tests that do not need special flags (SSE keep-alives every 50 ms, 64 KiB bodies).
+/// The guard serializes those tests: some compare two greedy runs, which must not be batched differently.
+fn shared() -> (&'static Server, MutexGuard<'static, ()>) {
+    static S: OnceLock<Server> = OnceLock::new();
+    static LOCK: Mutex<()> = Mutex::new(());
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    (S.get_or_init(|| Server::start(&["--max-body", "64K"], &[("HEARTH_SSE_KEEPALIVE_MS", "50")])), guard)
+}
+
+fn user(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+fn ok(r: Resp) -> Value {
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+fn check_usage(u: &Value) {
+    let (p, c) =
+        (u["prompt_tokens"].as_u64().expect("prompt_tokens"), u["completion_tokens"].as_u64().expect("completion_tokens"));
+    assert!(p > 0 && c > 0, "{u}");
+    assert_eq!(u["total_tokens"].as_u64(), Some(p + c));
+    assert!(u["prompt_tokens_details"]["cached_tokens"].is_u64(), "{u}");
+}
+
+#[test]
+fn chat_non_stream_shape_and_logprobs() {
+    let (s, _serial) = shared();
+    let v = ok(s.post(
+        "/v1/chat/completions",
+        &json!({"model": "x", "messages": user("What is the capital of France?"), "max_tokens": 12}),
+    ));
+    assert!(v["id"].as_str().is_some_and(|i| i.starts_with("chatcmpl-")), "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], "smollm2-135m");
+    assert!(v["created"].is_u64());
+    let c = &v["choices"][0];
+    assert_eq!(c["index"], 0);
+    assert_eq!(c["message"]["role"], "assistant");
+    let text = c["message"]["content"].as_str().expect("content").to_string();
+    assert!(!text.is_empty() && !text.starts_with(' '), "{text:?}");
+    assert!(["stop", "length"].contains(&c["finish_reason"].as_str().unwrap_or("")), "{c}");
+    assert!(c["logprobs"].is_null());
+    check_usage(&v["usage"]);
+
+    // Text parts give the same prompt, so the same greedy answer.
+    let parts = json!([{"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]}]);
+    let v2 = ok(s.post("/v1/chat/completions", &json!({"messages": parts, "max_tokens": 12})));
+    assert_eq!(v2["choices"][0]["message"]["content"], text.as_str());
+
+    // logprobs in OpenAI's chat shape.
+    let v = ok(s.post(
+        "/v1/chat/completions",
+        &json!({"messages": user("Hi"), "max_tokens": 5, "logprobs": true, "top_logprobs": 2, "ignore_eos": true}),
+    ));
+    let content = v["choices"][0]["logprobs"]["content"].as_array().expect("logprobs.content").clone();
+    assert_eq!(content.len() as u64, v["usage"]["completion_tokens"].as_u64().unwrap_or(0));
+    for e in &content {
+        assert!(e["token"].is_string() && e["bytes"].is_array(), "{e}");
+        assert!(e["logprob"].as_f64().is_some_and(|l| l <= 0.0), "{e}");
+        let top = e["top_logprobs"].as_array().expect("top_logprobs");
+        assert_eq!(top.len(), 2);
+        assert!(top[0]["logprob"].as_f64() >= top[1]["logprob"].as_f64());
+    }
+}
+
+#[test]
+fn chat_stream_shape() {
+    let (s, _serial) = shared();
+    let body = json!({"messages": user("Tell me a short story."), "max_tokens": 10, "stream": true,
+        "stream_options": {"include_usage": true}, "logprobs": true, "ignore_eos": true});
+    let r = s.post("/v1/chat/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.header("content-type").is_some_and(|c| c.starts_with("text/event-stream")));
+    let frames = r.sse();
+    assert_eq!(frames.last(), Some(&Sse::Data("[DONE]".into())), "{frames:?}");
+    let chunks = r.sse_json();
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == chunks[0]["id"]));
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let usage = chunks.last().map(|c| c["usage"].clone()).unwrap_or_default();
+    check_usage(&usage);
+    assert_eq!(chunks.last().map(|c| c["choices"].clone()), Some(json!([])));
+    let finish = &chunks[chunks.len() - 2]["choices"][0];
+    assert_eq!(finish["finish_reason"], "length");
+    let deltas: Vec<&Value> = chunks[1..chunks.len() - 2].iter().map(|c| &c["choices"][0]).collect();
+    // One event per token: each carries exactly one token's logprob.
+    assert_eq!(deltas.len() as u64, usage["completion_tokens"].as_u64().unwrap_or(0));
+    for d in &deltas {
+        assert_eq!(d["logprobs"]["content"].as_array().map(Vec::len), Some(1), "{d}");
+        assert!(d["finish_reason"].is_null());
+    }
+    let streamed: String = deltas.iter().filter_map(|d| d["delta"]["content"].as_str()).collect();
+    let body = json!({"messages": user("Tell me a short story."), "max_tokens": 10, "ignore_eos": true});
+    let v = ok(s.post("/v1/chat/completions", &body));
+    assert_eq!(v["choices"][0]["message"]["content"], streamed.as_str());
+}
+
+#[test]
+fn completions_prompt_shapes_echo_and_logprobs() {
+    let (s, _serial) = shared();
+    let prompt = "The capital of France is";
+    let one = |p: Value| ok(s.post("/v1/completions", &json!({"prompt": p, "max_tokens": 6, "ignore_eos": true})));
+    let v = one(json!(prompt));
+    assert_eq!(v["object"], "text_completion");
+    assert!(v["id"].as_str().is_some_and(|i| i.starts_with("cmpl-")));
+    check_usage(&v["usage"]);
+    let text = v["choices"][0]["text"].as_str().expect("text").to_string();
+    assert!(!text.is_empty());
+
+    // [int]: the same tokens /tokenize gives (with BOS as the model wants) -> the same text.
+    let ids = ok(s.post("/tokenize", &json!({"content": prompt, "add_special": true})))["tokens"].clone();
+    assert_eq!(one(ids.clone())["choices"][0]["text"], text.as_str());
+
+    // [string] and [[int]]: one choice per prompt, in order.
+    let v = one(json!([prompt, "Once upon a time"]));
+    let choices = v["choices"].as_array().expect("choices");
+    assert_eq!(choices.len(), 2);
+    assert_eq!((choices[0]["index"].clone(), choices[1]["index"].clone()), (json!(0), json!(1)));
+    assert_eq!(choices[0]["text"], text.as_str());
+    let v = one(json!([ids, ids]));
+    assert_eq!(v["choices"][1]["text"], text.as_str());
+    assert_eq!(v["usage"]["prompt_tokens"].as_u64(), Some(2 * ids.as_array().map(Vec::len).unwrap_or(0) as u64));
+
+    // echo puts the prompt first.
+    let v = ok(s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 6, "ignore_eos": true, "echo": true})));
+    assert_eq!(v["choices"][0]["text"], format!("{prompt}{text}").as_str());
+
+    // logprobs in the completions shape.
+    let v = ok(s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 4, "ignore_eos": true, "logprobs": 3})));
+    let lp = &v["choices"][0]["logprobs"];
+    let n = lp["tokens"].as_array().map(Vec::len).unwrap_or(0);
+    assert_eq!(n, 4, "{lp}");
+    for k in ["token_logprobs", "top_logprobs", "text_offset"] {
+        assert_eq!(lp[k].as_array().map(Vec::len), Some(n), "{k}: {lp}");
+    }
+    assert_eq!(lp["top_logprobs"][0].as_object().map(|o| o.len()), Some(3));
+    assert_eq!(lp["text_offset"][0], 0);
+    let joined: String = lp["tokens"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    assert_eq!(joined, v["choices"][0]["text"].as_str().unwrap_or(""));
+
+    // n choices.
+    let v = ok(s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 3, "n": 2, "temperature": 0.8, "seed": 1})));
+    assert_eq!(v["choices"].as_array().map(Vec::len), Some(2));
+}
+
+const EIGHT_PROMPTS: [&str; 8] = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Shopping list:\n1. Eggs\n2.",
+    "Once upon a time, in a small village,",
+    "Q: What is 12 times 12?\nA:",
+    "The three primary colors are",
+    "In 1969, the first humans",
+    "My favourite food is",
+];
+
+/// Each prompt alone (non-streamed), then all 8 streamed at once: every stream must equal its solo text.
+fn concurrent_streams_equal_solo(s: &Server) {
+    let body = |p: &str, stream: bool| json!({"prompt": p, "max_tokens": 16, "ignore_eos": true, "stream": stream});
+    let solo: Vec<String> = EIGHT_PROMPTS
+        .iter()
+        .map(|p| ok(s.post("/v1/completions", &body(p, false)))["choices"][0]["text"].as_str().unwrap_or("").to_string())
+        .collect();
+    let port = s.port;
+    let handles: Vec<_> = EIGHT_PROMPTS
+        .iter()
+        .map(|p| {
+            let b = body(p, true).to_string();
+            std::thread::spawn(move || request(port, "POST", "/v1/completions", &[], Some(b.as_bytes())))
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        let r = h.join().expect("client thread");
+        assert_eq!(r.status, 200, "{}", r.text());
+        let chunks = r.sse_json();
+        let text: String = chunks.iter().filter_map(|c| c["choices"][0]["text"].as_str()).collect();
+        assert_eq!(text, solo[i], "prompt {i} streamed beside 7 others differs from its solo output");
+        // One chunk per token, plus the finish chunk.
+        assert!(chunks.len() <= 17, "{} chunks", chunks.len());
+        assert_eq!(chunks.last().map(|c| c["choices"][0]["finish_reason"].clone()), Some(json!("length")));
+    }
+}
+
+/// With candle's matmul kernels (`HEARTH_FAST_QUANT=0`) a row's logits do not depend on the batch, so this
+/// checks the server: 8 concurrent streams, none mixed up with another, each equal to its solo output.
+#[test]
+fn concurrent_greedy_streams_equal_their_solo_output() {
+    let s = Server::start(&[], &[("HEARTH_FAST_QUANT", "0")]);
+    concurrent_streams_equal_solo(&s);
+}
+
+/// The same with hearth's default fast quantized kernels. They pick a different matmul path by the number of
+/// rows in a step (int8 dot products for few rows, dequantized f32 GEMM for many), so a row's greedy tokens
+/// can change with the batch around it; this fails until the engine makes the paths agree.
+#[test]
+#[ignore = "engine: greedy output depends on batch composition with the fast quantized kernels"]
+fn concurrent_greedy_streams_equal_their_solo_output_fast_kernels() {
+    let s = Server::start(&[], &[]);
+    concurrent_streams_equal_solo(&s);
+}
+
+#[test]
+fn stop_strings_are_excluded() {
+    let (s, _serial) = shared();
+    let prompt = "Shopping list:\n1. Eggs\n2.";
+    let full = ok(s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 20, "ignore_eos": true})))["choices"][0]
+        ["text"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    // Stop at the second line break of the continuation (or its middle, if it has none).
+    let cut = full.match_indices('\n').nth(1).map(|(i, _)| i).unwrap_or(full.len() / 2);
+    let stop: String = full[cut..].chars().take(2).collect();
+    assert!(!stop.is_empty(), "continuation too short: {full:?}");
+    let expect = &full[..full.find(&stop).unwrap_or(cut)];
+    for stops in [json!(stop), json!(["<never>", stop])] {
+        let v = ok(s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 20, "ignore_eos": true, "stop": stops})));
+        assert_eq!(v["choices"][0]["text"], expect, "full: {full:?}, stop: {stop:?}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        let r = s.post(
+            "/v1/completions",
+            &json!({"prompt": prompt, "max_tokens": 20, "ignore_eos": true, "stop": stops, "stream": true}),
+        );
+        let chunks = r.sse_json();
+        let text: String = chunks.iter().filter_map(|c| c["choices"][0]["text"].as_str()).collect();
+        assert_eq!(text, expect);
+        assert_eq!(chunks.last().map(|c| c["choices"][0]["finish_reason"].clone()), Some(json!("stop")));
+    }
+}
+
+#[test]
+fn errors_have_the_openai_shape() {
+    let (s, _serial) = shared();
+    let raw = |path: &str, body: &[u8]| request(s.port, "POST", path, &[], Some(body));
+    let expect = |r: Resp, status: u16, param: Option<&str>| {
+        assert_eq!(r.status, status, "{}", r.text());
+        let e = error_of(&r);
+        if let Some(p) = param {
+            assert_eq!(e["param"], p, "{e}");
+        }
+        e
+    };
+    let chat = "/v1/chat/completions";
+    let e = expect(raw(chat, b"{not json"), 400, None);
+    assert_eq!(e["type"], "invalid_request_error");
+    expect(raw(chat, b"[1, 2]"), 400, None);
+    expect(s.post(chat, &json!({"messages": user("hi"), "temperature": "hot"})), 400, Some("temperature"));
+    expect(s.post(chat, &json!({"messages": user("hi"), "top_p": 2})), 400, Some("top_p"));
+    expect(s.post(chat, &json!({"messages": user("hi"), "max_tokens": -1})), 400, Some("max_tokens"));
+    expect(s.post(chat, &json!({"messages": user("hi"), "n": 99})), 400, Some("n"));
+    expect(s.post(chat, &json!({"messages": user("hi"), "logit_bias": {"x": 1}})), 400, Some("logit_bias"));
+    expect(s.post(chat, &json!({"messages": []})), 400, Some("messages"));
+    expect(s.post(chat, &json!({"model": "m"})), 400, Some("messages"));
+    expect(s.post(chat, &json!({"messages": [{"role": "wizard", "content": "hi"}]})), 400, Some("messages[0].role"));
+    expect(
+        s.post(chat, &json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})),
+        400,
+        Some("messages[0].content[0]"),
+    );
+    let e = expect(s.post(chat, &json!({"messages": user("hi"), "max_tokens": 1_000_000})), 400, None);
+    assert_eq!(e["code"], "context_length_exceeded");
+    expect(s.post("/v1/completions", &json!({"max_tokens": 3})), 400, Some("prompt"));
+    expect(s.post("/v1/completions", &json!({"prompt": [1, "a"]})), 400, Some("prompt"));
+    expect(s.post("/v1/completions", &json!({"prompt": [999_999_999]})), 400, Some("prompt"));
+    expect(s.post("/detokenize", &json!({"tokens": "abc"})), 400, Some("tokens"));
+
+    let e = expect(s.get("/v1/nothing"), 404, None);
+    assert_eq!(e["type"], "not_found_error");
+    let e = expect(s.get("/v1/models/some-other-model"), 404, None);
+    assert_eq!(e["code"], "model_not_found");
+    expect(s.get(chat), 405, None);
+    let big = format!("{{\"prompt\": \"{}\"}}", "a".repeat(80 * 1024));
+    let e = expect(raw("/v1/completions", big.as_bytes()), 413, None);
+    assert_eq!(e["code"], "body_too_large");
+}
+
+#[test]
+fn keepalive_comments_before_the_first_token() {
+    let (s, _serial) = shared();
+    // A prompt long enough that prefill takes far longer than the 50 ms keep-alive interval.
+    let prompt = "The quick brown fox jumps over the lazy dog. ".repeat(120);
+    let r = s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 2, "ignore_eos": true, "stream": true}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let frames = r.sse();
+    let first_data = frames.iter().position(|f| matches!(f, Sse::Data(_))).expect("no data frame");
+    assert!(
+        first_data > 0 && frames[..first_data].iter().all(|f| *f == Sse::Comment("keep-alive".into())),
+        "{:?}",
+        &frames[..first_data.min(5)]
+    );
+    // None after the first token.
+    assert!(frames[first_data..].iter().all(|f| matches!(f, Sse::Data(_))));
+
+    // Chat: the role chunk comes at once, keep-alives follow it.
+    let r = s.post("/v1/chat/completions", &json!({"messages": user(&prompt), "max_tokens": 2, "stream": true}));
+    let frames = r.sse();
+    assert!(matches!(&frames[0], Sse::Data(d) if d.contains("\"role\":\"assistant\"")), "{:?}", frames.first());
+    assert_eq!(frames[1], Sse::Comment("keep-alive".into()));
+}
+
+#[test]
+fn admin_endpoints() {
+    let (s, _serial) = shared();
+    assert_eq!(ok(s.get("/health")), json!({"status": "ok"}));
+    let st = ok(s.get("/stats"));
+    for k in [
+        "rows_running",
+        "rows_waiting",
+        "kv_blocks_total",
+        "kv_blocks_free",
+        "kv_block_size",
+        "tokens_generated_total",
+        "kv_capacity_tokens",
+    ] {
+        assert!(st[k].is_u64(), "/stats lacks {k}: {st}");
+    }
+    let models = ok(s.get("/v1/models"));
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], "smollm2-135m");
+    assert_eq!(ok(s.get("/v1/models/smollm2-135m"))["object"], "model");
+
+    let toks = ok(s.post("/tokenize", &json!({"content": "Hello world"})))["tokens"].clone();
+    assert!(toks.as_array().is_some_and(|t| t.len() == 2), "{toks}");
+    assert_eq!(ok(s.post("/detokenize", &json!({"tokens": toks})))["content"], "Hello world");
+    let pieces = ok(s.post("/tokenize", &json!({"content": "Hello world", "with_pieces": true})))["tokens"].clone();
+    assert_eq!(pieces[1]["piece"], " world");
+    let p = ok(s.post("/apply-template", &json!({"messages": user("hi")})))["prompt"].as_str().unwrap_or("").to_string();
+    assert!(p.contains("<|im_start|>user\nhi<|im_end|>") && p.ends_with("<|im_start|>assistant\n"), "{p:?}");
+}
+
+#[test]
+fn api_key_guards_everything_but_health() {
+    let s = Server::start(&["--api-key", "sekrit"], &[]);
+    assert_eq!(s.get("/health").status, 200);
+    let r = s.get("/v1/models");
+    assert_eq!(r.status, 401);
+    assert_eq!(error_of(&r)["code"], "invalid_api_key");
+    assert_eq!(request(s.port, "GET", "/v1/models", &[("Authorization", "Bearer wrong")], None).status, 401);
+    assert_eq!(request(s.port, "GET", "/v1/models", &[("Authorization", "Bearer sekrit")], None).status, 200);
+    let body = json!({"prompt": "Hi", "max_tokens": 2}).to_string();
+    assert_eq!(request(s.port, "POST", "/v1/completions", &[], Some(body.as_bytes())).status, 401);
+    assert_eq!(
+        request(s.port, "POST", "/v1/completions", &[("Authorization", "Bearer sekrit")], Some(body.as_bytes())).status,
+        200
+    );
+}
+
+#[test]
+fn queue_full_is_429_and_a_model_without_template_refuses_chat() {
+    // Gemma 3 270M (base) has no chat template; --max-queue 0 refuses every submission.
+    let s = Server::start(&["--model", "gemma3-270m", "--max-queue", "0"], &[]);
+    let r = s.post("/v1/completions", &json!({"prompt": "Hello", "max_tokens": 2}));
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(error_of(&r)["type"], "rate_limit_error");
+    let r = s.post("/v1/chat/completions", &json!({"messages": user("hi")}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    let e = error_of(&r);
+    assert_eq!(e["code"], "no_chat_template");
+    assert!(e["message"].as_str().unwrap_or("").contains("--chat-template"));
+}
+
+#[test]
+fn client_disconnect_cancels_the_request() {
+    let s = Server::start(&[], &[]);
+    let body = json!({"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": true, "stream": true}).to_string();
+    let mut c = connect(s.port);
+    write_request(&mut c, "POST", "/v1/completions", &[], Some(body.as_bytes()));
+    // Read until a couple of tokens arrived, then hang up.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.windows(6).filter(|w| w == b"data: ").count() < 3 {
+        let n = c.read(&mut buf).expect("reading the stream");
+        assert!(n > 0, "stream ended early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    drop(c);
+    let t0 = Instant::now();
+    loop {
+        let st = ok(s.get("/stats"));
+        if st["rows_running"] == 0 && st["rows_waiting"] == 0 && st["kv_blocks_used"] == 0 {
+            let generated = st["tokens_generated_total"].as_u64().unwrap_or(u64::MAX);
+            assert!(generated < 1000, "the request kept running after the client left: {st}");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "request still running 20 s after the client left: {st}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,126 @@
+//! Every failure leaves the server in OpenAI's error shape:
+//! `{"error": {"message": "...", "type": "...", "param": null | "name", "code": null | "..."}}`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use hearth_engine::engine::SubmitError;
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// OpenAI's `type`: `invalid_request_error`, `authentication_error`, `not_found_error`, ...
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self { status, message: message.into(), kind, param: None, code: None }
+    }
+
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    /// 400 without a parameter.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    /// 400 naming the offending parameter.
+    pub fn param(name: &str, message: impl Into<String>) -> Self {
+        Self { param: Some(name.to_string()), ..Self::bad_request(message).with_code("invalid_value") }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found_error", message).with_code("not_found")
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "missing or incorrect API key: send `Authorization: Bearer <key>` with the key the server was started with (--api-key)",
+        )
+        .with_code("invalid_api_key")
+    }
+
+    pub fn loading() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable_error",
+            "the model is still loading; retry in a moment (GET /health says when it is ready)",
+        )
+        .with_code("model_loading")
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+
+    /// A generic error for a bare status (axum rejections, 405, ...).
+    pub fn from_status(status: StatusCode, message: impl Into<String>) -> Self {
+        let (kind, code) = match status {
+            StatusCode::UNAUTHORIZED => ("authentication_error", Some("invalid_api_key")),
+            StatusCode::NOT_FOUND => ("not_found_error", Some("not_found")),
+            StatusCode::PAYLOAD_TOO_LARGE => ("invalid_request_error", Some("body_too_large")),
+            StatusCode::METHOD_NOT_ALLOWED => ("invalid_request_error", Some("method_not_allowed")),
+            StatusCode::TOO_MANY_REQUESTS => ("rate_limit_error", Some("server_busy")),
+            StatusCode::SERVICE_UNAVAILABLE => ("unavailable_error", None),
+            s if s.is_server_error() => ("server_error", None),
+            _ => ("invalid_request_error", None),
+        };
+        Self { status, message: message.into(), kind, param: None, code }
+    }
+
+    pub fn body(&self) -> Value {
+        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        let msg = e.to_string();
+        match e {
+            SubmitError::QueueFull { .. } => ApiError::from_status(StatusCode::TOO_MANY_REQUESTS, msg),
+            SubmitError::TooLong(_) => ApiError::bad_request(msg).with_code("context_length_exceeded"),
+            SubmitError::Invalid(_) => ApiError::bad_request(msg).with_code("invalid_value"),
+            SubmitError::Unavailable => ApiError::from_status(StatusCode::SERVICE_UNAVAILABLE, msg).with_code("engine_stopped"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::warn!(status = self.status.as_u16(), "{}", self.message);
+        } else {
+            tracing::debug!(status = self.status.as_u16(), "{}", self.message);
+        }
+        (self.status, axum::Json(self.body())).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_and_statuses() {
+        let e = ApiError::param("temperature", "temperature must be >= 0");
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        let b = e.body();
+        assert_eq!(b["error"]["param"], "temperature");
+        assert_eq!(b["error"]["type"], "invalid_request_error");
+        assert_eq!(ApiError::from(SubmitError::QueueFull { waiting: 1, limit: 1 }).status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(ApiError::from(SubmitError::TooLong("x".into())).code, Some("context_length_exceeded"));
+        assert_eq!(ApiError::from(SubmitError::Unavailable).status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(ApiError::from_status(StatusCode::PAYLOAD_TOO_LARGE, "big").code, Some("body_too_large"));
+    }
+}

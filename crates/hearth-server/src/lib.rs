@@ -1,0 +1,96 @@
+//! hearth-server: the HTTP side. Routes and wire types over `hearth_engine::engine`; no tensor code.
+//!
+//! `run` binds the port first, loads the model in a blocking task (`/health` says `loading` meanwhile), then
+//! serves until Ctrl-C / SIGTERM.
+
+pub mod admin;
+pub mod body;
+pub mod config;
+pub mod error;
+pub mod generation;
+pub mod middleware;
+pub mod openai;
+pub mod sse;
+pub mod state;
+pub mod stream;
+
+pub use config::{DefaultOverrides, SamplingDefaults, ServerConfig};
+pub use state::{AppState, Ready};
+
+use anyhow::Context;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+
+pub fn router(state: AppState) -> Router {
+    let max_body = state.cfg.max_body;
+    Router::new()
+        .route("/v1/chat/completions", post(openai::chat::handler))
+        .route("/v1/completions", post(openai::completions::handler))
+        .route("/v1/models", get(openai::models::list))
+        .route("/v1/models/{*id}", get(openai::models::get))
+        .route("/health", get(admin::health))
+        .route("/stats", get(admin::stats))
+        .route("/tokenize", post(admin::tokenize))
+        .route("/detokenize", post(admin::detokenize))
+        .route("/apply-template", post(admin::apply_template))
+        .fallback(middleware::not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::require_api_key))
+        .layer(axum::middleware::from_fn(middleware::json_errors))
+        .layer(axum::middleware::from_fn(middleware::cors))
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}
+
+/// Serve on an already-bound listener until Ctrl-C / SIGTERM.
+pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> anyhow::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal()).await.context("the HTTP server failed")
+}
+
+/// Bind, load the model with `load` on a blocking thread, print the ready banner, serve.
+pub async fn run<F>(cfg: ServerConfig, load: F) -> anyhow::Result<()>
+where
+    F: FnOnce() -> anyhow::Result<Ready> + Send + 'static,
+{
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("could not listen on {addr} (is another server using the port? try --port)"))?;
+    let url = match listener.local_addr() {
+        Ok(a) => format!("http://{a}"),
+        Err(_) => format!("http://{addr}"),
+    };
+    eprintln!("hearth: listening on {url}, loading the model...");
+    let state = AppState::new(cfg);
+    let server = tokio::spawn(serve(listener, state.clone()));
+    let ready = tokio::task::spawn_blocking(load).await.context("the model loading task panicked")??;
+    let banner = format!(
+        "hearth: ready on {url} | model {} | device {} | KV cache {} tokens | batch {}",
+        ready.model_id, ready.device, ready.engine.info.kv_capacity_tokens, ready.engine.info.max_batch
+    );
+    state.set_ready(ready);
+    eprintln!("{banner}");
+    server.await.context("the HTTP server task panicked")?
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    eprintln!("hearth: shutting down");
+}

@@ -1,0 +1,189 @@
+//! Chat messages: validate OpenAI's message list, normalize it for Hugging Face chat templates, render, tokenize.
+//!
+//! Normalization: text-part arrays become one string (parts joined by "\n", as vLLM does); `developer` becomes
+//! `system` (templates do not know it); a tool call's `arguments` JSON string becomes an object, which is what
+//! HF templates expect. Every other field of a message is passed through.
+
+use crate::body::{type_name, Params};
+use crate::error::{ApiError, ApiResult};
+use crate::state::Ready;
+use hearth_engine::tokenizer::chat_template::RenderOptions;
+use serde_json::{Map, Value};
+
+const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
+
+/// Validate and normalize `messages`.
+pub fn normalize(p: Params) -> ApiResult<Value> {
+    let msgs = p.array("messages")?.ok_or_else(|| ApiError::param("messages", "`messages` is required"))?;
+    if msgs.is_empty() {
+        return Err(ApiError::param("messages", "`messages` must hold at least one message"));
+    }
+    msgs.iter().enumerate().map(|(i, m)| message(i, m)).collect::<ApiResult<Vec<_>>>().map(Value::Array)
+}
+
+fn message(i: usize, m: &Value) -> ApiResult<Value> {
+    let at = format!("messages[{i}]");
+    let Some(obj) = m.as_object() else {
+        return Err(ApiError::param(&at, format!("`{at}` must be an object, got {}", type_name(m))));
+    };
+    let mut out = obj.clone();
+    let role = match obj.get("role") {
+        Some(Value::String(r)) if ROLES.contains(&r.as_str()) => r.as_str(),
+        Some(Value::String(r)) => {
+            return Err(ApiError::param(
+                &format!("{at}.role"),
+                format!("`{at}.role` must be one of {}, got {r:?}", ROLES.join(", ")),
+            ))
+        }
+        Some(v) => {
+            return Err(ApiError::param(&format!("{at}.role"), format!("`{at}.role` must be a string, got {}", type_name(v))))
+        }
+        None => return Err(ApiError::param(&format!("{at}.role"), format!("`{at}.role` is required"))),
+    };
+    if role == "developer" {
+        out.insert("role".into(), "system".into());
+    }
+    let has_tool_calls = obj.get("tool_calls").is_some_and(|t| !t.is_null());
+    let content = match obj.get("content") {
+        None | Some(Value::Null) if role == "assistant" && has_tool_calls => Value::Null,
+        None | Some(Value::Null) => {
+            return Err(ApiError::param(&format!("{at}.content"), format!("`{at}.content` is required for a {role} message")))
+        }
+        Some(Value::String(s)) => Value::String(s.clone()),
+        Some(Value::Array(parts)) => Value::String(join_parts(&at, parts)?),
+        Some(v) => {
+            return Err(ApiError::param(
+                &format!("{at}.content"),
+                format!("`{at}.content` must be a string or a list of text parts, got {}", type_name(v)),
+            ))
+        }
+    };
+    out.insert("content".into(), content);
+    if let Some(calls) = obj.get("tool_calls").filter(|t| !t.is_null()) {
+        out.insert("tool_calls".into(), tool_calls(&at, calls)?);
+    }
+    Ok(Value::Object(out))
+}
+
+fn join_parts(at: &str, parts: &[Value]) -> ApiResult<String> {
+    let mut texts = Vec::with_capacity(parts.len());
+    for (j, part) in parts.iter().enumerate() {
+        let here = format!("{at}.content[{j}]");
+        let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+        match (kind, part.get("text")) {
+            ("text", Some(Value::String(t))) => texts.push(t.as_str()),
+            ("text", _) => return Err(ApiError::param(&here, format!("`{here}` is a text part without a `text` string"))),
+            ("", _) => return Err(ApiError::param(&here, format!("`{here}` must be an object with a `type`"))),
+            (other, _) => {
+                return Err(ApiError::param(
+                    &here,
+                    format!("`{here}`: `{other}` content is not supported by this model; only `text` parts are"),
+                ))
+            }
+        }
+    }
+    Ok(texts.join("\n"))
+}
+
+fn tool_calls(at: &str, calls: &Value) -> ApiResult<Value> {
+    let here = format!("{at}.tool_calls");
+    let Some(list) = calls.as_array() else {
+        return Err(ApiError::param(&here, format!("`{here}` must be a list, got {}", type_name(calls))));
+    };
+    let mut out = list.clone();
+    for call in &mut out {
+        if let Some(args) = call.get_mut("function").and_then(|f| f.get_mut("arguments")) {
+            if let Some(parsed) = args.as_str().and_then(|s| serde_json::from_str::<Value>(s).ok()).filter(Value::is_object) {
+                *args = parsed;
+            }
+        }
+    }
+    Ok(Value::Array(out))
+}
+
+/// `tools`: a list of `{"type": "function", "function": {"name": ...}}`.
+fn tools(p: Params) -> ApiResult<Option<Value>> {
+    let Some(list) = p.array("tools")? else { return Ok(None) };
+    for (i, t) in list.iter().enumerate() {
+        let ok = t.get("type").and_then(Value::as_str) == Some("function")
+            && t.get("function").and_then(|f| f.get("name")).is_some_and(Value::is_string);
+        if !ok {
+            return Err(ApiError::param(
+                "tools",
+                format!("`tools[{i}]` must be {{\"type\": \"function\", \"function\": {{\"name\": ..., \"parameters\": ...}}}}"),
+            ));
+        }
+    }
+    if p.get("tool_choice").and_then(Value::as_str) == Some("none") {
+        return Ok(None);
+    }
+    Ok(Some(Value::Array(list.clone())))
+}
+
+/// Render the request's conversation with the model's chat template.
+pub fn render(ready: &Ready, p: Params) -> ApiResult<String> {
+    let messages = normalize(p)?;
+    let tools = tools(p)?;
+    let extra: Option<&Map<String, Value>> = p.object("chat_template_kwargs")?;
+    let add_generation_prompt = p.bool("add_generation_prompt")?.unwrap_or(true);
+    let tmpl = ready.tokenizer.chat_template.as_ref().ok_or_else(|| {
+        ApiError::bad_request(
+            "this model has no chat template: use /v1/completions with a plain prompt, or restart the server with --chat-template FILE",
+        )
+        .with_code("no_chat_template")
+    })?;
+    tmpl.render(&messages, &RenderOptions { tools: tools.as_ref(), add_generation_prompt, extra }).map_err(|e| {
+        ApiError::bad_request(format!("the chat template could not render these messages: {e}")).with_code("template_error")
+    })
+}
+
+/// Render and tokenize (BOS only if the template did not write it).
+pub fn prompt_ids(ready: &Ready, p: Params) -> ApiResult<Vec<u32>> {
+    let text = render(ready, p)?;
+    ready.tokenizer.encode_chat(&text).map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn norm(v: Value) -> ApiResult<Value> {
+        let m = json!({ "messages": v });
+        normalize(Params(m.as_object().unwrap_or(&Map::new())))
+    }
+
+    #[test]
+    fn normalizes_parts_roles_and_tool_arguments() {
+        let out = norm(json!([
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "name": "x"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"q\": 1}"}}]},
+            {"role": "tool", "content": "42", "tool_call_id": "1"},
+        ]))
+        .unwrap();
+        assert_eq!(out[0]["role"], "system");
+        assert_eq!(out[1]["content"], "a\nb");
+        assert_eq!(out[1]["name"], "x");
+        assert_eq!(out[2]["tool_calls"][0]["function"]["arguments"]["q"], 1);
+        assert_eq!(out[3]["tool_call_id"], "1");
+    }
+
+    #[test]
+    fn rejects_bad_messages_naming_the_place() {
+        let param = |v: Value| norm(v).unwrap_err().param.unwrap_or_default();
+        assert_eq!(param(json!([])), "messages");
+        assert_eq!(param(json!("hi")), "messages");
+        assert_eq!(param(json!([{"role": "wizard", "content": "x"}])), "messages[0].role");
+        assert_eq!(param(json!([{"content": "x"}])), "messages[0].role");
+        assert_eq!(param(json!([{"role": "user"}])), "messages[0].content");
+        assert_eq!(param(json!([{"role": "user", "content": 5}])), "messages[0].content");
+        assert_eq!(
+            param(json!([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}])),
+            "messages[0].content[0]"
+        );
+        assert_eq!(param(json!([{"role": "user", "content": "ok"}, 3])), "messages[1]");
+        let e = norm(json!({})).unwrap_err();
+        assert!(e.message.contains("must be an array"), "{}", e.message);
+    }
+}

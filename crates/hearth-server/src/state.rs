@@ -1,0 +1,75 @@
+//! Shared server state. The port is bound before the model loads; until `set_ready`, every model route answers
+//! 503 and `/health` says `loading`.
+
+use crate::config::{SamplingDefaults, ServerConfig};
+use crate::error::{ApiError, ApiResult};
+use hearth_engine::engine::EngineHandle;
+use hearth_engine::tokenizer::Tokenizer;
+use std::sync::{Arc, OnceLock};
+
+/// Everything a request needs once the model is loaded.
+pub struct Ready {
+    pub engine: EngineHandle,
+    pub tokenizer: Arc<Tokenizer>,
+    /// The `--model` string, reported as the model id.
+    pub model_id: String,
+    /// The device, in words (for the banner and /stats).
+    pub device: String,
+    pub defaults: SamplingDefaults,
+    /// Tokens per KV block (the engine needs one block of slack per row).
+    pub kv_block_size: usize,
+    /// Unix time the model became ready (`created` in /v1/models).
+    pub created: u64,
+}
+
+impl Ready {
+    /// Most tokens (prompt + completion) one request can ever hold.
+    pub fn max_request_tokens(&self) -> usize {
+        let info = &self.engine.info;
+        let kv = info.kv_capacity_tokens.saturating_sub(self.kv_block_size);
+        info.max_positions.min(kv)
+    }
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    ready: Arc<OnceLock<Arc<Ready>>>,
+    pub cfg: Arc<ServerConfig>,
+}
+
+impl AppState {
+    pub fn new(cfg: ServerConfig) -> Self {
+        Self { ready: Arc::new(OnceLock::new()), cfg: Arc::new(cfg) }
+    }
+
+    /// Install the loaded model (once; later calls are ignored).
+    pub fn set_ready(&self, ready: Ready) -> bool {
+        self.ready.set(Arc::new(ready)).is_ok()
+    }
+
+    pub fn get(&self) -> Option<Arc<Ready>> {
+        self.ready.get().cloned()
+    }
+
+    /// The loaded model, or 503 while it loads.
+    pub fn ready(&self) -> ApiResult<Arc<Ready>> {
+        self.get().ok_or_else(ApiError::loading)
+    }
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// A fresh id like `chatcmpl-3f9a...` (random per process, unique per call).
+pub fn new_id(prefix: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    static SEED: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    let mut h = SEED.get_or_init(Default::default).build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    let a = h.finish();
+    h.write_u64(a);
+    format!("{prefix}-{:016x}{:08x}", a, h.finish() as u32)
+}

@@ -1,0 +1,194 @@
+//! The per-choice text pipeline: token ids -> `StreamDecoder` (UTF-8-safe, space rules) -> `StopMatcher`
+//! (hold back text that may be the start of a stop string; cut at the first match, the stop text excluded).
+
+use hearth_engine::tokenizer::{StreamDecoder, Tokenizer};
+
+/// Finds stop strings in streamed text. Text that could still become a stop string is held back until it
+/// either completes one (then it and everything after it is dropped) or cannot (then it is released).
+#[derive(Debug, Clone, Default)]
+pub struct StopMatcher {
+    stops: Vec<String>,
+    held: String,
+    stopped: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StopOutput {
+    /// Text that is final.
+    pub text: String,
+    /// A stop string matched; nothing more will be released.
+    pub stopped: bool,
+}
+
+impl StopMatcher {
+    /// Empty stop strings are ignored (the request layer rejects them).
+    pub fn new(stops: Vec<String>) -> Self {
+        Self { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new(), stopped: false }
+    }
+
+    pub fn push(&mut self, text: &str) -> StopOutput {
+        if self.stopped {
+            return StopOutput { text: String::new(), stopped: true };
+        }
+        if self.stops.is_empty() {
+            return StopOutput { text: text.to_string(), stopped: false };
+        }
+        self.held.push_str(text);
+        // 1. the earliest complete match wins
+        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+            self.stopped = true;
+            let mut out = std::mem::take(&mut self.held);
+            out.truncate(at);
+            return StopOutput { text: out, stopped: true };
+        }
+        // 2. hold the longest tail that is a prefix of some stop string
+        let keep = self.partial_tail_len();
+        let release = self.held.len() - keep;
+        let rest = self.held.split_off(release);
+        StopOutput { text: std::mem::replace(&mut self.held, rest), stopped: false }
+    }
+
+    /// Release what is held (the stream ended without completing a stop string).
+    pub fn finish(&mut self) -> String {
+        if self.stopped {
+            return String::new();
+        }
+        std::mem::take(&mut self.held)
+    }
+
+    fn partial_tail_len(&self) -> usize {
+        let h = &self.held;
+        let mut best = 0;
+        for s in &self.stops {
+            // Tails of `h` shorter than `s` (a full match was handled above), longest first.
+            let max = (s.len() - 1).min(h.len());
+            for len in (best + 1..=max).rev() {
+                let start = h.len() - len;
+                if h.is_char_boundary(start) && s.starts_with(&h[start..]) {
+                    best = len;
+                    break;
+                }
+            }
+        }
+        best
+    }
+}
+
+/// One choice's text state.
+pub struct ChoiceText<'a> {
+    dec: StreamDecoder<'a>,
+    stop: StopMatcher,
+    /// Characters released so far (for completions' `text_offset`).
+    pub released_chars: usize,
+    /// Tokens received.
+    pub tokens: usize,
+    /// No more text or tokens are wanted (a stop string matched, or the engine finished it).
+    pub done: bool,
+}
+
+impl<'a> ChoiceText<'a> {
+    pub fn new(tok: &'a Tokenizer, stops: Vec<String>, trim_leading_space: bool, skip_special: bool) -> Self {
+        Self {
+            dec: StreamDecoder::new(tok, trim_leading_space).skip_special(skip_special),
+            stop: StopMatcher::new(stops),
+            released_chars: 0,
+            tokens: 0,
+            done: false,
+        }
+    }
+
+    /// Feed one token; returns the released text and whether a stop string matched.
+    pub fn push(&mut self, id: u32) -> StopOutput {
+        self.tokens += 1;
+        let piece = self.dec.push(id);
+        let out = self.stop.push(&piece);
+        self.release(out)
+    }
+
+    /// The engine ended the choice: flush the decoder and the matcher. `stopped` tells whether the flushed
+    /// text completed a stop string.
+    pub fn finish(&mut self) -> StopOutput {
+        let tail = self.dec.finish();
+        let mut out = self.stop.push(&tail);
+        if !out.stopped {
+            out.text.push_str(&self.stop.finish());
+        }
+        self.done = true;
+        self.release(out)
+    }
+
+    fn release(&mut self, out: StopOutput) -> StopOutput {
+        self.released_chars += out.text.chars().count();
+        if out.stopped {
+            self.done = true;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(stops: &[&str], pieces: &[&str]) -> (String, bool, Vec<String>) {
+        let mut m = StopMatcher::new(stops.iter().map(|s| s.to_string()).collect());
+        let mut out = String::new();
+        let mut each = Vec::new();
+        for p in pieces {
+            let o = m.push(p);
+            each.push(o.text.clone());
+            out.push_str(&o.text);
+            if o.stopped {
+                return (out, true, each);
+            }
+        }
+        out.push_str(&m.finish());
+        (out, false, each)
+    }
+
+    #[test]
+    fn no_stops_passes_through() {
+        assert_eq!(run(&[], &["a", "b"]), ("ab".into(), false, vec!["a".into(), "b".into()]));
+    }
+
+    #[test]
+    fn stop_text_is_excluded_across_pieces() {
+        let (out, stopped, each) = run(&["\nUser:"], &["Hello", " there\n", "Us", "er:", " more"]);
+        assert_eq!(out, "Hello there");
+        assert!(stopped);
+        // "\n" is held until it is known not to be... it was part of the stop.
+        assert_eq!(each, vec!["Hello", " there", "", ""]);
+    }
+
+    #[test]
+    fn held_text_is_released_when_it_diverges() {
+        let (out, stopped, each) = run(&["STOP"], &["a ST", "x", "b"]);
+        assert_eq!((out.as_str(), stopped), ("a STxb", false));
+        assert_eq!(each, vec!["a ", "STx", "b"]);
+    }
+
+    #[test]
+    fn earliest_of_several_stops_wins_and_tail_is_flushed() {
+        let (out, stopped, _) = run(&["world", "lo"], &["hello world"]);
+        assert_eq!((out.as_str(), stopped), ("hel", true));
+        let (out, stopped, _) = run(&["xyz"], &["abc", "xy"]);
+        assert_eq!((out.as_str(), stopped), ("abcxy", false));
+    }
+
+    #[test]
+    fn stop_inside_one_piece_and_multibyte_boundaries() {
+        let (out, stopped, _) = run(&["é!"], &["café", "!x"]);
+        assert_eq!((out.as_str(), stopped), ("caf", true));
+        // A stop starting with a multi-byte char never splits one.
+        let (out, stopped, _) = run(&["日本"], &["今日", "は"]);
+        assert_eq!((out.as_str(), stopped), ("今日は", false));
+    }
+
+    #[test]
+    fn after_a_stop_nothing_more() {
+        let mut m = StopMatcher::new(vec!["x".into()]);
+        assert!(m.push("ax").stopped);
+        assert_eq!(m.push("more"), StopOutput { text: String::new(), stopped: true });
+        assert_eq!(m.finish(), "");
+    }
+}

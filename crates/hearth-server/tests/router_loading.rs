@@ -1,0 +1,101 @@
+//! The router without a model: what a client sees while the model loads, and the layers every route shares
+//! (404 fallback, 405, 413, API key, CORS), all in OpenAI's error shape.
+
+use hearth_server::{AppState, ServerConfig};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+struct Running {
+    port: u16,
+    _rt: tokio::runtime::Runtime,
+}
+
+fn start(cfg: ServerConfig) -> Running {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    rt.spawn(hearth_server::serve(listener, AppState::new(cfg)));
+    Running { port, _rt: rt }
+}
+
+/// (status, headers lowercased, body)
+fn call(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let _ = s.write_all(head.as_bytes());
+    let _ = s.write_all(body);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (h, b) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = h.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, h.to_ascii_lowercase(), b.to_string())
+}
+
+fn error(body: &str) -> Value {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
+    let e = v["error"].clone();
+    assert!(e["message"].is_string() && e.get("type").is_some() && e.get("param").is_some() && e.get("code").is_some(), "{v}");
+    e
+}
+
+#[test]
+fn while_loading_health_says_so_and_model_routes_are_503() {
+    let s = start(ServerConfig::default());
+    let (st, _, body) = call(s.port, "GET", "/health", &[], b"");
+    assert_eq!((st, body.as_str()), (503, r#"{"status":"loading"}"#));
+    for (m, p, b) in [("GET", "/v1/models", ""), ("GET", "/stats", ""), ("POST", "/v1/chat/completions", r#"{"messages":[]}"#)] {
+        let (st, _, body) = call(s.port, m, p, &[], b.as_bytes());
+        assert_eq!(st, 503, "{p}: {body}");
+        assert_eq!(error(&body)["code"], "model_loading");
+    }
+    // A malformed body is still a 400: the body is read before the model is needed.
+    let (st, _, body) = call(s.port, "POST", "/v1/completions", &[], b"{oops");
+    assert_eq!(st, 400);
+    assert_eq!(error(&body)["code"], "invalid_json");
+}
+
+#[test]
+fn not_found_method_not_allowed_and_body_limit_are_openai_errors() {
+    let s = start(ServerConfig { max_body: 1024, ..Default::default() });
+    let (st, _, body) = call(s.port, "GET", "/nope", &[], b"");
+    assert_eq!(st, 404);
+    assert_eq!(error(&body)["type"], "not_found_error");
+    let (st, headers, body) = call(s.port, "DELETE", "/v1/completions", &[], b"");
+    assert_eq!(st, 405);
+    assert!(headers.contains("allow:"), "{headers}");
+    assert_eq!(error(&body)["code"], "method_not_allowed");
+    let big = format!("{{\"prompt\": \"{}\"}}", "a".repeat(4096));
+    let (st, _, body) = call(s.port, "POST", "/v1/completions", &[], big.as_bytes());
+    assert_eq!(st, 413);
+    assert_eq!(error(&body)["code"], "body_too_large");
+}
+
+#[test]
+fn api_key_and_cors() {
+    let s = start(ServerConfig { api_key: Some("k1".into()), ..Default::default() });
+    assert_eq!(call(s.port, "GET", "/health", &[], b"").0, 503, "health is open (and loading)");
+    let (st, _, body) = call(s.port, "GET", "/v1/models", &[], b"");
+    assert_eq!(st, 401);
+    assert_eq!(error(&body)["type"], "authentication_error");
+    assert_eq!(call(s.port, "GET", "/v1/models", &[("Authorization", "Bearer k2")], b"").0, 401);
+    assert_eq!(call(s.port, "GET", "/nope", &[], b"").0, 401, "unknown routes need the key too");
+    // Past the key check: 503 because the model is loading.
+    assert_eq!(call(s.port, "GET", "/v1/models", &[("Authorization", "Bearer k1")], b"").0, 503);
+    assert_eq!(call(s.port, "GET", "/v1/models", &[("x-api-key", "k1")], b"").0, 503);
+    // CORS preflight needs no key.
+    let (st, headers, _) = call(
+        s.port,
+        "OPTIONS",
+        "/v1/chat/completions",
+        &[("Origin", "http://a"), ("Access-Control-Request-Method", "POST")],
+        b"",
+    );
+    assert_eq!(st, 204);
+    assert!(headers.contains("access-control-allow-origin: *"), "{headers}");
+}
