@@ -146,6 +146,12 @@ impl<'a> Generation<'a> {
                 let text_offset = c.released_chars;
                 let out = c.push(id);
                 let logprob = logprob.map(|lp| TokenLogprob { id, logprob: lp, top, text_offset });
+                if out.stopped {
+                    // Free this choice in the engine now; the others go on.
+                    if let Some(s) = job.stream.as_ref() {
+                        s.cancel_choice(choice);
+                    }
+                }
                 let choice = job.first_choice + choice;
                 self.pending.push_back(Event::Token { choice, text: out.text, logprob });
                 if out.stopped {

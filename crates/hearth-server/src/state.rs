@@ -25,9 +25,7 @@ pub struct Ready {
 impl Ready {
     /// Most tokens (prompt + completion) one request can ever hold.
     pub fn max_request_tokens(&self) -> usize {
-        let info = &self.engine.info;
-        let kv = info.kv_capacity_tokens.saturating_sub(self.kv_block_size);
-        info.max_positions.min(kv)
+        self.engine.info.max_request_tokens
     }
 }
 

@@ -58,7 +58,8 @@ pub enum SubmitError {
 /// The events of one request. Dropping it cancels the request: its rows and blocks are freed within one step.
 pub struct RequestStream {
     pub rx: tokio::sync::mpsc::UnboundedReceiver<EngineEvent>,
-    pub(crate) cancel: Arc<AtomicBool>,
+    /// One flag per choice.
+    pub(crate) cancel: Vec<Arc<AtomicBool>>,
 }
 
 impl RequestStream {
@@ -71,14 +72,29 @@ impl RequestStream {
         self.rx.blocking_recv()
     }
 
+    /// A stream fed by the caller (tests of the HTTP layer without a model).
+    pub fn from_parts(rx: tokio::sync::mpsc::UnboundedReceiver<EngineEvent>, choices: usize) -> Self {
+        Self { rx, cancel: (0..choices.max(1)).map(|_| Arc::new(AtomicBool::new(false))).collect() }
+    }
+
+    /// Cancel every choice.
     pub fn cancel(&self) {
-        self.cancel.store(true, Ordering::Relaxed);
+        for c in &self.cancel {
+            c.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Cancel one choice (it ends with `Finished { reason: Cancelled }` carrying its usage); the others go on.
+    pub fn cancel_choice(&self, choice: usize) {
+        if let Some(c) = self.cancel.get(choice) {
+            c.store(true, Ordering::Relaxed);
+        }
     }
 }
 
 impl Drop for RequestStream {
     fn drop(&mut self) {
-        self.cancel.store(true, Ordering::Relaxed);
+        self.cancel();
     }
 }
 

@@ -26,6 +26,9 @@ pub struct EngineInfo {
     pub max_positions: usize,
     pub kv_capacity_tokens: usize,
     pub max_batch: usize,
+    pub kv_block_size: usize,
+    /// The most prompt + max_tokens one request may ask for (context and KV pool permitting).
+    pub max_request_tokens: usize,
 }
 
 #[derive(Clone)]
@@ -57,6 +60,9 @@ pub fn start(model: Box<dyn Model>, device: Device, cfg: EngineConfig, eos: Vec<
         max_positions: model.max_positions(),
         kv_capacity_tokens: cfg.kv_blocks * cfg.kv_block_size,
         max_batch: cfg.max_batch,
+        kv_block_size: cfg.kv_block_size,
+        // One block of slack for the token being decoded (see `submit`).
+        max_request_tokens: model.max_positions().min((cfg.kv_blocks - 1) * cfg.kv_block_size),
     };
     let (tx, rx) = mpsc::channel::<Command>();
     let stats = Arc::new(Mutex::new(EngineStats::default()));
@@ -160,7 +166,7 @@ impl EngineHandle {
             return Err(SubmitError::QueueFull { waiting, limit: self.cfg.max_queue });
         }
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let cancel = Arc::new(AtomicBool::new(false));
+        let cancel: Vec<Arc<AtomicBool>> = (0..req.n).map(|_| Arc::new(AtomicBool::new(false))).collect();
         let mut seqs = Vec::with_capacity(req.n);
         let mut parent = None;
         for choice in 0..req.n {
@@ -181,7 +187,7 @@ impl EngineHandle {
                 stop_ids: req.stop_token_ids.clone(),
                 ignore_eos: req.ignore_eos,
                 tx: tx.clone(),
-                cancel: cancel.clone(),
+                cancel: cancel[choice].clone(),
             });
             parent = parent.or(Some(slot));
         }

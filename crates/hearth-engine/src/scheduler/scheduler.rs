@@ -54,6 +54,14 @@ impl Scheduler {
         self.waiting.push_back(seq);
     }
 
+    /// A cancelled row whose client still listens (one choice stopped by the server) gets its usage.
+    fn cancelled(&mut self, seq: Sequence) {
+        if !seq.tx.is_closed() {
+            seq.finish(FinishReason::Cancelled);
+        }
+        self.free(seq);
+    }
+
     fn free(&mut self, mut seq: Sequence) {
         self.pool.release_all(&mut seq.blocks);
         self.kv.remove(seq.slot);
@@ -64,7 +72,7 @@ impl Scheduler {
         while i < self.running.len() {
             if self.running[i].is_cancelled() {
                 let s = self.running.remove(i);
-                self.free(s);
+                self.cancelled(s);
             } else {
                 i += 1;
             }
@@ -72,7 +80,7 @@ impl Scheduler {
         let (keep, gone): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.waiting).into_iter().partition(|s| !s.is_cancelled());
         self.waiting = keep;
         for s in gone {
-            self.free(s);
+            self.cancelled(s);
         }
     }
 
