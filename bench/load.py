@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Load generator for OpenAI-compatible servers (hearth, llama.cpp's llama-server), loopback only, bounded.
+
+    python3 bench/load.py --url http://127.0.0.1:8080 --concurrency 1,4,8,16 --requests 16 --max-tokens 128
+
+For each concurrency C it runs `--requests` streaming /v1/completions requests (greedy, ignore_eos, a fixed
+prompt) with at most C in flight, and reports aggregate output tok/s (all tokens / wall time), TTFT p50/p95 and
+inter-token latency p50/p95 (gaps between SSE content chunks). Prints one JSON line per level (and a markdown
+row with --markdown). Stdlib only; refuses non-loopback URLs.
+"""
+import argparse, http.client, json, statistics, threading, time, urllib.parse
+
+
+def pct(xs, p):
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, int(round(p / 100 * (len(xs) - 1)))))
+    return xs[k]
+
+
+def one_request(host, port, prompt, max_tokens, timeout):
+    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                       "stream": True, "ignore_eos": True}).encode()
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
+    times = []
+    buf = b""
+    while True:
+        chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(1)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            for line in ev.split(b"\n"):
+                if not line.startswith(b"data: "):
+                    continue
+                data = line[6:]
+                if data == b"[DONE]":
+                    conn.close()
+                    return t0, times
+                obj = json.loads(data)
+                if "error" in obj:
+                    raise RuntimeError(obj["error"])
+                ch = obj.get("choices") or []
+                if ch and ch[0].get("text"):
+                    times.append(time.perf_counter())
+    conn.close()
+    return t0, times
+
+
+def run_level(host, port, prompt, conc, n_req, max_tokens, timeout):
+    lock = threading.Lock()
+    results, errors = [], []
+    todo = list(range(n_req))
+
+    def worker():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                todo.pop()
+            try:
+                r = one_request(host, port, prompt, max_tokens, timeout)
+                with lock:
+                    results.append(r)
+            except Exception as e:  # noqa: BLE001 - reported, not hidden
+                with lock:
+                    errors.append(str(e))
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(conc)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    tokens = sum(len(ts) for _, ts in results)
+    ttft = [ts[0] - s for s, ts in results if ts]
+    itl = [b - a for _, ts in results for a, b in zip(ts, ts[1:])]
+    return {
+        "concurrency": conc, "requests": len(results), "errors": len(errors), "tokens": tokens,
+        "wall_s": round(wall, 2), "agg_tok_s": round(tokens / wall, 1),
+        "ttft_p50_ms": round(pct(ttft, 50) * 1e3, 1), "ttft_p95_ms": round(pct(ttft, 95) * 1e3, 1),
+        "itl_p50_ms": round(pct(itl, 50) * 1e3, 1), "itl_p95_ms": round(pct(itl, 95) * 1e3, 1),
+        "first_error": errors[0] if errors else None,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", default="http://127.0.0.1:8080")
+    ap.add_argument("--concurrency", default="1,4,8,16")
+    ap.add_argument("--requests", type=int, default=16, help="requests per level (bounded)")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--prompt", default="Write a short story about a lighthouse keeper who finds a message in a bottle.")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--label", default="")
+    ap.add_argument("--markdown", action="store_true")
+    a = ap.parse_args()
+    u = urllib.parse.urlparse(a.url)
+    if u.hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise SystemExit("load.py only talks to loopback servers")
+    if a.requests > 256:
+        raise SystemExit("--requests is capped at 256")
+    for c in [int(x) for x in a.concurrency.split(",")]:
+        r = run_level(u.hostname, u.port or 80, a.prompt, c, max(a.requests, c), a.max_tokens, a.timeout)
+        r["label"] = a.label
+        print(json.dumps(r), flush=True)
+        if a.markdown:
+            print(f"| {a.label} | {c} | {r['agg_tok_s']} | {r['ttft_p50_ms']} | {r['ttft_p95_ms']} | "
+                  f"{r['itl_p50_ms']} | {r['itl_p95_ms']} | {r['errors']} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
