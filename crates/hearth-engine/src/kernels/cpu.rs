@@ -6,7 +6,7 @@
 //! * Q8_0, 34 bytes: `d: f16, qs: [i8; 32]`.
 
 use super::quant::{quantize_rows, XBlock, QK};
-use super::{par_chunks, Isa};
+use super::{par_chunks, Isa, Pool};
 use crate::{Error, Result};
 use candle_core::quantized::GgmlDType;
 use std::cell::RefCell;
@@ -41,13 +41,27 @@ fn grain(k: usize, bytes: usize) -> usize {
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn decode_matmul(dtype: GgmlDType, isa: Isa, w: &[u8], n: usize, k: usize, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+pub fn decode_matmul(
+    dtype: GgmlDType,
+    isa: Isa,
+    w: &[u8],
+    n: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+) -> Result<()> {
     let bytes = block_bytes(dtype);
     if bytes == 0 {
-        return Err(Error::Unsupported(format!("fast decode matmul for {dtype:?}")));
+        return Err(Error::Unsupported(format!(
+            "fast decode matmul for {dtype:?}"
+        )));
     }
-    if k % QK != 0 || w.len() != n * (k / QK) * bytes {
-        return Err(Error::InvalidModel(format!("{dtype:?} weight of {} bytes for {n}x{k}", w.len())));
+    if !k.is_multiple_of(QK) || w.len() != n * (k / QK) * bytes {
+        return Err(Error::InvalidModel(format!(
+            "{dtype:?} weight of {} bytes for {n}x{k}",
+            w.len()
+        )));
     }
     let nb = k / QK;
     XQ.with(|cell| {
@@ -59,15 +73,28 @@ pub fn decode_matmul(dtype: GgmlDType, isa: Isa, w: &[u8], n: usize, k: usize, x
         quantize_rows(x, xq, corr_mult(dtype, isa), cfg!(target_arch = "x86_64"));
         let xq: &[XBlock] = xq;
         let out_ptr = out.as_mut_ptr() as usize;
-        par_chunks(n, grain(k, bytes), |rows| {
+        par_chunks(Pool::Candle, n, grain(k, bytes), |rows| {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the caller checked that the CPU supports `isa`; each chunk writes only the output
             // columns of its own weight rows.
             unsafe {
-                x86::run(dtype, isa, w.as_ptr(), nb, xq, m, n, rows, out_ptr as *mut f32)
+                x86::run(
+                    dtype,
+                    isa,
+                    w.as_ptr(),
+                    nb,
+                    xq,
+                    m,
+                    n,
+                    rows,
+                    out_ptr as *mut f32,
+                )
             }
             #[cfg(not(target_arch = "x86_64"))]
-            unreachable!("no Isa exists off x86_64 ({rows:?}, {out_ptr}, {})", xq.len())
+            unreachable!(
+                "no Isa exists off x86_64 ({rows:?}, {out_ptr}, {})",
+                xq.len()
+            )
         });
     });
     Ok(())
@@ -142,7 +169,12 @@ mod x86 {
     /// 32 bits -> 32 bytes, 0xFF where the bit is set.
     #[inline(always)]
     unsafe fn bits_to_bytes(bits: u32) -> __m256i {
-        let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+        let shuf = _mm256_set_epi64x(
+            0x0303030303030303,
+            0x0202020202020202,
+            0x0101010101010101,
+            0,
+        );
         let b = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuf);
         let sel = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
         _mm256_cmpeq_epi8(_mm256_or_si256(b, sel), _mm256_set1_epi64x(-1))
@@ -194,7 +226,11 @@ mod x86 {
         const HAS_MIN: bool = false;
         #[inline(always)]
         unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
-            (_mm256_loadu_si256(p.add(2) as *const __m256i), f16_at(p), 0.0)
+            (
+                _mm256_loadu_si256(p.add(2) as *const __m256i),
+                f16_at(p),
+                0.0,
+            )
         }
         #[inline(always)]
         unsafe fn dot<M: Mac>(w: __m256i, y: __m256i, corr: *const i32) -> __m256i {
@@ -204,7 +240,11 @@ mod x86 {
 
     /// Dot products of one weight row (nb blocks at `w`) with MR activation rows.
     #[inline(always)]
-    unsafe fn row_tile<K: Kind, M: Mac, const MR: usize>(w: *const u8, nb: usize, xs: [*const XBlock; MR]) -> [f32; MR] {
+    unsafe fn row_tile<K: Kind, M: Mac, const MR: usize>(
+        w: *const u8,
+        nb: usize,
+        xs: [*const XBlock; MR],
+    ) -> [f32; MR] {
         let mut acc = [_mm256_setzero_ps(); MR];
         let mut sm = [0f32; MR];
         for b in 0..nb {
@@ -213,7 +253,8 @@ mod x86 {
                 let xb = &*xs[r].add(b);
                 let y = _mm256_loadu_si256(xb.qs.as_ptr() as *const __m256i);
                 let dot = K::dot::<M>(wv, y, xb.corr.as_ptr());
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xb.d), acc[r]);
+                acc[r] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xb.d), acc[r]);
                 if K::HAS_MIN {
                     sm[r] += mw * xb.s;
                 }
@@ -228,7 +269,12 @@ mod x86 {
 
     /// Two weight rows against one activation row: two independent accumulator chains for m = 1.
     #[inline(always)]
-    unsafe fn row_pair<K: Kind, M: Mac>(w0: *const u8, w1: *const u8, nb: usize, x: *const XBlock) -> (f32, f32) {
+    unsafe fn row_pair<K: Kind, M: Mac>(
+        w0: *const u8,
+        w1: *const u8,
+        nb: usize,
+        x: *const XBlock,
+    ) -> (f32, f32) {
         let mut a0 = _mm256_setzero_ps();
         let mut a1 = _mm256_setzero_ps();
         let mut s0 = 0f32;
@@ -322,13 +368,29 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn rows_avx2<K: Kind>(w: *const u8, nb: usize, xq: &[XBlock], m: usize, n: usize, rows: std::ops::Range<usize>, out: *mut f32) {
+    unsafe fn rows_avx2<K: Kind>(
+        w: *const u8,
+        nb: usize,
+        xq: &[XBlock],
+        m: usize,
+        n: usize,
+        rows: std::ops::Range<usize>,
+        out: *mut f32,
+    ) {
         rows_impl::<K, Avx2>(w, nb, xq, m, n, rows, out)
     }
 
     #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn rows_vnni<K: Kind>(w: *const u8, nb: usize, xq: &[XBlock], m: usize, n: usize, rows: std::ops::Range<usize>, out: *mut f32) {
+    unsafe fn rows_vnni<K: Kind>(
+        w: *const u8,
+        nb: usize,
+        xq: &[XBlock],
+        m: usize,
+        n: usize,
+        rows: std::ops::Range<usize>,
+        out: *mut f32,
+    ) {
         rows_impl::<K, Vnni>(w, nb, xq, m, n, rows, out)
     }
 
@@ -336,7 +398,17 @@ mod x86 {
     /// The CPU must support `isa`; `w` holds n rows of nb blocks of `dtype`; `xq` holds m rows of nb blocks
     /// quantized with this (dtype, isa)'s correction; `out` has m·n values.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn run(dtype: GgmlDType, isa: Isa, w: *const u8, nb: usize, xq: &[XBlock], m: usize, n: usize, rows: std::ops::Range<usize>, out: *mut f32) {
+    pub unsafe fn run(
+        dtype: GgmlDType,
+        isa: Isa,
+        w: *const u8,
+        nb: usize,
+        xq: &[XBlock],
+        m: usize,
+        n: usize,
+        rows: std::ops::Range<usize>,
+        out: *mut f32,
+    ) {
         match (dtype, isa) {
             (GgmlDType::Q4_1, Isa::Avx2) => rows_avx2::<KQ4_1>(w, nb, xq, m, n, rows, out),
             (GgmlDType::Q4_1, Isa::AvxVnni) => rows_vnni::<KQ4_1>(w, nb, xq, m, n, rows, out),

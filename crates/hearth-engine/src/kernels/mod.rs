@@ -3,23 +3,24 @@
 //! candle 0.11.1's CPU `QMatMul` has SIMD dot products for Q4_0, Q8_0 and the k-quants only; Q4_1 and Q5_0
 //! (SmolLM2's and Gemma 3's main weight types) run its scalar `vec_dot_unopt`. This module adds:
 //!
-//! * **Decode path** (few activation rows): each row of x is quantized to 32-wide int8 blocks exactly as
-//!   candle/ggml do (Q8_1 for Q4_1 weights, Q8_0 otherwise; bit-identical scales and values), then AVX2 dot
-//!   products per block (`maddubs`+`madd`, or `vpdpbusd` where the CPU has AVX-VNNI): Q4_1×Q8_1
-//!   (`d_w·d_x·Σq·y + m_w·s_x`), Q5_0×Q8_0 (5th bit rebuilt, the `-16` offset folded in as an exact integer
-//!   correction), Q8_0×Q8_0. Every block sum is an exact i32, so results equal candle's up to f32
-//!   accumulation order. Output rows are split over candle's CPU worker pool (the threads its own quantized
-//!   matmul uses, so the two never compete for cores).
-//! * **Prefill path** (many rows): W is dequantized to f32 once per call (parallel over rows; AVX2 for
-//!   Q4_1/Q5_0/Q8_0, candle's `to_float` for the k-quants) and multiplied with candle's f32 `matmul` (the
-//!   `gemm` crate). x is rounded to the same 8-bit block values first (and Q4_1's min term uses the same f16
-//!   block sums), so this path computes the decode path's math up to f32 rounding: a row's result does not
-//!   depend on how many rows share the call (chunked prefill, batching), and stays comparable to llama.cpp.
+//! * **int8 path** ("decode"; every m up to a per-type crossover, 96-256 rows): each row of x is quantized to
+//!   32-wide int8 blocks exactly as candle/ggml do (Q8_1 for Q4_1 weights, Q8_0 otherwise; bit-identical
+//!   scales and values), then AVX2 dot products per block (`maddubs`+`madd`, or `vpdpbusd` where the CPU has
+//!   AVX-VNNI): Q4_1×Q8_1 (`d_w·d_x·Σq·y + m_w·s_x`), Q5_0×Q8_0 (5th bit rebuilt, the `-16` offset folded
+//!   in as an exact integer correction), Q8_0×Q8_0. Every block sum is an exact i32, so results equal
+//!   candle's up to f32 accumulation order. Output rows are split over candle's CPU worker pool (the threads
+//!   its own quantized matmul uses; rayon's pool measured 2-3x slower at m = 1).
+//! * **Dequant+f32 path** (prefill, m at or above the crossover): W is dequantized to f32 once per call
+//!   (parallel over rows, into a reused per-thread buffer) and multiplied with candle's f32 `matmul` (the
+//!   `gemm` crate); the dequantization runs on rayon's pool like the gemm. x is first rounded to the same
+//!   8-bit block values (and Q4_1's min term uses the same f16 block sums), so this path computes the int8
+//!   path's math up to f32 rounding: a row's result does not depend on how many rows share the call
+//!   (chunked prefill, batching) and stays comparable to llama.cpp.
 //!
 //! Which path serves which `(type, m)` is decided by [`Plan`], from measurements on a 2-core AMD EPYC with
-//! AVX-512/AVX-VNNI (see `examples/qmatmul_bench.rs`); everything else falls back to candle's `QMatMul`,
-//! which is also the scalar reference in the tests. Non-CPU tensors, non-f32 activations and CPUs without
-//! AVX2+FMA+F16C always use candle.
+//! AVX-512/AVX-VNNI (see `examples/qmatmul_bench.rs`); everything else (k-quants, Q4_0, ...) falls back to
+//! candle's `QMatMul`, which is also the reference in the tests. Non-CPU tensors, non-f32 activations and
+//! CPUs without AVX2+FMA+F16C always use candle.
 //!
 //! Environment:
 //! * `HEARTH_FAST_QUANT=0` (or `off`/`false`) disables the whole module: every matmul uses candle's `QMatMul`.
@@ -53,7 +54,10 @@ impl Isa {
     pub fn detect() -> Option<Isa> {
         #[cfg(target_arch = "x86_64")]
         {
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+            if is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+            {
                 if is_x86_feature_detected!("avxvnni") {
                     return Some(Isa::AvxVnni);
                 }
@@ -66,10 +70,10 @@ impl Isa {
 
 /// Whether this CPU can run kernels built for `isa`.
 pub fn isa_supported(isa: Isa) -> bool {
-    match (Isa::detect(), isa) {
-        (None, _) => false,
-        (Some(Isa::Avx2), Isa::AvxVnni) => false,
-        _ => true,
+    match Isa::detect() {
+        None => false,
+        Some(Isa::Avx2) => isa == Isa::Avx2,
+        Some(Isa::AvxVnni) => true,
     }
 }
 
@@ -86,7 +90,12 @@ pub fn isa_from_setting(setting: Option<&str>, detected: Option<Isa>) -> Option<
 /// The ISA in use, or `None` when the module is off (kill switch or no AVX2).
 pub fn active_isa() -> Option<Isa> {
     static ISA: OnceLock<Option<Isa>> = OnceLock::new();
-    *ISA.get_or_init(|| isa_from_setting(std::env::var("HEARTH_FAST_QUANT").ok().as_deref(), Isa::detect()))
+    *ISA.get_or_init(|| {
+        isa_from_setting(
+            std::env::var("HEARTH_FAST_QUANT").ok().as_deref(),
+            Isa::detect(),
+        )
+    })
 }
 
 /// Which implementation serves one matmul.
@@ -109,26 +118,51 @@ pub struct Plan {
     pub dequant_from: usize,
 }
 
-/// Largest weight (elements) the dequant+f32 path materializes: 8M f32 = 32 MiB, glibc's largest mmap threshold,
-/// so the buffer is recycled from the heap instead of page-faulted in on every call.
+/// Largest weight (elements) the dequant+f32 path materializes: 8M f32 = 32 MiB of per-thread scratch. Bigger
+/// matrices (a vocabulary head) always take the int8 path.
 pub const DEQUANT_MAX_ELEMS: usize = 8 << 20;
 
 impl Plan {
-    /// Measured policy for a `(n, k)` weight of `dtype` (see `examples/qmatmul_bench.rs`). The int8 kernels beat
-    /// candle at every m for Q4_1/Q5_0/Q8_0; the dequant+f32 path overtakes them around m = 48..96. candle's
-    /// k-quant kernels (repacked, VNNI) beat dequant+f32 at every m measured, so those stay with candle.
-    pub fn for_weight(dtype: GgmlDType, n: usize, k: usize) -> Plan {
+    /// Measured policy for a `(n, k)` weight of `dtype` run with `isa` (`examples/qmatmul_bench.rs`, 2 threads).
+    /// The int8 kernels beat candle at every m for Q4_1/Q5_0/Q8_0; the dequant+f32 path overtakes them at
+    /// m ≈ 64..128 (Q4_1, Q5_0; later with VNNI) and m ≈ 256+ (Q8_0). Around the crossover the two are within
+    /// ~10% and compute the same math, so the exact point is not critical. candle's k-quant kernels (repacked)
+    /// beat dequant+f32 at every m measured, so those stay with candle.
+    pub fn for_weight(dtype: GgmlDType, isa: Isa, n: usize, k: usize) -> Plan {
+        let vnni = isa == Isa::AvxVnni;
         let crossover = match dtype {
-            GgmlDType::Q4_1 => 64,
-            GgmlDType::Q5_0 => 64,
-            GgmlDType::Q8_0 => 96,
-            _ => return Plan { decode_below: 0, dequant_from: usize::MAX },
+            GgmlDType::Q4_1 | GgmlDType::Q5_0 => {
+                if vnni {
+                    128
+                } else {
+                    96
+                }
+            }
+            GgmlDType::Q8_0 => {
+                if vnni {
+                    256
+                } else {
+                    192
+                }
+            }
+            _ => {
+                return Plan {
+                    decode_below: 0,
+                    dequant_from: usize::MAX,
+                }
+            }
         };
         if n * k > DEQUANT_MAX_ELEMS {
             // e.g. a vocabulary head: dequantizing it per call costs far more than it saves
-            return Plan { decode_below: usize::MAX, dequant_from: usize::MAX };
+            return Plan {
+                decode_below: usize::MAX,
+                dequant_from: usize::MAX,
+            };
         }
-        Plan { decode_below: crossover, dequant_from: crossover }
+        Plan {
+            decode_below: crossover,
+            dequant_from: crossover,
+        }
     }
 
     pub fn path(&self, m: usize) -> Path {
@@ -177,7 +211,15 @@ pub struct FastQMatMul {
 
 impl std::fmt::Debug for FastQMatMul {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "FastQMatMul({:?}, {}x{}, {:?}, {:?})", self.w.dtype(), self.n, self.k, self.isa, self.plan)
+        write!(
+            f,
+            "FastQMatMul({:?}, {}x{}, {:?}, {:?})",
+            self.w.dtype(),
+            self.n,
+            self.k,
+            self.isa,
+            self.plan
+        )
     }
 }
 
@@ -188,7 +230,7 @@ impl FastQMatMul {
         let QMatMul::QTensor(q) = w else { return None };
         let isa = active_isa()?;
         let (n, k) = q.shape().dims2().ok()?;
-        Self::with_plan(q.clone(), isa, Plan::for_weight(q.dtype(), n, k))
+        Self::with_plan(q.clone(), isa, Plan::for_weight(q.dtype(), isa, n, k))
     }
 
     /// Like `new`, with an explicit ISA and plan (tests, benchmarks).
@@ -199,14 +241,29 @@ impl FastQMatMul {
         let (n, k) = w.shape().dims2().ok()?;
         let dtype = w.dtype();
         let plan = Plan {
-            decode_below: if decode_supported(dtype) { plan.decode_below } else { 0 },
-            dequant_from: if dequant_supported(dtype) { plan.dequant_from } else { usize::MAX },
+            decode_below: if decode_supported(dtype) {
+                plan.decode_below
+            } else {
+                0
+            },
+            dequant_from: if dequant_supported(dtype) {
+                plan.dequant_from
+            } else {
+                usize::MAX
+            },
         };
         if plan.decode_below == 0 && plan.dequant_from == usize::MAX {
             return None;
         }
         let fallback = QMatMul::QTensor(w.clone());
-        Some(Self { w, fallback, isa, plan, n, k })
+        Some(Self {
+            w,
+            fallback,
+            isa,
+            plan,
+            n,
+            k,
+        })
     }
 
     pub fn plan(&self) -> Plan {
@@ -221,7 +278,9 @@ impl FastQMatMul {
     /// x: (.., k) -> (.., n).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dims = x.dims();
-        let Some((&k, lead)) = dims.split_last() else { return Ok(self.fallback.forward(x)?) };
+        let Some((&k, lead)) = dims.split_last() else {
+            return Ok(self.fallback.forward(x)?);
+        };
         if k != self.k || x.dtype() != DType::F32 || !x.device().is_cpu() {
             return Ok(self.fallback.forward(x)?);
         }
@@ -235,8 +294,11 @@ impl FastQMatMul {
                 let mut out = vec![0f32; m * self.n];
                 {
                     let (storage, layout) = x.storage_and_layout();
-                    let candle_core::Storage::Cpu(cpu) = &*storage else { unreachable!("checked is_cpu") };
-                    let xs = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + m * k];
+                    let candle_core::Storage::Cpu(cpu) = &*storage else {
+                        unreachable!("checked is_cpu")
+                    };
+                    let xs = &cpu.as_slice::<f32>()?
+                        [layout.start_offset()..layout.start_offset() + m * k];
                     decode_matmul(&self.w, self.isa, xs, m, &mut out)?;
                 }
                 Ok(Tensor::from_vec(out, out_dims, &Device::Cpu)?)
@@ -279,27 +341,120 @@ pub fn dequant_matmul(w: &QTensor, isa: Isa, x: &Tensor) -> Result<Tensor> {
     let (n, k) = w.shape().dims2()?;
     let (m, xk) = x.dims2()?;
     if xk != k || x.dtype() != DType::F32 || !x.device().is_cpu() {
-        return Err(crate::Error::InvalidRequest(format!("dequant_matmul: x {:?} for a {n}x{k} weight", x.shape())));
+        return Err(crate::Error::InvalidRequest(format!(
+            "dequant_matmul: x {:?} for a {n}x{k} weight",
+            x.shape()
+        )));
     }
     if !isa_supported(isa) {
         return Err(crate::Error::Unsupported(format!("this CPU lacks {isa:?}")));
     }
     let dtype = w.dtype();
     let split_min = dtype == GgmlDType::Q4_1;
+    let ks = dequant::row_len(k, split_min);
     let data = w.data()?;
-    let wf = dequant::dequantize(dtype, isa, &data, n, k, split_min)?;
-    let ks = wf.len() / n.max(1);
-    let wt = Tensor::from_vec(wf, (n, ks), &Device::Cpu)?;
     let x = x.contiguous()?;
-    let xq = if decode_supported(dtype) {
-        let (storage, layout) = x.storage_and_layout();
-        let candle_core::Storage::Cpu(cpu) = &*storage else { unreachable!("checked is_cpu") };
-        let xs = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + m * k];
-        Tensor::from_vec(quant::round_rows(xs, m, k, split_min), (m, ks), &Device::Cpu)?
+    // The buffers stay out of their thread-local slots until the matmul is done: a re-entrant call on this
+    // thread (rayon may run another task here while gemm waits) then allocates its own instead of
+    // overwriting ours mid-use.
+    let w_buf = take_scratch(&W_SCRATCH, n * ks)?;
+    let x_buf = if decode_supported(dtype) {
+        Some(take_scratch(&X_SCRATCH, m * ks)?)
     } else {
-        x
+        None
     };
-    Ok(xq.matmul(&wt.t()?)?)
+    let run = || -> Result<Tensor> {
+        let wt = fill_view(&w_buf, n * ks, (n, ks), &|out| {
+            dequant::dequantize_into(dtype, isa, &data, n, k, split_min, out)
+        })?;
+        let Some(x_buf) = &x_buf else {
+            return Ok(x.matmul(&wt.t()?)?);
+        };
+        let (storage, layout) = x.storage_and_layout();
+        let candle_core::Storage::Cpu(cpu) = &*storage else {
+            unreachable!("checked is_cpu")
+        };
+        let xs = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + m * k];
+        let xq = fill_view(x_buf, m * ks, (m, ks), &|out| {
+            quant::round_rows_into(xs, m, k, split_min, out);
+            Ok(())
+        })?;
+        drop(storage);
+        Ok(xq.matmul(&wt.t()?)?)
+    };
+    let y = run();
+    put_back_scratch(&W_SCRATCH, w_buf);
+    if let Some(b) = x_buf {
+        put_back_scratch(&X_SCRATCH, b);
+    }
+    y
+}
+
+type ScratchSlot = std::thread::LocalKey<std::cell::Cell<Option<Tensor>>>;
+
+thread_local! {
+    /// Dequantized W of the last prefill matmul on this thread (grown to the largest seen).
+    static W_SCRATCH: std::cell::Cell<Option<Tensor>> = const { std::cell::Cell::new(None) };
+    /// Rounded activations of the last prefill matmul on this thread.
+    static X_SCRATCH: std::cell::Cell<Option<Tensor>> = const { std::cell::Cell::new(None) };
+}
+
+/// A reusable f32 CPU buffer of at least `len` values. Fresh multi-MiB allocations per call cost page
+/// faults that measured up to +50% on the prefill path; this keeps one buffer per thread and role.
+fn take_scratch(slot: &'static ScratchSlot, len: usize) -> Result<Tensor> {
+    Ok(match slot.with(|c| c.take()) {
+        Some(t) if t.elem_count() >= len => t,
+        _ => Tensor::zeros(len, DType::F32, &Device::Cpu)?,
+    })
+}
+
+fn put_back_scratch(slot: &'static ScratchSlot, t: Tensor) {
+    // Only matrices the plan would dequantize are worth keeping a buffer for.
+    if t.elem_count() > DEQUANT_MAX_ELEMS + DEQUANT_MAX_ELEMS / 32 {
+        return;
+    }
+    slot.with(|c| {
+        let keep = match c.take() {
+            Some(other) if other.elem_count() > t.elem_count() => other,
+            _ => t,
+        };
+        c.set(Some(keep));
+    })
+}
+
+/// Fill the first `len` values of `buf` and return them as a `shape` view (no copy).
+fn fill_view(
+    buf: &Tensor,
+    len: usize,
+    shape: (usize, usize),
+    fill: &dyn Fn(&mut [f32]) -> Result<()>,
+) -> Result<Tensor> {
+    buf.inplace_op1(&Fill { len, fill })?;
+    Ok(buf.narrow(0, 0, len)?.reshape(shape)?)
+}
+
+struct Fill<'a> {
+    len: usize,
+    fill: &'a dyn Fn(&mut [f32]) -> Result<()>,
+}
+
+impl candle_core::InplaceOp1 for Fill<'_> {
+    fn name(&self) -> &'static str {
+        "hearth-kernels-fill"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &mut candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> candle_core::Result<()> {
+        let candle_core::CpuStorage::F32(v) = storage else {
+            candle_core::bail!("scratch buffer is not f32")
+        };
+        let start = layout.start_offset();
+        (self.fill)(&mut v[start..start + self.len])
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))
+    }
 }
 
 /// W (n, k) as f32, row-major, computed in parallel over rows; bit-identical to candle's `dequantize`.
@@ -312,14 +467,33 @@ pub fn dequantize(w: &QTensor, isa: Isa) -> Result<Vec<f32>> {
     dequant::dequantize(w.dtype(), isa, &data, n, k, false)
 }
 
-/// Split `n_items` over candle's CPU worker pool in chunks of at least `grain` items.
-pub(crate) fn par_chunks(n_items: usize, grain: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
+/// Which threads run a parallel loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pool {
+    /// candle's barrier pool: the threads candle's own quantized matmul uses. Lowest hand-out latency, which
+    /// the short decode matmuls need.
+    Candle,
+    /// rayon's global pool: the threads candle's f32 `matmul` (gemm) uses. For the dequant+f32 path, so that
+    /// the dequantization and the gemm right after it run on the same threads (candle's pool spins for a
+    /// while after each job and would compete with gemm for the cores).
+    Rayon,
+}
+
+/// Split `n_items` over `pool` in chunks of at least `grain` items.
+pub(crate) fn par_chunks(
+    pool: Pool,
+    n_items: usize,
+    grain: usize,
+    f: impl Fn(std::ops::Range<usize>) + Sync,
+) {
     if n_items == 0 {
         return;
     }
-    let pool = candle_core::utils::barrier_pool();
-    let threads = pool.n_workers() + 1;
-    if threads == 1 || n_items <= grain {
+    let threads = match pool {
+        Pool::Candle => candle_core::utils::barrier_pool().n_workers() + 1,
+        Pool::Rayon => rayon::current_num_threads(),
+    };
+    if threads <= 1 || n_items <= grain {
         f(0..n_items);
         return;
     }
@@ -332,17 +506,12 @@ pub(crate) fn par_chunks(n_items: usize, grain: usize, f: impl Fn(std::ops::Rang
             f(lo..hi)
         }
     };
-    if use_rayon() {
-        use rayon::prelude::*;
-        (0..units).into_par_iter().for_each(|u| unit(u..u + 1));
-    } else {
+    match pool {
         // execute_chunked hands out ~8 chunks per thread from a shared cursor.
-        pool.execute_chunked(units, unit);
+        Pool::Candle => candle_core::utils::barrier_pool().execute_chunked(units, unit),
+        Pool::Rayon => {
+            use rayon::prelude::*;
+            (0..units).into_par_iter().for_each(|u| unit(u..u + 1));
+        }
     }
-}
-
-/// Benchmark knob: `HEARTH_FAST_QUANT_POOL=rayon` runs the kernels on rayon's global pool instead of candle's.
-fn use_rayon() -> bool {
-    static R: OnceLock<bool> = OnceLock::new();
-    *R.get_or_init(|| std::env::var("HEARTH_FAST_QUANT_POOL").is_ok_and(|v| v == "rayon"))
 }
