@@ -20,6 +20,13 @@ const PROMPTS: [&str; 8] = [
     "In 1969, the first humans landed on the Moon. The mission was called",
 ];
 
+/// A prompt long enough (~170 tokens) to be cut into several prefill pieces.
+fn long_prompt() -> String {
+    "The history of the printing press begins in the fifteenth century, when a goldsmith from Mainz combined \
+     movable metal type, oil-based ink and a wooden press adapted from wine making. "
+        .repeat(4)
+}
+
 fn engine(blocks: usize, batch: usize) -> (EngineHandle, hearth_engine::tokenizer::Tokenizer) {
     let m = real_model("smollm2-135m");
     let eos = m.tokenizer.eos_ids().to_vec();
@@ -53,8 +60,10 @@ fn collect(mut s: hearth_engine::engine::RequestStream) -> (Vec<u32>, FinishReas
 #[test]
 fn batch_invariance_and_preemption() {
     let (eng, tok) = engine(256, 8);
-    let solo: Vec<Vec<u32>> = PROMPTS.iter().map(|p| collect(eng.submit(req(&tok, p, 24)).unwrap()).0).collect();
-    let streams: Vec<_> = PROMPTS.iter().map(|p| eng.submit(req(&tok, p, 24)).unwrap()).collect();
+    let mut prompts: Vec<String> = PROMPTS.iter().map(|p| p.to_string()).collect();
+    prompts[3] = long_prompt();
+    let solo: Vec<Vec<u32>> = prompts.iter().map(|p| collect(eng.submit(req(&tok, p, 24)).unwrap()).0).collect();
+    let streams: Vec<_> = prompts.iter().map(|p| eng.submit(req(&tok, p, 24)).unwrap()).collect();
     let batched: Vec<Vec<u32>> = streams.into_iter().map(|s| collect(s).0).collect();
     for (i, (a, b)) in solo.iter().zip(&batched).enumerate() {
         assert_eq!(a.len(), 24);
@@ -68,9 +77,18 @@ fn batch_invariance_and_preemption() {
         let (ids, reason) = collect(s);
         assert_eq!((ids.len(), reason), (40, FinishReason::Length));
     }
-    let st = small.stats();
+    // The stats snapshot is refreshed after the step that sent the last event: wait for it.
+    let t0 = Instant::now();
+    let st = loop {
+        let st = small.stats();
+        if st.rows_running == 0 || t0.elapsed() > Duration::from_secs(10) {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
     assert!(st.preemptions_total > 0, "expected preemptions with 12 blocks: {st:?}");
     assert_eq!(st.kv_blocks_used, 0, "all blocks back after the run: {st:?}");
+    assert_eq!(st.tokens_generated_total, 8 * 40);
 }
 
 #[test]
@@ -111,7 +129,7 @@ fn n_choices_share_prompt_blocks_and_rejections_are_clear() {
     finished.sort_by_key(|f| f.0);
     assert_eq!(finished[0].1.cached_tokens, 0);
     for (_, u) in &finished[1..] {
-        assert_eq!(u.cached_tokens, prompt_len / 16 * 16, "choices 1.. reuse the prompt's full blocks");
+        assert_eq!(u.cached_tokens, prompt_len, "choices 1.. are forked off the computed prompt");
         assert_eq!(u.prompt_tokens, prompt_len);
     }
     // prompt + max_tokens larger than the whole pool: refused up front.

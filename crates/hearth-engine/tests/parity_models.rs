@@ -131,22 +131,34 @@ fn gemma3_matches_llama_cpp_and_transformers() {
     run("logits_gemma3.json", "gemma3-270m", Tol { max_abs: 99.0, rel_rms: 9.0 }, Tol { max_abs: 99.0, rel_rms: 9.0 });
 }
 
-/// Chunked prefill must give the same last logits as one pass (same math, different grouping).
+/// Chunked prefill gives the same last logits as one pass. In exact (f32) math only summation order differs; on
+/// the quantized path activations are rounded to 8 bits inside every matmul, which turns those last-bit differences
+/// into whole quantization steps (measured: 0.28 max-abs with candle's kernels alone), so there the top-1 must
+/// agree and the relative RMS stay small.
 #[test]
 fn chunked_prefill_equals_single_pass() {
-    let m = real_model("smollm2-135m");
-    let ids = m.tokenizer.encode("The quick brown fox jumps over the lazy dog. ".repeat(6).as_str(), true).unwrap();
-    let dev = &m.device;
-    let n = m.model.config().num_layers;
-    let mut kv = ContiguousKv::new(n, ids.len());
-    let one = forward_one(m.model.as_ref(), &mut kv, 0, &ids, 0, false, dev).unwrap().pop().unwrap();
-    let mut kv = ContiguousKv::new(n, ids.len());
-    let mut last = Vec::new();
-    let mut pos = 0;
-    for c in ids.chunks(7) {
-        last = forward_one(m.model.as_ref(), &mut kv, 0, c, pos, false, dev).unwrap().pop().unwrap();
-        pos += c.len();
+    for dequantize in [true, false] {
+        let m = load_with("smollm2-135m", &candle_core::Device::Cpu, None, &LoadOptions { dequantize }).unwrap();
+        let ids = m.tokenizer.encode("The quick brown fox jumps over the lazy dog. ".repeat(6).as_str(), true).unwrap();
+        let one = last_logits(&m, &ids);
+        let n = m.model.config().num_layers;
+        let mut kv = ContiguousKv::new(n, ids.len());
+        let (mut last, mut pos) = (Vec::new(), 0);
+        for c in ids.chunks(7) {
+            last = forward_one(m.model.as_ref(), &mut kv, 0, c, pos, false, &m.device).unwrap().pop().unwrap();
+            pos += c.len();
+        }
+        let max = one.iter().zip(&last).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let se: f32 = one.iter().zip(&last).map(|(a, b)| (a - b).powi(2)).sum();
+        let ss: f32 = one.iter().map(|a| a * a).sum();
+        let rel = (se / ss).sqrt();
+        eprintln!("chunked vs single pass (dequantize={dequantize}): max_abs {max:.6} rel_rms {rel:.6}");
+        let argmax = hearth_engine::sampling::sampler::argmax;
+        assert_eq!(argmax(&one), argmax(&last));
+        if dequantize {
+            assert!(max < 1e-3, "exact path: chunked vs single-pass logits differ by {max}");
+        } else {
+            assert!(rel < 0.1, "quantized path: chunked vs single-pass relative RMS {rel}");
+        }
     }
-    let max = one.iter().zip(&last).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    assert!(max < 1e-3, "chunked vs single-pass logits differ by {max}");
 }

@@ -68,6 +68,10 @@ pub fn start(model: Box<dyn Model>, device: Device, cfg: EngineConfig, eos: Vec<
     let stats = Arc::new(Mutex::new(EngineStats::default()));
     let queued = Arc::new(AtomicUsize::new(0));
     let alive = Arc::new(AtomicBool::new(true));
+    // Batch invariance: every accelerated matmul takes the row-independent int8 path (HEARTH_BATCH_INVARIANT=0
+    // allows the faster dequant+f32 prefill path, at the cost of batch-dependent rounding).
+    let invariant = std::env::var("HEARTH_BATCH_INVARIANT").map(|v| !matches!(v.as_str(), "0" | "off" | "false")).unwrap_or(true);
+    crate::kernels::set_row_invariant(invariant);
     let mut sched = Scheduler::new(model, device, cfg.clone(), eos)?;
     {
         let (stats, queued, alive) = (stats.clone(), queued.clone(), alive.clone());
@@ -108,7 +112,7 @@ fn run_loop(sched: &mut Scheduler, rx: mpsc::Receiver<Command>, stats: &Mutex<En
             Ok(Err(e)) => sched.fail_all(&format!("engine step failed: {e}")),
             Err(_) => sched.fail_all("engine step panicked; the requests in flight were failed"),
         }
-        queued.store(sched.waiting.len(), Ordering::Relaxed);
+        queued.store(sched.waiting_rows(), Ordering::Relaxed);
         if let Ok(mut s) = stats.lock() {
             *s = sched.stats.clone();
         }
@@ -168,7 +172,6 @@ impl EngineHandle {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let cancel: Vec<Arc<AtomicBool>> = (0..req.n).map(|_| Arc::new(AtomicBool::new(false))).collect();
         let mut seqs = Vec::with_capacity(req.n);
-        let mut parent = None;
         for choice in 0..req.n {
             let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) as usize;
             let params = SamplingParams { seed: req.sampling.seed.map(|s| s.wrapping_add(choice as u64)), ..req.sampling.clone() };
@@ -176,7 +179,7 @@ impl EngineHandle {
                 slot,
                 arrival: slot as u64,
                 choice,
-                parent,
+                siblings: Vec::new(),
                 tokens: req.prompt.clone(),
                 prompt_len: req.prompt.len(),
                 computed: 0,
@@ -189,9 +192,11 @@ impl EngineHandle {
                 tx: tx.clone(),
                 cancel: cancel[choice].clone(),
             });
-            parent = parent.or(Some(slot));
         }
-        self.tx.send(Command::Submit(seqs)).map_err(|_| SubmitError::Unavailable)?;
+        // Choices 1.. ride on choice 0 until its prompt is computed.
+        let mut first = seqs.remove(0);
+        first.siblings = seqs;
+        self.tx.send(Command::Submit(vec![first])).map_err(|_| SubmitError::Unavailable)?;
         Ok(RequestStream { rx, cancel })
     }
 }

@@ -176,6 +176,19 @@ impl Plan {
     }
 }
 
+static ROW_INVARIANT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Row-invariant mode (the serving engine turns it on): every accelerated matmul takes the int8 path, whose
+/// output rows are computed independently and bit-exactly whatever else shares the call, so a request's tokens
+/// do not depend on its batch-mates. It gives up the dequant+f32 prefill path (~1.2x slower prefill at m=512).
+pub fn set_row_invariant(on: bool) {
+    ROW_INVARIANT.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn row_invariant() -> bool {
+    ROW_INVARIANT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Weight types the decode kernels handle.
 pub fn decode_supported(dtype: GgmlDType) -> bool {
     matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q8_0)
@@ -272,6 +285,9 @@ impl FastQMatMul {
 
     /// The path `forward` takes for an input with `m` rows.
     pub fn path(&self, m: usize) -> Path {
+        if row_invariant() && self.plan.decode_below > 0 {
+            return Path::Decode;
+        }
         self.plan.path(m)
     }
 

@@ -39,6 +39,17 @@ impl PagedKv {
         t.extend_from_slice(blocks);
     }
 
+    /// Copy every layer's k/v of block `src` into block `dst` (copy-on-write of a shared partial block).
+    pub fn copy_block(&mut self, src: u32, dst: u32) -> Result<()> {
+        let bs = self.block_size;
+        for buf in self.k.iter().chain(self.v.iter()) {
+            // A deep copy: a narrow of the buffer shares its storage, which slice_set is about to write.
+            let data = buf.narrow(0, src as usize * bs, bs)?.copy()?;
+            buf.slice_set(&data, 0, dst as usize * bs)?;
+        }
+        Ok(())
+    }
+
     pub fn remove(&mut self, slot: usize) {
         self.tables.remove(&slot);
     }

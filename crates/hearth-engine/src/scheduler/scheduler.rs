@@ -1,10 +1,14 @@
 //! The step loop's brain. Each `step()`:
 //! 1. drops cancelled rows (their blocks return to the pool at once);
-//! 2. admits waiting rows FIFO while the batch has room and the pool can hold their tokens plus one;
-//! 3. plans the step: every decoding row's one token first, then prefill chunks within `step_tokens`;
+//! 2. admits waiting requests FIFO while the batch has room for all their choices and the pool can hold their
+//!    tokens plus one;
+//! 3. plans the step: every decoding row's one token first, then prefill pieces within `step_tokens`. A prompt
+//!    is cut into pieces at fixed multiples of `step_tokens` from position 0, whatever else runs, so a row's
+//!    arithmetic never depends on its batch-mates (batch invariance);
 //! 4. makes sure each planned row has blocks for its new tokens, preempting the newest row when the pool is
 //!    empty (it is recomputed later: never an abort);
-//! 5. runs one packed forward over all rows, samples the rows that reached their end, and emits events.
+//! 5. runs one packed forward over all rows, samples the rows that reached their end (forking the other
+//!    choices of a request off its first), and emits events.
 
 use super::Sequence;
 use crate::attention::BatchContext;
@@ -29,11 +33,6 @@ pub struct Scheduler {
     pub stats: EngineStats,
 }
 
-struct Planned {
-    idx: usize,
-    n_new: usize,
-}
-
 impl Scheduler {
     pub fn new(model: Box<dyn Model>, device: Device, cfg: EngineConfig, eos: Vec<u32>) -> Result<Self> {
         let c = model.config();
@@ -50,8 +49,13 @@ impl Scheduler {
     }
 
     pub fn enqueue(&mut self, seq: Sequence) {
-        self.stats.rows_submitted_total += 1;
+        self.stats.rows_submitted_total += 1 + seq.siblings.len() as u64;
         self.waiting.push_back(seq);
+    }
+
+    /// Rows waiting, counting choices not yet forked.
+    pub fn waiting_rows(&self) -> usize {
+        self.waiting.iter().map(|s| 1 + s.siblings.len()).sum()
     }
 
     /// A cancelled row whose client still listens (one choice stopped by the server) gets its usage.
@@ -65,6 +69,9 @@ impl Scheduler {
     fn free(&mut self, mut seq: Sequence) {
         self.pool.release_all(&mut seq.blocks);
         self.kv.remove(seq.slot);
+        for s in std::mem::take(&mut seq.siblings) {
+            self.cancelled(s);
+        }
     }
 
     fn drop_cancelled(&mut self) {
@@ -84,131 +91,129 @@ impl Scheduler {
         }
     }
 
-    /// Blocks of a parent's prompt a sibling can share: its full blocks, once the parent computed them.
-    fn shareable_prefix(&self, parent: usize, prompt_len: usize) -> Option<Vec<u32>> {
-        let p = self.running.iter().find(|s| s.slot == parent)?;
-        if p.computed < prompt_len {
-            return None;
-        }
-        let full = prompt_len / self.pool.block_size();
-        Some(p.blocks[..full.min(p.blocks.len())].to_vec())
-    }
-
-    fn parent_pending(&self, s: &Sequence) -> bool {
-        match s.parent {
-            Some(p) => self.running.iter().chain(self.waiting.iter()).any(|x| x.slot == p && x.computed < s.prompt_len),
-            None => false,
-        }
-    }
-
     fn admit(&mut self) {
-        let mut i = 0;
-        while self.running.len() < self.cfg.max_batch && i < self.waiting.len() {
-            if self.parent_pending(&self.waiting[i]) {
-                i += 1; // a sibling waits for its parent's prefill; others behind it may go
-                continue;
+        while let Some(s) = self.waiting.front() {
+            let rows = 1 + s.siblings.len();
+            if !self.running.is_empty() && self.running.len() + rows > self.cfg.max_batch {
+                break;
             }
-            let s = &self.waiting[i];
-            let shared = s.parent.and_then(|p| self.shareable_prefix(p, s.prompt_len)).unwrap_or_default();
-            let need = self.pool.blocks_for(s.tokens.len() + 1).saturating_sub(shared.len());
+            // The tokens so far plus one to decode, and per forked choice a copied partial block and one more.
+            let need = self.pool.blocks_for(s.tokens.len() + 1) + 2 * s.siblings.len();
             if need > self.pool.num_free() {
-                break; // FIFO: nothing behind it jumps the queue for blocks
+                break; // FIFO: nothing behind it jumps the queue
             }
-            let mut s = self.waiting.remove(i).expect("index checked");
-            for &b in &shared {
-                self.pool.retain(b);
-            }
-            if s.computed == 0 && !shared.is_empty() {
-                s.computed = shared.len() * self.pool.block_size();
-                s.cached = s.computed;
-                s.blocks = shared;
-            }
-            s.parent = None;
+            let s = self.waiting.pop_front().expect("front checked");
             self.running.push(s);
         }
     }
 
     /// Preempt the newest running row other than `keep`; false when there is none.
     fn preempt_newest(&mut self, keep: usize) -> bool {
-        let victim = self
-            .running
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.slot != keep)
-            .max_by_key(|(_, s)| s.arrival)
-            .map(|(i, _)| i);
+        let victim = self.running.iter().enumerate().filter(|(_, s)| s.slot != keep).max_by_key(|(_, s)| s.arrival).map(|(i, _)| i);
         let Some(i) = victim else { return false };
         let mut s = self.running.remove(i);
         self.pool.release_all(&mut s.blocks);
         self.kv.remove(s.slot);
         s.computed = 0;
         self.stats.preemptions_total += 1;
-        // Back to the waiting queue in arrival order.
         let pos = self.waiting.iter().position(|w| w.arrival > s.arrival).unwrap_or(self.waiting.len());
         self.waiting.insert(pos, s);
         true
     }
 
-    fn plan(&mut self) -> Vec<Planned> {
-        let mut budget = self.cfg.step_tokens.max(1);
-        let mut order: Vec<usize> = (0..self.running.len()).collect();
-        // Decoding rows (one pending token) first, so a long prompt never stalls running streams.
-        order.sort_by_key(|&i| (self.running[i].pending() > 1, self.running[i].arrival));
+    /// (slot, new tokens) for this step: decode rows first, then aligned prefill pieces within the budget.
+    fn plan(&self) -> Vec<(usize, usize)> {
+        let chunk = self.cfg.step_tokens.max(1);
+        let mut order: Vec<&Sequence> = self.running.iter().collect();
+        order.sort_by_key(|s| (s.pending() > 1, s.arrival));
+        let mut budget = chunk;
         let mut plan = Vec::new();
-        for i in order {
-            if budget == 0 {
-                break;
+        for s in order {
+            let piece = match s.pending() {
+                0 => continue,
+                1 => 1, // decode rows always fit: the budget only limits prefill
+                p => p.min(chunk - s.computed % chunk),
+            };
+            if piece > 1 {
+                if piece > budget {
+                    continue; // waits for a step with room; its piece boundaries do not move
+                }
+                budget -= piece;
             }
-            let n_new = self.running[i].pending().min(budget);
-            if n_new == 0 {
-                continue;
-            }
-            budget -= n_new;
-            plan.push(Planned { idx: i, n_new });
+            plan.push((s.slot, piece));
         }
         plan
     }
 
-    /// Ensure blocks for the plan, preempting as needed. Returns the plan restricted to rows still running.
-    fn reserve(&mut self, plan: Vec<Planned>) -> Vec<(usize, usize)> {
-        // Work by slot: preemption shifts indices.
-        let mut want: Vec<(usize, usize)> = plan.iter().map(|p| (self.running[p.idx].slot, p.n_new)).collect();
-        let mut k = 0;
-        while k < want.len() {
-            let (slot, n_new) = want[k];
-            let Some(i) = self.running.iter().position(|s| s.slot == slot) else {
-                want.remove(k);
-                continue;
-            };
-            let needed = self.pool.blocks_for(self.running[i].computed + n_new);
-            let mut ok = true;
-            while self.running.iter().find(|s| s.slot == slot).is_some_and(|s| s.blocks.len() < needed) {
-                match self.pool.allocate() {
-                    Some(b) => {
-                        let s = self.running.iter_mut().find(|s| s.slot == slot).expect("present");
-                        s.blocks.push(b);
-                    }
-                    None => {
-                        if !self.preempt_newest(slot) {
-                            ok = false;
-                            break;
-                        }
-                    }
+    fn index_of(&self, slot: usize) -> Option<usize> {
+        self.running.iter().position(|s| s.slot == slot)
+    }
+
+    /// Ensure blocks for the plan, preempting as needed; returns the plan restricted to rows still running.
+    fn reserve(&mut self, plan: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+        for &(slot, n_new) in &plan {
+            loop {
+                let Some(i) = self.index_of(slot) else { break };
+                let needed = self.pool.blocks_for(self.running[i].computed + n_new);
+                if self.running[i].blocks.len() >= needed {
+                    break;
+                }
+                if let Some(b) = self.pool.allocate() {
+                    self.running[i].blocks.push(b);
+                } else if !self.preempt_newest(slot) {
+                    // Alone and still too big: submit-time checks make this unreachable, but never crash.
+                    let s = self.running.remove(i);
+                    s.emit(EngineEvent::Error { message: "the KV cache cannot hold this request".into() });
+                    self.free(s);
+                    break;
                 }
             }
-            if !ok {
-                // Alone and still too big: cannot happen for admitted requests (checked at submit), but never crash.
-                let i = self.running.iter().position(|s| s.slot == slot).expect("present");
-                let s = self.running.remove(i);
-                s.emit(EngineEvent::Error { message: "the KV cache cannot hold this request".into() });
-                self.free(s);
-                want.remove(k);
-                continue;
-            }
-            k += 1;
         }
-        want.retain(|(slot, _)| self.running.iter().any(|s| s.slot == *slot));
-        want
+        plan.into_iter().filter(|(slot, _)| self.index_of(*slot).is_some()).collect()
+    }
+
+    /// Sample the next token of `s` from `logits`; returns true when the row is finished.
+    fn accept(&mut self, s: &mut Sequence, logits: &[f32]) -> bool {
+        let out = s.sampler.sample(logits, &s.tokens);
+        if s.stop_ids.contains(&out.id) || (!s.ignore_eos && self.eos.contains(&out.id)) {
+            s.finish(FinishReason::Stop);
+            return true;
+        }
+        s.tokens.push(out.id);
+        self.stats.tokens_generated_total += 1;
+        s.emit(EngineEvent::Token { choice: s.choice, id: out.id, logprob: out.logprob, top: out.top });
+        if s.generated() >= s.max_tokens || s.tokens.len() >= self.max_positions {
+            s.finish(FinishReason::Length);
+            return true;
+        }
+        false
+    }
+
+    /// Fork a sibling off `parent` (whose prompt KV is complete): share the full prompt blocks, copy the partial
+    /// one. Returns None (and re-queues the sibling to compute on its own) when the pool is out of blocks.
+    fn fork(&mut self, parent_blocks: &[u32], mut sib: Sequence) -> Option<Sequence> {
+        let bs = self.pool.block_size();
+        let full = sib.prompt_len / bs;
+        let mut blocks: Vec<u32> = parent_blocks[..full].to_vec();
+        if sib.prompt_len % bs != 0 {
+            let Some(b) = self.pool.allocate() else {
+                self.waiting.push_front(sib);
+                return None;
+            };
+            if let Err(e) = self.kv.copy_block(parent_blocks[full], b) {
+                self.pool.release(b);
+                sib.emit(EngineEvent::Error { message: format!("forking choice {}: {e}", sib.choice) });
+                return None;
+            }
+            blocks.push(b);
+        }
+        for &b in &parent_blocks[..full] {
+            self.pool.retain(b);
+        }
+        sib.blocks = blocks;
+        sib.computed = sib.prompt_len;
+        sib.cached = sib.prompt_len;
+        Some(sib)
     }
 
     /// Run one step. Returns whether any work was done.
@@ -221,23 +226,22 @@ impl Scheduler {
         if rows.is_empty() {
             return Ok(false);
         }
-        // Build the packed batch.
         let mut tokens = Vec::new();
         let mut spans = Vec::with_capacity(rows.len());
         for &(slot, n_new) in &rows {
-            let s = self.running.iter().find(|s| s.slot == slot).expect("reserved");
+            let s = &self.running[self.index_of(slot).expect("reserved")];
             tokens.extend_from_slice(&s.tokens[s.computed..s.computed + n_new]);
             spans.push((slot, s.computed, n_new));
             self.kv.set_table(slot, &s.blocks);
         }
         let ctx = BatchContext::new(&spans, false, &self.device)?;
         let input = Tensor::new(tokens.as_slice(), &self.device)?;
-        let logits = match self.model.forward(&input, &ctx, &mut self.kv) {
-            Ok(l) => l.to_vec2::<f32>()?,
+        let logits = match self.model.forward(&input, &ctx, &mut self.kv).and_then(|l| Ok(l.to_vec2::<f32>()?)) {
+            Ok(l) => l,
             Err(e) => {
                 // Fail the rows of this batch, keep serving.
                 for &(slot, _) in &rows {
-                    if let Some(i) = self.running.iter().position(|s| s.slot == slot) {
+                    if let Some(i) = self.index_of(slot) {
                         let s = self.running.remove(i);
                         s.emit(EngineEvent::Error { message: format!("model forward failed: {e}") });
                         self.free(s);
@@ -247,61 +251,53 @@ impl Scheduler {
             }
         };
         self.stats.steps_total += 1;
-        let mut finished = Vec::new();
         for (r, &(slot, n_new)) in rows.iter().enumerate() {
-            let i = self.running.iter().position(|s| s.slot == slot).expect("present");
-            let s = &mut self.running[i];
+            let Some(i) = self.index_of(slot) else { continue };
+            let mut s = self.running.remove(i);
             let before = s.computed;
             s.computed += n_new;
-            let prompt_part = s.computed.min(s.prompt_len) - before.min(s.prompt_len);
-            self.stats.prompt_tokens_processed_total += prompt_part as u64;
+            self.stats.prompt_tokens_processed_total += (s.computed.min(s.prompt_len) - before.min(s.prompt_len)) as u64;
             if s.pending() > 0 {
-                continue; // mid-prefill
-            }
-            let out = s.sampler.sample(&logits[r], &s.tokens);
-            let stop = s.stop_ids.contains(&out.id) || (!s.ignore_eos && self.eos.contains(&out.id));
-            if stop {
-                s.finish(FinishReason::Stop);
-                finished.push(slot);
+                self.running.insert(i, s); // mid-prefill
                 continue;
             }
-            s.tokens.push(out.id);
-            self.stats.tokens_generated_total += 1;
-            s.emit(EngineEvent::Token { choice: s.choice, id: out.id, logprob: out.logprob, top: out.top });
-            if s.generated() >= s.max_tokens || s.tokens.len() >= self.max_positions {
-                s.finish(FinishReason::Length);
-                finished.push(slot);
+            // The prompt is computed: fork the other choices first, from the same logits.
+            for sib in std::mem::take(&mut s.siblings) {
+                if let Some(mut sib) = self.fork(&s.blocks, sib) {
+                    if self.accept(&mut sib, &logits[r]) {
+                        self.free(sib);
+                    } else {
+                        self.running.push(sib);
+                    }
+                }
             }
-        }
-        for slot in finished {
-            if let Some(i) = self.running.iter().position(|s| s.slot == slot) {
-                let s = self.running.remove(i);
+            if self.accept(&mut s, &logits[r]) {
                 self.free(s);
+            } else {
+                self.running.insert(i.min(self.running.len()), s);
             }
         }
         self.refresh_stats();
         Ok(true)
     }
 
-    /// Fail everything (the engine is going down or hit an unrecoverable error).
+    /// Fail everything (an unrecoverable error).
     pub fn fail_all(&mut self, message: &str) {
-        for s in self.running.drain(..).chain(self.waiting.drain(..)).collect::<Vec<_>>() {
+        let all: Vec<Sequence> = self.running.drain(..).chain(self.waiting.drain(..)).collect();
+        for mut s in all {
+            for sib in std::mem::take(&mut s.siblings) {
+                sib.emit(EngineEvent::Error { message: message.to_string() });
+            }
             s.emit(EngineEvent::Error { message: message.to_string() });
-            let mut s = s;
-            self.pool.release_all(&mut s.blocks);
-            self.kv.remove(s.slot);
+            self.free(s);
         }
         self.refresh_stats();
     }
 
     fn refresh_stats(&mut self) {
         self.stats.rows_running = self.running.len();
-        self.stats.rows_waiting = self.waiting.len();
+        self.stats.rows_waiting = self.waiting_rows();
         self.stats.kv_blocks_used = self.pool.num_used();
         self.stats.kv_blocks_free = self.pool.num_free();
-    }
-
-    pub fn max_positions(&self) -> usize {
-        self.max_positions
     }
 }

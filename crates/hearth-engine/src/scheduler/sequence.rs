@@ -13,8 +13,9 @@ pub struct Sequence {
     /// Admission order (FIFO; preemption takes the newest).
     pub arrival: u64,
     pub choice: usize,
-    /// Slot of the choice-0 sequence whose prompt blocks this one shares, until admitted.
-    pub parent: Option<usize>,
+    /// Choices 1..n of the request, forked from this one when its prompt is computed: they share its prompt
+    /// blocks (a copy of the partial last one) and sample their first token from the same logits.
+    pub siblings: Vec<Sequence>,
     /// Prompt followed by generated tokens.
     pub tokens: Vec<u32>,
     pub prompt_len: usize,
