@@ -113,7 +113,8 @@ fn run(golden_name: &str, alias: &str, tol_llama: Tol, tol_hf: Tol) {
 
 #[test]
 fn smollm2_matches_llama_cpp_and_transformers() {
-    run("logits_smollm2.json", "smollm2-135m", Tol { max_abs: 99.0, rel_rms: 9.0 }, Tol { max_abs: 99.0, rel_rms: 9.0 });
+    // Measured (docs/parity.md): vs llama.cpp max-abs <= 0.85, rel RMS <= 0.043; vs transformers 0.68, 0.037.
+    run("logits_smollm2.json", "smollm2-135m", Tol { max_abs: 1.2, rel_rms: 0.06 }, Tol { max_abs: 1.0, rel_rms: 0.06 });
 }
 
 #[test]
@@ -128,7 +129,9 @@ fn gemma3_exact_math_matches_transformers() {
 
 #[test]
 fn gemma3_matches_llama_cpp_and_transformers() {
-    run("logits_gemma3.json", "gemma3-270m", Tol { max_abs: 99.0, rel_rms: 9.0 }, Tol { max_abs: 99.0, rel_rms: 9.0 });
+    // Measured: vs llama.cpp max-abs <= 1.34, rel RMS <= 0.064; vs transformers 1.14, 0.052. (The two references
+    // differ from each other by up to 1.80 / 0.108 on these prompts.)
+    run("logits_gemma3.json", "gemma3-270m", Tol { max_abs: 2.0, rel_rms: 0.1 }, Tol { max_abs: 1.7, rel_rms: 0.08 });
 }
 
 /// Chunked prefill gives the same last logits as one pass. In exact (f32) math only summation order differs; on
