@@ -13,9 +13,12 @@
 //! NaN-like strings, deep nesting, unicode and special-token text, empty and oversized arrays, null everywhere),
 //! and byte-level damage to valid bodies. The same bodies also go straight to the public parsers.
 //!
-//! `HEARTH_FUZZ_CASES` sets the number of cases (default 20 000), `HEARTH_FUZZ_SEED` the seed (default fixed, so
-//! CI is reproducible). A failure prints the case index; `HEARTH_FUZZ_ONLY=<index>` replays that one case.
-//! Needs the fetched models (`scripts/fetch-models`) for their real tokenizers and chat templates.
+//! `HEARTH_FUZZ_CASES` sets the number of cases (default 10 000: a few seconds in the test profile),
+//! `HEARTH_FUZZ_SEED` the seed (default fixed, so CI is reproducible). A failure prints the case index;
+//! `HEARTH_FUZZ_ONLY=<index>` replays that one case, `HEARTH_FUZZ_VERBOSE=1` prints every error answer.
+//! A long run: `HEARTH_FUZZ_CASES=1000000 cargo test --release -p hearth-server --test fuzz_requests -- --nocapture`.
+//! Needs the fetched models (`scripts/fetch-models`) for their real tokenizers; the chat templates are the models'
+//! own, none, and the oracle's Qwen3-, Llama-3.1- and Mistral-like ones (`tools/oracle/templates`).
 
 use axum::body::{to_bytes, Body};
 use axum::http::{header, Method, Request};
@@ -24,7 +27,7 @@ use candle_core::{Device, Tensor};
 use hearth_engine::attention::{BatchContext, KvStore};
 use hearth_engine::engine::EngineConfig;
 use hearth_engine::models::Model;
-use hearth_engine::tokenizer::Tokenizer;
+use hearth_engine::tokenizer::{ChatTemplate, Tokenizer};
 use hearth_engine::weights::resolve::{resolve, ModelLocation};
 use hearth_engine::weights::{GgufFile, ModelConfig};
 use hearth_server::body::{parse_object, token_ids, Params};
@@ -118,7 +121,7 @@ impl Model for FakeModel {
             let logits = &mut out[r * vocab..(r + 1) * vocab];
             logits[(h % vocab as u64) as usize] = 14.0;
             logits[((h >> 24) % vocab as u64) as usize] = 13.0;
-            if h % 4 == 0 {
+            if h % 2 == 0 {
                 logits[self.eos as usize] = 40.0;
             }
         }
@@ -126,14 +129,34 @@ impl Model for FakeModel {
     }
 }
 
-/// A router whose model is ready: the real tokenizer and chat template of `alias`, the fake model's engine.
-fn ready_router(alias: &str) -> (Router, usize) {
+/// A chat template other than the model's own.
+enum Template {
+    Own,
+    None,
+    Source(&'static str),
+}
+
+/// Chat templates modelled on real ones (tools, reasoning, `raise_exception` on bad role orders).
+const QWEN3_LIKE: &str = include_str!("../../../tools/oracle/templates/qwen3_like.jinja");
+const LLAMA31_LIKE: &str = include_str!("../../../tools/oracle/templates/llama31_like.jinja");
+const MISTRAL_LIKE: &str = include_str!("../../../tools/oracle/templates/mistral_like.jinja");
+
+/// A router whose model is ready: the real tokenizer of `alias` with `template`, the fake model's engine.
+fn ready_router(alias: &str, template: Template) -> (Router, usize) {
     let loc = resolve(alias)
         .unwrap_or_else(|e| panic!("fuzz_requests needs the model `{alias}` for its tokenizer: {e} (run scripts/fetch-models)"));
     let ModelLocation::Gguf(path) = &loc else { panic!("{alias}: expected a GGUF file") };
     let g = GgufFile::open(path).expect("opening the GGUF");
     let real = ModelConfig::from_gguf(&g).expect("reading the model config");
-    let tokenizer = Tokenizer::load(&loc, &real).expect("loading the tokenizer");
+    let mut tokenizer = Tokenizer::load(&loc, &real).expect("loading the tokenizer");
+    match template {
+        Template::Own => {}
+        Template::None => tokenizer.chat_template = None,
+        Template::Source(src) => {
+            tokenizer.chat_template =
+                Some(ChatTemplate::new(src, &tokenizer.bos_token(), &tokenizer.eos_token()).expect("compiling the template"))
+        }
+    }
     let vocab = tokenizer.vocab_size().max(real.vocab_size);
     let eos = tokenizer.eos_ids().to_vec();
     let mut cfg = real.clone();
@@ -143,7 +166,7 @@ fn ready_router(alias: &str) -> (Router, usize) {
     cfg.num_kv_heads = 1;
     cfg.head_dim = 2;
     cfg.layer_window = vec![None];
-    let model = FakeModel { cfg, max_positions: 96, eos: eos.first().copied().unwrap_or(0) };
+    let model = FakeModel { cfg, max_positions: 160, eos: eos.first().copied().unwrap_or(0) };
     let ecfg = EngineConfig { max_batch: 8, kv_block_size: 16, kv_blocks: 64, step_tokens: 256, max_queue: 64 };
     let engine = hearth_engine::engine::start(Box::new(model), Device::Cpu, ecfg, eos).expect("starting the engine");
     let state = AppState::new(ServerConfig { keepalive: Duration::from_millis(50), ..Default::default() });
@@ -159,6 +182,15 @@ fn ready_router(alias: &str) -> (Router, usize) {
     assert!(state.set_ready(ready));
     (hearth_server::router(state), vocab)
 }
+
+/// The servers a case may go to: (alias, template, share of the cases in percent).
+const SERVERS: &[(&str, fn() -> Template, u64)] = &[
+    ("smollm2-135m", || Template::Own, 55),
+    ("smollm2-135m", || Template::Source(MISTRAL_LIKE), 10),
+    ("gemma3-270m", || Template::Source(QWEN3_LIKE), 15),
+    ("gemma3-270m", || Template::Source(LLAMA31_LIKE), 10),
+    ("gemma3-270m", || Template::None, 10),
+];
 
 // ---------------------------------------------------------------------------------------------------------------
 // Values.
@@ -621,7 +653,10 @@ fn at<'a>(v: &'a mut Value, path: &[Seg]) -> Option<&'a mut Value> {
 fn mutate(rng: &mut Rng, v: &mut Value, vocab: usize) {
     let mut all = Vec::new();
     paths(v, &mut Vec::new(), &mut all);
-    let path = rng.pick(&all).clone();
+    let mut path = rng.pick(&all).clone();
+    if path.is_empty() && all.len() > 1 && rng.pct(80) {
+        path = rng.pick(&all[1..]).clone();
+    }
     // Deleting needs the parent.
     if rng.pct(15) && !path.is_empty() {
         let (last, parent) = path.split_last().expect("non-empty");
@@ -790,12 +825,17 @@ struct Case {
     method: Method,
     path: String,
     body: Vec<u8>,
-    /// 0 = SmolLM2 (ChatML), 1 = Gemma 3.
+    /// Index into `SERVERS`.
     model: usize,
 }
 
-fn make_case(rng: &mut Rng, vocabs: [usize; 2]) -> Case {
-    let model = if rng.pct(80) { 0 } else { 1 };
+fn make_case(rng: &mut Rng, vocabs: &[usize]) -> Case {
+    let mut roll = rng.below(100) as u64;
+    let mut model = 0;
+    while model + 1 < vocabs.len() && roll >= SERVERS[model].2 {
+        roll -= SERVERS[model].2;
+        model += 1;
+    }
     let vocab = vocabs[model];
     let route = match rng.below(100) {
         0..=34 => Route::Chat,
@@ -837,7 +877,7 @@ fn make_case(rng: &mut Rng, vocabs: [usize; 2]) -> Case {
         // Structure-aware mutations of a valid body (0 mutations: the valid body itself).
         0..=69 => {
             let mut v = valid(rng);
-            let k = *rng.pick(&[0usize, 1, 1, 1, 2, 2, 3, 4]);
+            let k = *rng.pick(&[0usize, 0, 1, 1, 1, 2, 2, 3, 4]);
             for _ in 0..k {
                 mutate(rng, &mut v, vocab);
             }
@@ -1050,7 +1090,7 @@ async fn run_case(router: &Router, case: &Case) -> Result<u16, String> {
     check_error(&v).map_err(|e| format!("{status}: {e}: {v}"))?;
     if std::env::var_os("HEARTH_FUZZ_VERBOSE").is_some() {
         let e = &v["error"];
-        let mut msg: String = e["message"].as_str().unwrap_or("").chars().take(60).collect();
+        let mut msg: String = e["message"].as_str().unwrap_or("").chars().take(220).collect();
         msg = msg.chars().filter(|c| !c.is_ascii_digit()).collect();
         eprintln!("ERR {:?} {} {} {} | {msg}", case.route, status.as_u16(), e["code"], e["param"]);
     }
@@ -1095,10 +1135,18 @@ fn show(case: &Case) -> String {
         b.truncate(cut);
         b.push_str(&format!("... ({} bytes)", case.body.len()));
     }
-    format!("{} {} (model {}) body: {b:?}", case.method, case.path, case.model)
+    let (alias, t, _) = &SERVERS[case.model];
+    let template = match t() {
+        Template::Own => "its own template",
+        Template::None => "no template",
+        Template::Source(_) => "a replaced template",
+    };
+    format!("{} {} (server {}: {alias}, {template}) body: {b:?}", case.method, case.path, case.model)
 }
 
 static PANICS: AtomicUsize = AtomicUsize::new(0);
+/// Panics inside minijinja, which `messages::render` contains and answers as a 400 `template_error`.
+static TEMPLATE_PANICS: AtomicUsize = AtomicUsize::new(0);
 static LAST_PANIC: Mutex<String> = Mutex::new(String::new());
 
 /// Count every panic, on any thread (the engine thread and spawned stream tasks catch their own).
@@ -1107,6 +1155,10 @@ fn install_panic_counter() {
     ONCE.call_once(|| {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
+            if info.location().is_some_and(|l| l.file().contains("/minijinja-")) {
+                TEMPLATE_PANICS.fetch_add(1, Ordering::SeqCst);
+                return;
+            }
             PANICS.fetch_add(1, Ordering::SeqCst);
             if let Ok(mut s) = LAST_PANIC.lock() {
                 *s = format!("{info} (thread {:?})", std::thread::current().name());
@@ -1123,19 +1175,18 @@ fn env_u64(name: &str) -> Option<u64> {
 #[test]
 fn fuzz_requests_never_panic_and_always_answer_in_shape() {
     install_panic_counter();
-    let cases = env_u64("HEARTH_FUZZ_CASES").unwrap_or(20_000);
+    let cases = env_u64("HEARTH_FUZZ_CASES").unwrap_or(10_000);
     let seed = env_u64("HEARTH_FUZZ_SEED").unwrap_or(0x4EA7_F022);
     let only = env_u64("HEARTH_FUZZ_ONLY");
-    let (smol, smol_vocab) = ready_router("smollm2-135m");
-    let (gemma, gemma_vocab) = ready_router("gemma3-270m");
-    let routers = [smol, gemma];
-    let vocabs = [smol_vocab, gemma_vocab];
+    let (routers, vocabs): (Vec<Router>, Vec<usize>) = SERVERS.iter().map(|(alias, t, _)| ready_router(alias, t())).unzip();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
 
     let t0 = Instant::now();
     let mut failures: Vec<String> = Vec::new();
     let mut failed = 0usize;
     let mut by_status: BTreeMap<(Route, u16), usize> = BTreeMap::new();
+    let mut time_by: BTreeMap<(Route, u16), Duration> = BTreeMap::new();
+    let mut per_server = vec![(0usize, Duration::ZERO); SERVERS.len()];
     let range = match only {
         Some(i) => i..i + 1,
         None => 0..cases,
@@ -1143,9 +1194,10 @@ fn fuzz_requests_never_panic_and_always_answer_in_shape() {
     let mut ran = 0u64;
     for i in range {
         let mut rng = Rng::new(mix(seed, i));
-        let case = make_case(&mut rng, vocabs);
+        let case = make_case(&mut rng, &vocabs);
         let panics_before = PANICS.load(Ordering::SeqCst);
         let router = &routers[case.model];
+        let t_case = Instant::now();
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
             rt.block_on(async { tokio::time::timeout(Duration::from_secs(60), run_case(router, &case)).await })
         }));
@@ -1155,6 +1207,9 @@ fn fuzz_requests_never_panic_and_always_answer_in_shape() {
             Ok(Ok(Err(e))) => Some(e),
             Ok(Ok(Ok(status))) => {
                 *by_status.entry((case.route, status)).or_default() += 1;
+                *time_by.entry((case.route, status)).or_default() += t_case.elapsed();
+                per_server[case.model].0 += 1;
+                per_server[case.model].1 += t_case.elapsed();
                 None
             }
         };
@@ -1178,11 +1233,22 @@ fn fuzz_requests_never_panic_and_always_answer_in_shape() {
             }
         }
         ran += 1;
+        if cases >= 100_000 && only.is_none() && ran % (cases / 10) == 0 {
+            eprintln!("fuzz_requests: {ran} / {cases} cases, {:.0} s, {failed} failed", t0.elapsed().as_secs_f64());
+        }
     }
     let elapsed = t0.elapsed();
-    eprintln!("fuzz_requests: {ran} cases, seed {seed}, {:.1} s, {failed} failed", elapsed.as_secs_f64());
+    eprintln!(
+        "fuzz_requests: {ran} cases, seed {seed}, {:.1} s, {failed} failed, {} template-engine panics contained as 400s",
+        elapsed.as_secs_f64(),
+        TEMPLATE_PANICS.load(Ordering::SeqCst)
+    );
+    for (i, (n, d)) in per_server.iter().enumerate() {
+        eprintln!("  server {i} ({}): {n} cases, {:.0} ms", SERVERS[i].0, d.as_secs_f64() * 1e3);
+    }
     for ((route, status), n) in &by_status {
-        eprintln!("  {route:?} {status}: {n}");
+        let ms = time_by.get(&(*route, *status)).map(|d| d.as_secs_f64() * 1e3).unwrap_or(0.0);
+        eprintln!("  {route:?} {status}: {n} ({ms:.0} ms)");
     }
     assert!(failures.is_empty(), "{failed} of {ran} cases failed; first ones:\n{}", failures.join("\n"));
     assert_eq!(PANICS.load(Ordering::SeqCst), 0, "panics were caught somewhere: {}", LAST_PANIC.lock().unwrap());
@@ -1200,14 +1266,14 @@ fn fuzz_requests_never_panic_and_always_answer_in_shape() {
 #[test]
 fn fuzz_bodies_while_loading() {
     install_panic_counter();
-    let cases = env_u64("HEARTH_FUZZ_CASES").unwrap_or(20_000) / 10;
+    let cases = env_u64("HEARTH_FUZZ_CASES").unwrap_or(10_000) / 10;
     let seed = env_u64("HEARTH_FUZZ_SEED").unwrap_or(0x4EA7_F022) ^ 0x1;
     let router = hearth_server::router(AppState::new(ServerConfig { max_body: 64 * 1024, ..Default::default() }));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let paths = ["/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize", "/apply-template"];
     for i in 0..cases {
         let mut rng = Rng::new(mix(seed, i));
-        let mut case = make_case(&mut rng, [49152, 262144]);
+        let mut case = make_case(&mut rng, &[49152; 5]);
         case.method = Method::POST;
         case.path = rng.pick(&paths).to_string();
         let (status, body) = rt.block_on(async {
@@ -1221,4 +1287,24 @@ fn fuzz_bodies_while_loading() {
         assert!(matches!(status, 400 | 413 | 503), "case {i}: status {status}: {v}");
     }
     assert_eq!(PANICS.load(Ordering::SeqCst), 0);
+}
+
+/// Found by this fuzzer: minijinja 2.24 panics (index out of bounds) when a template reverses an empty list, as
+/// `loop_messages[::-1]` does in a Mistral-style template given only a system message. The server answers 400.
+#[test]
+fn template_engine_panic_is_a_template_error() {
+    install_panic_counter();
+    let (router, _) = ready_router("smollm2-135m", Template::Source(MISTRAL_LIKE));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    for path in ["/apply-template", "/v1/chat/completions"] {
+        let case = Case {
+            route: if path == "/apply-template" { Route::ApplyTemplate } else { Route::Chat },
+            method: Method::POST,
+            path: path.into(),
+            body: br#"{"messages": [{"role": "system", "content": "Bonjour !"}]}"#.to_vec(),
+            model: 1,
+        };
+        let status = rt.block_on(run_case(&router, &case)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(status, 400, "{path}");
+    }
 }

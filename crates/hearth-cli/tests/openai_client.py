@@ -1,0 +1,112 @@
+"""The official `openai` Python client against a running `hearth serve`.
+
+Usage: openai_client.py BASE_URL MODEL_ID   (BASE_URL like http://127.0.0.1:PORT/v1)
+
+Runs each check, records what the client saw (or the exception it raised), and prints ONE line of JSON on stdout;
+crates/hearth-cli/tests/openai_client.rs asserts on it. A check that raises unexpectedly records
+{"exception": "Type: message"} instead of failing the script, so the Rust side reports every problem at once.
+"""
+
+import json
+import sys
+import traceback
+
+import openai
+
+BASE_URL, MODEL = sys.argv[1], sys.argv[2]
+client = openai.OpenAI(base_url=BASE_URL, api_key="x", max_retries=0, timeout=300.0)
+MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def usage_of(u):
+    return None if u is None else {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+                                   "total_tokens": u.total_tokens}
+
+
+def chat():
+    r = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0)
+    c = r.choices[0]
+    return {"id": r.id, "object": r.object, "model": r.model, "created": r.created, "n_choices": len(r.choices),
+            "index": c.index, "role": c.message.role, "content": c.message.content, "finish_reason": c.finish_reason,
+            "usage": usage_of(r.usage)}
+
+
+def chat_stream():
+    stream = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks, ids, objects, roles, deltas, finish, usage = 0, set(), set(), [], [], [], None
+    for chunk in stream:
+        chunks += 1
+        ids.add(chunk.id)
+        objects.add(chunk.object)
+        if chunk.usage is not None:
+            usage = usage_of(chunk.usage)
+        for ch in chunk.choices:
+            if ch.delta.role:
+                roles.append(ch.delta.role)
+            if ch.delta.content:
+                deltas.append(ch.delta.content)
+            if ch.finish_reason is not None:
+                finish.append(ch.finish_reason)
+    return {"chunks": chunks, "ids": sorted(ids), "objects": sorted(objects), "roles": roles, "deltas": len(deltas),
+            "content": "".join(deltas), "finish_reasons": finish, "usage": usage}
+
+
+def completion(prompt):
+    r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0)
+    c = r.choices[0]
+    return {"id": r.id, "object": r.object, "model": r.model, "n_choices": len(r.choices), "index": c.index,
+            "text": c.text, "finish_reason": c.finish_reason, "usage": usage_of(r.usage)}
+
+
+def models_list():
+    page = client.models.list()
+    return {"object": page.object, "ids": [m.id for m in page.data], "objects": [m.object for m in page.data],
+            "owned_by": [m.owned_by for m in page.data]}
+
+
+def models_retrieve():
+    m = client.models.retrieve(MODEL)
+    return {"id": m.id, "object": m.object, "owned_by": m.owned_by, "created": m.created}
+
+
+def raised(fn):
+    """Call fn, which must raise an API error; describe the error."""
+    try:
+        fn()
+    except openai.APIStatusError as e:
+        body = e.body if isinstance(e.body, dict) else {}
+        return {"raised": type(e).__name__, "status_code": e.status_code, "message": body.get("message"),
+                "type": body.get("type"), "param": body.get("param"), "code": body.get("code")}
+    return {"raised": None}
+
+
+def bad_temperature():
+    return raised(lambda: client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, temperature=-1))
+
+
+def unknown_model():
+    return raised(lambda: client.models.retrieve("no-such-model"))
+
+
+def run(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001  (reported to the Rust side)
+        traceback.print_exc(file=sys.stderr)
+        return {"exception": f"{type(e).__name__}: {e}"}
+
+
+results = {
+    "openai_version": openai.__version__,
+    "chat": run(chat),
+    "chat_stream": run(chat_stream),
+    "completion_text": run(completion, "The capital of France is"),
+    # "The capital of France is" in SmolLM2's vocabulary.
+    "completion_tokens": run(completion, [504, 3575, 282, 4649, 314]),
+    "models_list": run(models_list),
+    "models_retrieve": run(models_retrieve),
+    "bad_temperature": run(bad_temperature),
+    "unknown_model": run(unknown_model),
+}
+print(json.dumps(results))

@@ -1,0 +1,175 @@
+//! The official `openai` Python client against the real `hearth serve` (default model smollm2-135m): chat, chat
+//! streaming, completions (text and token prompts), models list / retrieve, and a 400 raised as
+//! `openai.BadRequestError`. `tests/openai_client.py` runs the calls and prints one JSON line; this test asserts.
+//!
+//! The interpreter is `.venv-test/bin/python`, made by `scripts/setup-test-python` (scripts/test runs it first).
+//! Without it this test fails; it never skips.
+
+mod support;
+
+use serde_json::Value;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::Server;
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn venv_python() -> PathBuf {
+    let py = repo_root().join(".venv-test/bin/python");
+    assert!(
+        py.is_file(),
+        "{} is missing: run ./scripts/setup-test-python (it creates .venv-test with the pinned `openai` package)",
+        py.display()
+    );
+    py
+}
+
+/// Run the client script against `base_url`; its stdout's last line, parsed.
+fn run_client(base_url: &str, model: &str) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py");
+    let mut child = Command::new(venv_python())
+        .arg(&script)
+        .arg(base_url)
+        .arg(model)
+        // Loopback must not go through a proxy; the client's own env settings must not redirect it.
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the Python client");
+    let mut out_pipe = child.stdout.take().expect("stdout");
+    let mut err_pipe = child.stderr.take().expect("stderr");
+    let out_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out_pipe.read_to_string(&mut s);
+        s
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err_pipe.read_to_string(&mut s);
+        s
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("waiting for the client") {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(600) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the Python client ran over 600 s; stderr:\n{}", err_t.join().unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = out_t.join().unwrap_or_default();
+    let stderr = err_t.join().unwrap_or_default();
+    if !stderr.trim().is_empty() {
+        eprintln!("[client stderr]\n{stderr}");
+    }
+    assert!(status.success(), "the Python client failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}");
+    let line = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("the client's last line is not JSON ({e}): {stdout}\nstderr:\n{stderr}"))
+}
+
+fn no_exception(v: &Value, what: &str) {
+    assert!(v.is_object(), "{what}: {v}");
+    assert!(v.get("exception").is_none(), "{what} raised: {}", v["exception"]);
+}
+
+fn check_usage(u: &Value, what: &str) {
+    let p = u["prompt_tokens"].as_u64().unwrap_or_else(|| panic!("{what}: usage {u}"));
+    let c = u["completion_tokens"].as_u64().unwrap_or_else(|| panic!("{what}: usage {u}"));
+    assert!(p > 0 && c > 0, "{what}: usage {u}");
+    assert_eq!(u["total_tokens"].as_u64(), Some(p + c), "{what}: usage {u}");
+}
+
+fn check_finish(f: &Value, what: &str) {
+    assert!(matches!(f.as_str(), Some("stop" | "length")), "{what}: finish_reason {f}");
+}
+
+#[test]
+fn official_openai_python_client() {
+    let python = venv_python(); // fail before the server starts if the venv is missing
+    let server = Server::start(&[], &[]);
+    let model = "smollm2-135m";
+    let base = format!("http://127.0.0.1:{}/v1", server.port);
+    let r = run_client(&base, model);
+    eprintln!("client ({}) results: {r}", python.display());
+    assert!(r["openai_version"].as_str().is_some_and(|v| !v.is_empty()), "{r}");
+
+    // Chat, non-streaming.
+    let c = &r["chat"];
+    no_exception(c, "chat");
+    assert_eq!(c["object"], "chat.completion", "{c}");
+    assert!(c["id"].as_str().is_some_and(|i| i.starts_with("chatcmpl-")), "{c}");
+    assert_eq!(c["model"], model, "{c}");
+    assert!(c["created"].as_u64().is_some_and(|t| t > 0), "{c}");
+    assert_eq!((c["n_choices"].as_u64(), c["index"].as_u64()), (Some(1), Some(0)), "{c}");
+    assert_eq!(c["role"], "assistant", "{c}");
+    let chat_text = c["content"].as_str().unwrap_or("");
+    assert!(!chat_text.trim().is_empty(), "empty chat content: {c}");
+    check_finish(&c["finish_reason"], "chat");
+    check_usage(&c["usage"], "chat");
+
+    // Chat, streaming: the same greedy answer, one id, a role delta first, a finish reason, usage last.
+    let s = &r["chat_stream"];
+    no_exception(s, "chat_stream");
+    assert!(s["chunks"].as_u64().is_some_and(|n| n >= 3), "{s}");
+    assert_eq!(s["objects"], serde_json::json!(["chat.completion.chunk"]), "{s}");
+    assert_eq!(s["ids"].as_array().map(Vec::len), Some(1), "one id across chunks: {s}");
+    assert_eq!(s["roles"], serde_json::json!(["assistant"]), "{s}");
+    assert!(s["deltas"].as_u64().is_some_and(|n| n >= 1), "{s}");
+    assert_eq!(s["content"].as_str(), Some(chat_text), "streamed and non-streamed greedy answers differ: {s}");
+    let finishes = s["finish_reasons"].as_array().cloned().unwrap_or_default();
+    assert_eq!(finishes.len(), 1, "{s}");
+    check_finish(&finishes[0], "chat_stream");
+    assert_eq!(finishes[0], c["finish_reason"], "{s}");
+    check_usage(&s["usage"], "chat_stream");
+
+    // Completions: a string prompt and the same prompt as token ids give the same greedy text.
+    let (ct, ci) = (&r["completion_text"], &r["completion_tokens"]);
+    for (v, what) in [(ct, "completion_text"), (ci, "completion_tokens")] {
+        no_exception(v, what);
+        assert_eq!(v["object"], "text_completion", "{what}: {v}");
+        assert!(v["id"].as_str().is_some_and(|i| i.starts_with("cmpl-")), "{what}: {v}");
+        assert_eq!(v["model"], model, "{what}: {v}");
+        assert_eq!((v["n_choices"].as_u64(), v["index"].as_u64()), (Some(1), Some(0)), "{what}: {v}");
+        assert!(v["text"].as_str().is_some_and(|t| !t.is_empty()), "{what}: {v}");
+        check_finish(&v["finish_reason"], what);
+        check_usage(&v["usage"], what);
+    }
+    assert_eq!(ci["usage"]["prompt_tokens"], 5, "{ci}");
+    assert_eq!(ct["text"], ci["text"], "the text prompt and its token ids should continue the same way");
+
+    // Models.
+    let l = &r["models_list"];
+    no_exception(l, "models_list");
+    assert_eq!(l["object"], "list", "{l}");
+    assert!(l["ids"].as_array().is_some_and(|ids| ids.iter().any(|i| i == model)), "{l}");
+    assert!(l["objects"].as_array().is_some_and(|o| o.iter().all(|x| x == "model")), "{l}");
+    let m = &r["models_retrieve"];
+    no_exception(m, "models_retrieve");
+    assert_eq!((m["id"].as_str(), m["object"].as_str()), (Some(model), Some("model")), "{m}");
+    assert!(m["created"].as_u64().is_some_and(|t| t > 0), "{m}");
+
+    // Errors come back as the client's typed exceptions.
+    let b = &r["bad_temperature"];
+    no_exception(b, "bad_temperature");
+    assert_eq!(b["raised"], "BadRequestError", "temperature=-1 must raise openai.BadRequestError: {b}");
+    assert_eq!(b["status_code"], 400, "{b}");
+    assert_eq!(b["param"], "temperature", "{b}");
+    assert_eq!(b["type"], "invalid_request_error", "{b}");
+    assert!(b["message"].as_str().is_some_and(|m| m.contains("temperature")), "{b}");
+    let n = &r["unknown_model"];
+    no_exception(n, "unknown_model");
+    assert_eq!((n["raised"].as_str(), n["status_code"].as_u64()), (Some("NotFoundError"), Some(404)), "{n}");
+    drop(server);
+}
