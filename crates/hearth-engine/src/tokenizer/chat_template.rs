@@ -209,7 +209,11 @@ impl ChatTemplate {
         ctx.insert("tools".into(), opts.tools.cloned().unwrap_or(serde_json::Value::Null));
         ctx.insert("add_generation_prompt".into(), opts.add_generation_prompt.into());
         let tmpl = self.env.get_template("chat").map_err(|e| Error::Template(e.to_string()))?;
-        tmpl.render(Value::from_serialize(&ctx)).map_err(|e| {
+        // minijinja 2.24 can panic on some inputs (it indexes past the end when a template reverses an empty list
+        // or string, `x[::-1]`): that is a template error for this conversation, not a crash.
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tmpl.render(Value::from_serialize(&ctx))))
+            .map_err(|_| Error::Template("the template engine failed on these messages".into()))?;
+        out.map_err(|e| {
             // raise_exception messages come through as the error's detail: surface them verbatim.
             let detail = e.detail().map(str::to_string).unwrap_or_else(|| format!("{e:#}"));
             Error::Template(detail)
@@ -248,6 +252,15 @@ mod tests {
     fn raise_exception_surfaces_the_message() {
         let e = render("{{ raise_exception('roles must alternate') }}", json!([])).unwrap_err();
         assert!(e.to_string().contains("roles must alternate"), "{e}");
+    }
+
+    #[test]
+    fn reversing_an_empty_list_does_not_panic() {
+        // minijinja 2.24 can panic reversing an empty slice; render must return (a panic fails this test).
+        for src in ["{% for m in messages[1:][::-1] %}{{ m }}{% endfor %}", "{{ ''[::-1] }}", "{{ messages[::-1] }}"] {
+            let _ = render(src, json!([{"role": "system", "content": "x"}]));
+            let _ = render(src, json!([]));
+        }
     }
 
     #[test]

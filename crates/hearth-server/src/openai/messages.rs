@@ -133,13 +133,7 @@ pub fn render(ready: &Ready, p: Params) -> ApiResult<String> {
         .with_code("no_chat_template")
     })?;
     let opts = RenderOptions { tools: tools.as_ref(), add_generation_prompt, extra };
-    // The template engine can panic on some inputs (minijinja 2.24 indexes past the end when a template reverses an
-    // empty list or string, `x[::-1]`): that is this request's template error, not a crashed handler.
-    let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tmpl.render(&messages, &opts)))
-        .map_err(|_| {
-            ApiError::bad_request("the chat template could not render these messages: the template engine failed on them")
-                .with_code("template_error")
-        })?;
+    let rendered = tmpl.render(&messages, &opts);
     rendered.map_err(|e| {
         ApiError::bad_request(format!("the chat template could not render these messages: {e}")).with_code("template_error")
     })

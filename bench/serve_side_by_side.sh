@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# hearth serve vs llama.cpp's llama-server on the same GGUF, same threads, loopback only, one after the other.
+#   bench/serve_side_by_side.sh [MODEL_ALIAS] [THREADS]
+# Needs: scripts/fetch-models, bench/setup-llama-cpp.sh, cargo build --release -p hearth-cli.
+# Prints bench/load.py's JSON lines and markdown rows for docs/benchmarks.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL="${1:-smollm2-135m}"
+THREADS="${2:-2}"
+CONC="${CONC:-1,4,8,16}"
+REQS="${REQS:-16}"
+MAXTOK="${MAXTOK:-128}"
+MODELS="${HEARTH_MODELS:-$HOME/.cache/hearth/models}"
+case "$MODEL" in
+  smollm2-135m) GGUF="$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" ;;
+  gemma3-270m) GGUF="$MODELS/gemma-3-270m-q4_k_m.gguf" ;;
+  *) echo "unknown model $MODEL" >&2; exit 2 ;;
+esac
+HPORT=18181; LPORT=18182
+wait_ready() { for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0; sleep 0.2; done; echo "server on $1 never got ready" >&2; return 1; }
+
+./target/release/hearth serve -m "$MODEL" --device cpu --threads "$THREADS" --host 127.0.0.1 --port $HPORT --batch 16 \
+  >/tmp/hearth-serve.log 2>&1 &
+HPID=$!
+trap 'kill $HPID 2>/dev/null || true; kill ${LPID:-0} 2>/dev/null || true' EXIT
+wait_ready $HPORT
+python3 bench/load.py --url http://127.0.0.1:$HPORT --concurrency "$CONC" --requests "$REQS" --max-tokens "$MAXTOK" \
+  --label "hearth $MODEL" --markdown
+kill $HPID; wait $HPID 2>/dev/null || true
+
+# llama-server: continuous batching with 16 slots, a context big enough for 16 x (prompt + 128).
+bench/.build/llama.cpp/build/bin/llama-server -m "$GGUF" -t "$THREADS" -tb "$THREADS" -np 16 -cb -c 8192 \
+  --host 127.0.0.1 --port $LPORT >/tmp/llama-server.log 2>&1 &
+LPID=$!
+wait_ready $LPORT
+python3 bench/load.py --url http://127.0.0.1:$LPORT --concurrency "$CONC" --requests "$REQS" --max-tokens "$MAXTOK" \
+  --label "llama-server $MODEL" --markdown
