@@ -132,6 +132,11 @@ fn n_choices_share_prompt_blocks_and_rejections_are_clear() {
         assert_eq!(u.cached_tokens, prompt_len, "choices 1.. are forked off the computed prompt");
         assert_eq!(u.prompt_tokens, prompt_len);
     }
+    // More choices than batch rows: refused up front rather than stalling the queue.
+    let mut wide = req(&tok, "hi", 4);
+    wide.n = 9;
+    let e = eng.submit(wide).err().unwrap();
+    assert!(e.to_string().contains("--batch"), "{e}");
     // prompt + max_tokens larger than the whole pool: refused up front.
     let e = eng.submit(req(&tok, "hi", 256 * 16)).err().unwrap();
     assert!(e.to_string().contains("never fit") || e.to_string().contains("context"), "{e}");

@@ -108,7 +108,16 @@ fn run_loop(sched: &mut Scheduler, rx: mpsc::Receiver<Command>, stats: &Mutex<En
         }
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sched.step()));
         match r {
-            Ok(Ok(_)) => {}
+            Ok(Ok(true)) => {}
+            // Work is queued but nothing could run this step: wait for a submit instead of spinning.
+            Ok(Ok(false)) => {
+                if let Ok(cmd) = rx.recv_timeout(std::time::Duration::from_millis(5)) {
+                    let Command::Submit(seqs) = cmd;
+                    for s in seqs {
+                        sched.enqueue(s);
+                    }
+                }
+            }
             Ok(Err(e)) => sched.fail_all(&format!("engine step failed: {e}")),
             Err(_) => sched.fail_all("engine step panicked; the requests in flight were failed"),
         }
@@ -143,6 +152,12 @@ impl EngineHandle {
         if req.n == 0 || req.n > 16 {
             return Err(SubmitError::Invalid(format!("n must be between 1 and 16, got {}", req.n)));
         }
+        if req.n > info.max_batch {
+            return Err(SubmitError::Invalid(format!(
+                "n = {} choices exceed the server's batch of {} rows (--batch)",
+                req.n, info.max_batch
+            )));
+        }
         if req.max_tokens == 0 {
             return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
         }
@@ -156,8 +171,9 @@ impl EngineHandle {
                 info.max_positions
             )));
         }
-        // One row must fit in the whole pool (with one block of slack for the token being decoded).
-        let blocks = total.div_ceil(self.cfg.kv_block_size) + 1;
+        // The request must fit in the whole pool: one block of slack for the token being decoded, and per extra
+        // choice a copied partial block plus one (the admission rule in the scheduler).
+        let blocks = total.div_ceil(self.cfg.kv_block_size) + 1 + 2 * (req.n - 1);
         if blocks > self.cfg.kv_blocks {
             return Err(SubmitError::TooLong(format!(
                 "prompt + max_tokens = {total} tokens can never fit in the KV cache ({} tokens); lower max_tokens or raise --kv-budget",
@@ -196,7 +212,10 @@ impl EngineHandle {
         // Choices 1.. ride on choice 0 until its prompt is computed.
         let mut first = seqs.remove(0);
         first.siblings = seqs;
-        self.tx.send(Command::Submit(vec![first])).map_err(|_| SubmitError::Unavailable)?;
+        if self.tx.send(Command::Submit(vec![first])).is_err() {
+            self.queued.fetch_sub(req.n, Ordering::Relaxed);
+            return Err(SubmitError::Unavailable);
+        }
         Ok(RequestStream { rx, cancel })
     }
 }

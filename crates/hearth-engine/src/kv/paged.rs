@@ -50,6 +50,10 @@ impl PagedKv {
         Ok(())
     }
 
+    pub fn clear_tables(&mut self) {
+        self.tables.clear();
+    }
+
     pub fn remove(&mut self, slot: usize) {
         self.tables.remove(&slot);
     }

@@ -25,6 +25,20 @@ impl Loader<'_> {
         Ok(Linear::new(w, b))
     }
 
+    /// The token embedding table, checked against the configured vocabulary (a token id the config allows but
+    /// the table lacks would fail every batch it appears in).
+    pub fn embedding(&self) -> Result<crate::weights::EmbeddingTable> {
+        let e = self.weights.embedding("model.embed_tokens.weight", self.dtype, self.device)?;
+        if e.rows() < self.cfg.vocab_size {
+            return Err(crate::Error::InvalidModel(format!(
+                "the embedding table has {} rows but the vocabulary is {}",
+                e.rows(),
+                self.cfg.vocab_size
+            )));
+        }
+        Ok(e)
+    }
+
     /// The LM head: `lm_head` when the model has its own, else the tied embedding table.
     pub fn lm_head(&self, embed: &crate::weights::EmbeddingTable) -> Result<Linear> {
         if !self.cfg.tie_word_embeddings && self.weights.contains("lm_head.weight") {

@@ -82,7 +82,7 @@ pub struct Llama {
 impl Llama {
     pub fn load(l: &Loader) -> Result<Self> {
         let c = l.cfg;
-        let embed_tokens = l.weights.embedding("model.embed_tokens.weight", l.dtype, l.device)?;
+        let embed_tokens = l.embedding()?;
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
             let p = format!("model.layers.{i}");

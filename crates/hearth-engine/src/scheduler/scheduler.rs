@@ -91,30 +91,46 @@ impl Scheduler {
         }
     }
 
+    /// Blocks a waiting request needs to start: its tokens plus one to decode, and per forked choice a copied
+    /// partial block and one more.
+    pub fn blocks_to_admit(&self, s: &Sequence) -> usize {
+        self.pool.blocks_for(s.tokens.len() + 1) + 2 * s.siblings.len()
+    }
+
     fn admit(&mut self) {
+        // Admission allocates lazily (in `reserve`): count what this round promises so it never over-commits.
+        let mut free = self.pool.num_free();
         while let Some(s) = self.waiting.front() {
             let rows = 1 + s.siblings.len();
             if !self.running.is_empty() && self.running.len() + rows > self.cfg.max_batch {
                 break;
             }
-            // The tokens so far plus one to decode, and per forked choice a copied partial block and one more.
-            let need = self.pool.blocks_for(s.tokens.len() + 1) + 2 * s.siblings.len();
-            if need > self.pool.num_free() {
+            let need = self.blocks_to_admit(s);
+            if need > free {
+                if self.running.is_empty() && need > self.pool.total() {
+                    // Submit-time checks make this unreachable; never let one request stall the queue.
+                    let s = self.waiting.pop_front().expect("front checked");
+                    s.emit(EngineEvent::Error { message: "the request can never fit in the KV cache".into() });
+                    self.free(s);
+                    continue;
+                }
                 break; // FIFO: nothing behind it jumps the queue
             }
+            free -= need;
             let s = self.waiting.pop_front().expect("front checked");
             self.running.push(s);
         }
     }
 
-    /// Preempt the newest running row other than `keep`; false when there is none.
-    fn preempt_newest(&mut self, keep: usize) -> bool {
-        let victim = self.running.iter().enumerate().filter(|(_, s)| s.slot != keep).max_by_key(|(_, s)| s.arrival).map(|(i, _)| i);
+    /// Preempt the newest running row (possibly the one asking for blocks); false when nothing runs.
+    fn preempt_newest(&mut self) -> bool {
+        let victim = self.running.iter().enumerate().max_by_key(|(_, s)| s.arrival).map(|(i, _)| i);
         let Some(i) = victim else { return false };
         let mut s = self.running.remove(i);
         self.pool.release_all(&mut s.blocks);
         self.kv.remove(s.slot);
         s.computed = 0;
+        s.cached = 0;
         self.stats.preemptions_total += 1;
         let pos = self.waiting.iter().position(|w| w.arrival > s.arrival).unwrap_or(self.waiting.len());
         self.waiting.insert(pos, s);
@@ -160,12 +176,15 @@ impl Scheduler {
                 }
                 if let Some(b) = self.pool.allocate() {
                     self.running[i].blocks.push(b);
-                } else if !self.preempt_newest(slot) {
+                } else if self.running.len() == 1 {
                     // Alone and still too big: submit-time checks make this unreachable, but never crash.
                     let s = self.running.remove(i);
                     s.emit(EngineEvent::Error { message: "the KV cache cannot hold this request".into() });
                     self.free(s);
                     break;
+                } else {
+                    // The newest row yields (vLLM's policy), even when it is this one: older rows keep their KV.
+                    self.preempt_newest();
                 }
             }
         }
@@ -291,6 +310,10 @@ impl Scheduler {
             s.emit(EngineEvent::Error { message: message.to_string() });
             self.free(s);
         }
+        // A panic mid-step may have dropped a row it held outside the lists: nothing holds blocks now, so start
+        // the pool afresh rather than leak them.
+        self.pool = BlockPool::new(self.cfg.kv_blocks, self.cfg.kv_block_size);
+        self.kv.clear_tables();
         self.refresh_stats();
     }
 

@@ -95,6 +95,9 @@ impl ModelConfig {
         if self.layer_window.len() != self.num_layers {
             return bad("per-layer sliding-window list does not match the layer count".into());
         }
+        if self.layer_window.contains(&Some(0)) {
+            return bad("a sliding window of 0 tokens would hide every key".into());
+        }
         Ok(self)
     }
 }
@@ -174,7 +177,8 @@ impl ModelConfig {
             qk_norm: g.has_tensor("blk.0.attn_q_norm.weight"),
             tie_word_embeddings: !g.has_tensor("output.weight"),
             layer_window,
-            query_pre_attn_scalar: head_dim as f64,
+            // llama.cpp: Gemma 3 27B (62 layers) scales by hidden/heads; the other sizes by head_dim.
+            query_pre_attn_scalar: if is_gemma && layers == 62 { (hidden / heads.max(1)) as f64 } else { head_dim as f64 },
             final_logit_softcapping: g.get_f64(&key("final_logit_softcapping")),
             attn_logit_softcapping: g.get_f64(&key("attn_logit_softcapping")),
             activation: if is_gemma { Activation::GeluTanh } else { Activation::Silu },

@@ -39,6 +39,14 @@ impl EmbeddingTable {
         })
     }
 
+    /// Rows of the table (the vocabulary it can embed).
+    pub fn rows(&self) -> usize {
+        match self {
+            EmbeddingTable::Quantized(q) => q.shape().dims().first().copied().unwrap_or(0),
+            EmbeddingTable::Dense(w) => w.dims().first().copied().unwrap_or(0),
+        }
+    }
+
     /// The same table as an output projection (tied word embeddings).
     pub fn as_matmul(&self) -> Result<QMatMul> {
         Ok(match self {
