@@ -4,11 +4,15 @@
     python3 bench/load.py --url http://127.0.0.1:8080 --concurrency 1,4,8,16 --requests 16 --max-tokens 128
 
 For each concurrency C it runs `--requests` streaming /v1/completions requests (greedy, ignore_eos, a fixed
-prompt) with at most C in flight, and reports aggregate output tok/s (all tokens / wall time), TTFT p50/p95 and
+prompt behind a distinct opening word per request, so no prompt cache can serve it) with at most C in flight, and reports aggregate output tok/s (all tokens / wall time), TTFT p50/p95 and
 inter-token latency p50/p95 (gaps between SSE content chunks). Prints one JSON line per level (and a markdown
 row with --markdown). Stdlib only; refuses non-loopback URLs.
 """
 import argparse, http.client, json, statistics, threading, time, urllib.parse
+
+
+OPENERS = ["Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot", "Golf", "Hotel", "India", "Juliet", "Kilo",
+           "Lima", "Mike", "November", "Oscar", "Papa", "Quebec", "Romeo", "Sierra", "Tango", "Uniform", "Victor"]
 
 
 def pct(xs, p):
@@ -64,9 +68,10 @@ def run_level(host, port, prompt, conc, n_req, max_tokens, timeout):
             with lock:
                 if not todo:
                     return
-                todo.pop()
+                i = todo.pop()
             try:
-                r = one_request(host, port, prompt, max_tokens, timeout)
+                # A distinct opening per request, so no server can answer from a cached prompt prefix.
+                r = one_request(host, port, f"{OPENERS[i % len(OPENERS)]} #{i}. {prompt}", max_tokens, timeout)
                 with lock:
                     results.append(r)
             except Exception as e:  # noqa: BLE001 - reported, not hidden
