@@ -193,21 +193,18 @@ fn concurrent_streams_equal_solo(s: &Server) {
     }
 }
 
-/// With candle's matmul kernels (`HEARTH_FAST_QUANT=0`) a row's logits do not depend on the batch, so this
-/// checks the server: 8 concurrent streams, none mixed up with another, each equal to its solo output.
+/// The server end to end: 8 concurrent streams, none mixed up with another, each equal to its solo output
+/// (the engine's batch invariance: row-independent int8 matmuls and prompt pieces at fixed boundaries).
 #[test]
 fn concurrent_greedy_streams_equal_their_solo_output() {
-    let s = Server::start(&[], &[("HEARTH_FAST_QUANT", "0")]);
+    let s = Server::start(&[], &[]);
     concurrent_streams_equal_solo(&s);
 }
 
-/// The same with hearth's default fast quantized kernels. They pick a different matmul path by the number of
-/// rows in a step (int8 dot products for few rows, dequantized f32 GEMM for many), so a row's greedy tokens
-/// can change with the batch around it; this fails until the engine makes the paths agree.
+/// The same with candle's own kernels (`HEARTH_FAST_QUANT=0`).
 #[test]
-#[ignore = "engine: greedy output depends on batch composition with the fast quantized kernels"]
-fn concurrent_greedy_streams_equal_their_solo_output_fast_kernels() {
-    let s = Server::start(&[], &[]);
+fn concurrent_greedy_streams_equal_their_solo_output_candle_kernels() {
+    let s = Server::start(&[], &[("HEARTH_FAST_QUANT", "0")]);
     concurrent_streams_equal_solo(&s);
 }
 
