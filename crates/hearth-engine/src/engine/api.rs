@@ -124,7 +124,8 @@ pub struct EngineConfig {
     pub kv_block_size: usize,
     /// Total KV blocks (from `--kv-budget`).
     pub kv_blocks: usize,
-    /// Most new tokens (prefill + decode) in one step (`--prefill-chunk`).
+    /// Prompt tokens per step, and the fixed piece size prompts are cut into (`--prefill-chunk`). Decoding rows
+    /// add one token each on top, so a long prompt never stalls running streams.
     pub step_tokens: usize,
     /// Most requests waiting for admission (`--max-queue`); more get `QueueFull`.
     pub max_queue: usize,
