@@ -66,10 +66,14 @@ fn numbers(g: &GgufFile, key: &str) -> Option<Vec<f64>> {
         .map(|x| match x {
             F32(v) => Some(*v as f64),
             F64(v) => Some(*v),
-            I32(v) => Some(*v as f64),
-            U32(v) => Some(*v as f64),
             I8(v) => Some(*v as f64),
             U8(v) => Some(*v as f64),
+            I16(v) => Some(*v as f64),
+            U16(v) => Some(*v as f64),
+            I32(v) => Some(*v as f64),
+            U32(v) => Some(*v as f64),
+            I64(v) => Some(*v as f64),
+            U64(v) => Some(*v as f64),
             _ => None,
         })
         .collect()
