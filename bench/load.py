@@ -8,11 +8,14 @@ prompt behind a distinct opening word per request, so no prompt cache can serve 
 inter-token latency p50/p95 (gaps between SSE content chunks). Prints one JSON line per level (and a markdown
 row with --markdown). Stdlib only; refuses non-loopback URLs.
 """
-import argparse, http.client, json, statistics, threading, time, urllib.parse
+import argparse, http.client, json, os, statistics, threading, time, urllib.parse
 
 
 OPENERS = ["Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot", "Golf", "Hotel", "India", "Juliet", "Kilo",
            "Lima", "Mike", "November", "Oscar", "Papa", "Quebec", "Romeo", "Sierra", "Tango", "Uniform", "Victor"]
+
+
+RUN_NONCE = os.urandom(3).hex()
 
 
 def pct(xs, p):
@@ -70,8 +73,10 @@ def run_level(host, port, prompt, conc, n_req, max_tokens, timeout):
                     return
                 i = todo.pop()
             try:
-                # A distinct opening per request, so no server can answer from a cached prompt prefix.
-                r = one_request(host, port, f"{OPENERS[i % len(OPENERS)]} #{i}. {prompt}", max_tokens, timeout)
+                # A distinct opening per request (unique across levels and runs), so no server can answer
+                # from a cached prompt prefix.
+                opener = f"{OPENERS[i % len(OPENERS)]} {RUN_NONCE}-{conc}-{i}."
+                r = one_request(host, port, f"{opener} {prompt}", max_tokens, timeout)
                 with lock:
                     results.append(r)
             except Exception as e:  # noqa: BLE001 - reported, not hidden
