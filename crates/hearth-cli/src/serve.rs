@@ -142,7 +142,6 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
         model_id: a.model.model.clone(),
         device,
         defaults,
-        kv_block_size: bs,
         created: hearth_server::state::unix_now(),
     })
 }

@@ -16,8 +16,6 @@ pub struct Ready {
     /// The device, in words (for the banner and /stats).
     pub device: String,
     pub defaults: SamplingDefaults,
-    /// Tokens per KV block (the engine needs one block of slack per row).
-    pub kv_block_size: usize,
     /// Unix time the model became ready (`created` in /v1/models).
     pub created: u64,
 }

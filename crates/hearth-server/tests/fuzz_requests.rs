@@ -176,7 +176,6 @@ fn ready_router(alias: &str, template: Template) -> (Router, usize) {
         model_id: alias.to_string(),
         device: "fake".into(),
         defaults: SamplingDefaults::default(),
-        kv_block_size: 16,
         created: 1,
     };
     assert!(state.set_ready(ready));

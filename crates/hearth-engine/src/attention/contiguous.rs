@@ -18,19 +18,6 @@ impl ContiguousKv {
     pub fn new(num_layers: usize, capacity: usize) -> Self {
         Self { num_layers, capacity: capacity.max(16), slots: HashMap::new() }
     }
-
-    /// Tokens stored for a slot.
-    pub fn len(&self, slot: usize) -> usize {
-        self.slots.get(&slot).and_then(|l| l.first()).map(|c| c.current_seq_len()).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self, slot: usize) -> bool {
-        self.len(slot) == 0
-    }
-
-    pub fn free(&mut self, slot: usize) {
-        self.slots.remove(&slot);
-    }
 }
 
 impl KvStore for ContiguousKv {

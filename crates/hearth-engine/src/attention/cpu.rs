@@ -3,7 +3,7 @@
 
 use super::AttnParams;
 use crate::Result;
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{DType, Device, Tensor};
 
 /// Causal (and optionally sliding-window) mask for `lq` queries starting at position `pos0` over keys at
 /// positions `kv_pos0..kv_pos0+lk`. Returns (lq, lk) f32 with 0 / -inf, or None when nothing is masked.
@@ -46,11 +46,6 @@ pub fn attend_row(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, kv_pos0: usiz
     let out = probs.matmul(&v)?; // (KvH, G*Lq, D)
     let out = out.reshape((h, lq, d))?.transpose(0, 1)?.reshape((lq, h * d))?;
     Ok(out.to_dtype(in_dtype)?)
-}
-
-/// Softmax along the last dim in f32, whatever the input dtype.
-pub fn softmax_f32(x: &Tensor) -> Result<Tensor> {
-    Ok(candle_nn::ops::softmax(&x.to_dtype(DType::F32)?, D::Minus1)?)
 }
 
 #[cfg(test)]

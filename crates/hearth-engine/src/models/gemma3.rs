@@ -2,7 +2,7 @@
 //! attention and the MLP, GELU-tanh gated MLP, embeddings scaled by sqrt(hidden), tied LM head. Reads top to
 //! bottom like Hugging Face's `modeling_gemma3.py`.
 
-use super::layers::{finish_logits, select_rows, split_heads, Linear, Loader, Mlp, RmsNorm, Rope};
+use super::layers::{finish_logits, select_rows, split_heads, Linear, Loader, Mlp, RmsNorm, Rope, RopeAt};
 use super::Model;
 use crate::attention::{AttnParams, BatchContext, KvStore};
 use crate::weights::config::RopeScaling;
@@ -44,7 +44,7 @@ impl Attention {
         })
     }
 
-    fn forward(&self, x: &Tensor, layer: usize, rope: &Rope, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, layer: usize, rope: &RopeAt, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
         // 1. project
         let q = split_heads(&self.q_proj.forward(x)?, self.heads, self.head_dim)?;
         let k = split_heads(&self.k_proj.forward(x)?, self.kv_heads, self.head_dim)?;
@@ -53,8 +53,8 @@ impl Attention {
         let q = self.q_norm.forward(&q)?;
         let k = self.k_norm.forward(&k)?;
         // 3. rope (local base on sliding layers, global base otherwise)
-        let q = rope.apply(&q, &ctx.positions)?;
-        let k = rope.apply(&k, &ctx.positions)?;
+        let q = rope.apply(&q)?;
+        let k = rope.apply(&k)?;
         // 4. attend (sliding window per layer)
         let out = kv.attend(layer, &q, &k, &v, ctx, &self.params)?;
         // 5. output projection
@@ -129,8 +129,9 @@ impl Model for Gemma3 {
 
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
         let mut h = (self.embed_tokens.lookup(tokens)? * self.embed_scale)?;
+        let (rope_local, rope_global) = (self.rope_local.at(&ctx.positions)?, self.rope_global.at(&ctx.positions)?);
         for (i, b) in self.layers.iter().enumerate() {
-            let rope = if b.sliding { &self.rope_local } else { &self.rope_global };
+            let rope = if b.sliding { &rope_local } else { &rope_global };
             let a = b.attn.forward(&b.input_layernorm.forward(&h)?, i, rope, ctx, kv)?;
             h = (h + b.post_attention_layernorm.forward(&a)?)?;
             let m = b.mlp.forward(&b.pre_feedforward_layernorm.forward(&h)?)?;

@@ -154,18 +154,34 @@ impl Rope {
         self.cos.dim(0).unwrap_or(0)
     }
 
-    /// x: (T, H, D) with per-token positions (T,) -> rotated (T, H, D).
-    pub fn apply(&self, x: &Tensor, positions: &Tensor) -> Result<Tensor> {
+    /// The tables at this batch's positions, gathered once per forward and shared by every layer.
+    pub fn at(&self, positions: &Tensor) -> Result<RopeAt> {
+        Ok(RopeAt {
+            cos: self.cos.index_select(positions, 0)?,
+            sin: self.sin.index_select(positions, 0)?,
+            interleaved: self.interleaved,
+        })
+    }
+}
+
+/// Rotary tables for the packed tokens of one batch.
+pub struct RopeAt {
+    cos: Tensor,
+    sin: Tensor,
+    interleaved: bool,
+}
+
+impl RopeAt {
+    /// x: (T, H, D) -> rotated (T, H, D), each token at its own position.
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let dtype = x.dtype();
-        let cos = self.cos.index_select(positions, 0)?;
-        let sin = self.sin.index_select(positions, 0)?;
         let x4 = x.to_dtype(DType::F32)?.unsqueeze(0)?.contiguous()?; // (1, T, H, D)
         let y = if self.interleaved {
             // rope_i wants (B, H, T, D).
             let xt = x4.transpose(1, 2)?.contiguous()?;
-            candle_nn::rotary_emb::rope_i(&xt, &cos, &sin)?.transpose(1, 2)?
+            candle_nn::rotary_emb::rope_i(&xt, &self.cos, &self.sin)?.transpose(1, 2)?
         } else {
-            candle_nn::rotary_emb::rope_thd(&x4, &cos, &sin)?
+            candle_nn::rotary_emb::rope_thd(&x4, &self.cos, &self.sin)?
         };
         Ok(y.squeeze(0)?.to_dtype(dtype)?)
     }
@@ -245,7 +261,7 @@ mod tests {
         for inter in [false, true] {
             let r = Rope::new(8, 10_000.0, &RopeScaling::None, 4, inter, &dev).unwrap();
             let x = Tensor::arange(0f32, 16.0, &dev).unwrap().reshape((1, 2, 8)).unwrap();
-            let y = r.apply(&x, &Tensor::new(&[0u32], &dev).unwrap()).unwrap();
+            let y = r.at(&Tensor::new(&[0u32], &dev).unwrap()).unwrap().apply(&x).unwrap();
             assert_eq!(x.to_vec3::<f32>().unwrap(), y.to_vec3::<f32>().unwrap());
         }
     }

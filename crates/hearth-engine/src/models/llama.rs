@@ -1,7 +1,7 @@
 //! The Llama family: Llama 2/3 (incl. llama3 and linear rope scaling), Mistral, SmolLM2, Qwen2 (q/k/v bias) and
 //! Qwen3 (per-head q/k RMSNorm). Reads top to bottom like Hugging Face's `modeling_llama.py`.
 
-use super::layers::{finish_logits, select_rows, split_heads, Linear, Loader, Mlp, RmsNorm, Rope};
+use super::layers::{finish_logits, select_rows, split_heads, Linear, Loader, Mlp, RmsNorm, Rope, RopeAt};
 use super::Model;
 use crate::attention::{AttnParams, BatchContext, KvStore};
 use crate::weights::{EmbeddingTable, ModelConfig};
@@ -43,7 +43,7 @@ impl Attention {
         })
     }
 
-    fn forward(&self, x: &Tensor, layer: usize, rope: &Rope, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, layer: usize, rope: &RopeAt, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
         // 1. project to per-head q, k, v
         let q = split_heads(&self.q_proj.forward(x)?, self.heads, self.head_dim)?;
         let k = split_heads(&self.k_proj.forward(x)?, self.kv_heads, self.head_dim)?;
@@ -54,8 +54,8 @@ impl Attention {
             _ => (q, k),
         };
         // 3. rotary position embedding at each token's own position
-        let q = rope.apply(&q, &ctx.positions)?;
-        let k = rope.apply(&k, &ctx.positions)?;
+        let q = rope.apply(&q)?;
+        let k = rope.apply(&k)?;
         // 4. attend through the KV store (appends k/v for each row)
         let out = kv.attend(layer, &q, &k, &v, ctx, &self.params)?;
         // 5. output projection
@@ -110,8 +110,9 @@ impl Model for Llama {
 
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
         let mut h = self.embed_tokens.lookup(tokens)?;
+        let rope = self.rope.at(&ctx.positions)?;
         for (i, b) in self.layers.iter().enumerate() {
-            let a = b.attn.forward(&b.input_layernorm.forward(&h)?, i, &self.rope, ctx, kv)?;
+            let a = b.attn.forward(&b.input_layernorm.forward(&h)?, i, &rope, ctx, kv)?;
             h = (h + a)?;
             let m = b.mlp.forward(&b.post_attention_layernorm.forward(&h)?)?;
             h = (h + m)?;

@@ -197,11 +197,6 @@ impl Tokenizer {
         }
         String::from_utf8_lossy(&bytes).into_owned()
     }
-
-    /// The id of an exact token string, if it is one token.
-    pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.inner.token_to_id(token)
-    }
 }
 
 #[cfg(test)]
