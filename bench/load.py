@@ -4,11 +4,12 @@
     python3 bench/load.py --url http://127.0.0.1:8080 --concurrency 1,4,8,16 --requests 16 --max-tokens 128
 
 For each concurrency C it runs `--requests` streaming /v1/completions requests (greedy, ignore_eos, a fixed
-prompt behind a distinct opening word per request, so no prompt cache can serve it) with at most C in flight, and reports aggregate output tok/s (all tokens / wall time), TTFT p50/p95 and
+prompt behind a distinct opening word per request, so no prompt cache can serve it; or, with
+`--prompt-tokens N`, exactly N random token ids per request) with at most C in flight, and reports aggregate output tok/s (all tokens / wall time), TTFT p50/p95 and
 inter-token latency p50/p95 (gaps between SSE content chunks). Prints one JSON line per level (and a markdown
 row with --markdown). Stdlib only; refuses non-loopback URLs.
 """
-import argparse, http.client, json, os, statistics, threading, time, urllib.parse
+import argparse, http.client, json, os, random, statistics, threading, time, urllib.parse
 
 
 OPENERS = ["Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot", "Golf", "Hotel", "India", "Juliet", "Kilo",
@@ -24,6 +25,12 @@ def pct(xs, p):
     xs = sorted(xs)
     k = min(len(xs) - 1, max(0, int(round(p / 100 * (len(xs) - 1)))))
     return xs[k]
+
+
+def token_prompt(n, vocab, seed):
+    """A prompt of exactly n token ids, distinct per seed (no prompt cache can serve it)."""
+    rng = random.Random(seed)
+    return [rng.randrange(100, vocab) for _ in range(n)]
 
 
 def one_request(host, port, prompt, max_tokens, timeout):
@@ -61,7 +68,7 @@ def one_request(host, port, prompt, max_tokens, timeout):
     return t0, times
 
 
-def run_level(host, port, prompt, conc, n_req, max_tokens, timeout):
+def run_level(host, port, prompt, conc, n_req, max_tokens, timeout, prompt_tokens=0, vocab=0):
     lock = threading.Lock()
     results, errors = [], []
     todo = list(range(n_req))
@@ -76,7 +83,9 @@ def run_level(host, port, prompt, conc, n_req, max_tokens, timeout):
                 # A distinct opening per request (unique across levels and runs), so no server can answer
                 # from a cached prompt prefix.
                 opener = f"{OPENERS[i % len(OPENERS)]} {RUN_NONCE}-{conc}-{i}."
-                r = one_request(host, port, f"{opener} {prompt}", max_tokens, timeout)
+                body_prompt = (token_prompt(prompt_tokens, vocab, opener) if prompt_tokens
+                               else f"{opener} {prompt}")
+                r = one_request(host, port, body_prompt, max_tokens, timeout)
                 with lock:
                     results.append(r)
             except Exception as e:  # noqa: BLE001 - reported, not hidden
@@ -109,6 +118,9 @@ def main():
     ap.add_argument("--requests", type=int, default=16, help="requests per level (bounded)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--prompt", default="Write a short story about a lighthouse keeper who finds a message in a bottle.")
+    ap.add_argument("--prompt-tokens", type=int, default=0,
+                    help="send a prompt of exactly N random token ids (distinct per request) instead of --prompt")
+    ap.add_argument("--vocab", type=int, default=49152, help="token ids for --prompt-tokens are drawn below this")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--label", default="")
     ap.add_argument("--markdown", action="store_true")
@@ -116,10 +128,15 @@ def main():
     u = urllib.parse.urlparse(a.url)
     if u.hostname not in ("127.0.0.1", "localhost", "::1"):
         raise SystemExit("load.py only talks to loopback servers")
+    if a.prompt_tokens and a.vocab <= 100:
+        raise SystemExit("--vocab must exceed 100")
     if a.requests > 256:
         raise SystemExit("--requests is capped at 256")
     for c in [int(x) for x in a.concurrency.split(",")]:
-        r = run_level(u.hostname, u.port or 80, a.prompt, c, max(a.requests, c), a.max_tokens, a.timeout)
+        r = run_level(u.hostname, u.port or 80, a.prompt, c, max(a.requests, c), a.max_tokens, a.timeout,
+                      a.prompt_tokens, a.vocab)
+        if a.prompt_tokens:
+            r["prompt_tokens"] = a.prompt_tokens
         r["label"] = a.label
         print(json.dumps(r), flush=True)
         if a.markdown:

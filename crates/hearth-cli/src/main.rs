@@ -32,6 +32,10 @@ pub struct ModelArgs {
     /// Dequantize GGUF matrices to f32 at load: transformers' exact math, several times the weight memory.
     #[arg(long, env = "HEARTH_DEQUANTIZE")]
     pub dequantize: bool,
+    /// Activation and KV-cache dtype: auto (f32 on the CPU; on a GPU bf16 for safetensors, f32 for GGUF), f32,
+    /// bf16, f16 (GPU only).
+    #[arg(long, env = "HEARTH_DTYPE", default_value = "auto")]
+    pub dtype: String,
 }
 
 impl ModelArgs {
@@ -42,7 +46,10 @@ impl ModelArgs {
             std::env::set_var("RAYON_NUM_THREADS", n.to_string());
         }
         let device = hearth_engine::device::select_device(&self.device)?;
-        let opts = hearth_engine::models::LoadOptions { dequantize: self.dequantize };
+        let opts = hearth_engine::models::LoadOptions {
+            dequantize: self.dequantize,
+            dtype: hearth_engine::models::parse_dtype(&self.dtype)?,
+        };
         let m = hearth_engine::generate::load_with(&self.model, &device, self.chat_template.as_deref(), &opts)?;
         tracing::info!(
             model = %m.location.path().display(),

@@ -28,9 +28,13 @@ pub struct ServeArgs {
     /// KV cache size in GiB (default: 25% of available memory, at most what `--batch` full contexts need).
     #[arg(long, env = "HEARTH_KV_BUDGET")]
     pub kv_budget: Option<f64>,
-    /// Most new tokens (prefill + decode) the engine computes in one step.
+    /// Most prompt tokens one engine step computes while no stream is decoding.
     #[arg(long, env = "HEARTH_PREFILL_CHUNK", default_value_t = 256)]
     pub prefill_chunk: usize,
+    /// Most prompt tokens one engine step computes while streams are decoding: bounds their inter-token latency
+    /// during a long prefill.
+    #[arg(long, env = "HEARTH_PREFILL_CHUNK_DECODING", default_value_t = 64)]
+    pub prefill_chunk_decoding: usize,
     /// Most requests waiting for a batch slot; more get HTTP 429.
     #[arg(long, env = "HEARTH_MAX_QUEUE", default_value_t = 64)]
     pub max_queue: usize,
@@ -75,6 +79,9 @@ fn parse_size(s: &str) -> Result<usize, String> {
 }
 
 /// MemAvailable from /proc/meminfo, in bytes.
+/// Default --kv-budget on a GPU: this percentage of the memory free after loading the weights.
+const GPU_KV_FRACTION_PCT: u64 = 80;
+
 fn mem_available() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
@@ -86,6 +93,7 @@ fn check(a: &ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.batch >= 1, "--batch must be at least 1");
     anyhow::ensure!(a.kv_block_size >= 1, "--kv-block-size must be at least 1");
     anyhow::ensure!(a.prefill_chunk >= 1, "--prefill-chunk must be at least 1");
+    anyhow::ensure!(a.prefill_chunk_decoding >= 1, "--prefill-chunk-decoding must be at least 1");
     anyhow::ensure!(a.kv_budget.is_none_or(|g| g.is_finite() && g > 0.0), "--kv-budget must be a positive number of GiB");
     anyhow::ensure!(a.temperature.is_none_or(|t| t.is_finite() && t >= 0.0), "--temperature must be >= 0");
     anyhow::ensure!(a.top_p.is_none_or(|p| p > 0.0 && p <= 1.0), "--top-p must be in (0, 1]");
@@ -115,13 +123,15 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
 fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let m = a.model.load()?;
     let bs = a.kv_block_size;
-    let budget = match a.kv_budget {
-        Some(gib) => (gib * (1u64 << 30) as f64) as u64,
-        None => mem_available().map(|b| b / 4).unwrap_or(2 << 30),
+    let budget = match (a.kv_budget, hearth_engine::device::gpu_free_memory(&m.device)) {
+        (Some(gib), _) => (gib * (1u64 << 30) as f64) as u64,
+        // A GPU: most of what the weights left free; the rest is for activations and cuBLAS workspaces.
+        (None, Some(free)) => free / 100 * GPU_KV_FRACTION_PCT,
+        (None, None) => mem_available().map(|b| b / 4).unwrap_or(2 << 30),
     };
     // More than `batch` full contexts can never be used.
     let cap = a.batch * (m.model.max_positions().div_ceil(bs) + 1);
-    let kv_blocks = blocks_for_budget(m.model.as_ref(), &m.device, budget, bs).min(cap);
+    let kv_blocks = blocks_for_budget(m.model.as_ref(), budget, bs).min(cap);
     anyhow::ensure!(kv_blocks >= 2, "--kv-budget is too small to hold even one block of {bs} tokens; raise it");
     let generation_config = match &m.location {
         ModelLocation::HfDir(d) => {
@@ -134,7 +144,7 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let device = hearth_engine::device::describe(&m.device);
     let eos = m.tokenizer.eos_ids().to_vec();
     let ecfg =
-        EngineConfig { max_batch: a.batch, kv_block_size: bs, kv_blocks, step_tokens: a.prefill_chunk, max_queue: a.max_queue };
+        EngineConfig { max_batch: a.batch, kv_block_size: bs, kv_blocks, step_tokens: a.prefill_chunk, step_tokens_decoding: a.prefill_chunk_decoding, max_queue: a.max_queue };
     let engine = hearth_engine::engine::start(m.model, m.device, ecfg, eos).context("starting the engine")?;
     Ok(Ready {
         engine,

@@ -48,3 +48,12 @@ pub fn describe(device: &Device) -> String {
         Device::Metal(_) => "metal".to_string(),
     }
 }
+
+/// Free memory of a GPU device in bytes (None on the CPU, or when the driver cannot tell).
+pub fn gpu_free_memory(device: &Device) -> Option<u64> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(d) => d.cuda_stream().context().mem_get_info().ok().map(|(free, _)| free as u64),
+        _ => None,
+    }
+}

@@ -30,7 +30,7 @@ fn long_prompt() -> String {
 fn engine(blocks: usize, batch: usize) -> (EngineHandle, hearth_engine::tokenizer::Tokenizer) {
     let m = real_model("smollm2-135m");
     let eos = m.tokenizer.eos_ids().to_vec();
-    let cfg = EngineConfig { max_batch: batch, kv_block_size: 16, kv_blocks: blocks, step_tokens: 64, max_queue: 64 };
+    let cfg = EngineConfig { max_batch: batch, kv_block_size: 16, kv_blocks: blocks, step_tokens: 64, step_tokens_decoding: 32, max_queue: 64 };
     (start(m.model, m.device, cfg, eos).unwrap(), m.tokenizer)
 }
 

@@ -5,12 +5,19 @@
 pub mod context;
 pub mod contiguous;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 pub use context::{BatchContext, RowSpan};
 pub use contiguous::ContiguousKv;
 
 use crate::Result;
 use candle_core::Tensor;
+
+/// Prompts are cut into pieces at multiples of this many positions, and the portable attention runs each piece
+/// in sub-blocks aligned the same way: a query's arithmetic then never depends on how many tokens its step
+/// carried (batch invariance with any per-step token budget).
+pub const PIECE_ALIGN: usize = 32;
 
 /// Per-layer attention parameters.
 #[derive(Debug, Clone, Copy)]

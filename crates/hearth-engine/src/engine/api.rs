@@ -124,9 +124,11 @@ pub struct EngineConfig {
     pub kv_block_size: usize,
     /// Total KV blocks (from `--kv-budget`).
     pub kv_blocks: usize,
-    /// Prompt tokens per step, and the fixed piece size prompts are cut into (`--prefill-chunk`). Decoding rows
-    /// add one token each on top, so a long prompt never stalls running streams.
+    /// Prompt tokens per step while no row is decoding (`--prefill-chunk`).
     pub step_tokens: usize,
+    /// Prompt tokens per step while rows are decoding (`--prefill-chunk-decoding`): bounds the inter-token latency
+    /// running streams see while a long prompt is prefilled. Decoding rows add one token each on top.
+    pub step_tokens_decoding: usize,
     /// Most requests waiting for admission (`--max-queue`); more get `QueueFull`.
     pub max_queue: usize,
 }

@@ -44,15 +44,14 @@ pub struct EngineHandle {
 }
 
 /// Choose the number of KV blocks for a byte budget.
-pub fn blocks_for_budget(model: &dyn Model, device: &Device, budget_bytes: u64, block_size: usize) -> usize {
+pub fn blocks_for_budget(model: &dyn Model, budget_bytes: u64, block_size: usize) -> usize {
     let c = model.config();
-    let dtype = if device.is_cpu() { candle_core::DType::F32 } else { candle_core::DType::BF16 };
-    let per_token = PagedKv::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, dtype) as u64;
+    let per_token = PagedKv::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, model.dtype()) as u64;
     (budget_bytes / (per_token * block_size as u64).max(1)) as usize
 }
 
 pub fn start(model: Box<dyn Model>, device: Device, cfg: EngineConfig, eos: Vec<u32>) -> Result<EngineHandle> {
-    if cfg.max_batch == 0 || cfg.kv_block_size == 0 || cfg.kv_blocks == 0 || cfg.step_tokens == 0 {
+    if cfg.max_batch == 0 || cfg.kv_block_size == 0 || cfg.kv_blocks == 0 || cfg.step_tokens == 0 || cfg.step_tokens_decoding == 0 {
         return Err(Error::InvalidRequest("batch, block size, KV blocks and step tokens must all be at least 1".into()));
     }
     let info = EngineInfo {

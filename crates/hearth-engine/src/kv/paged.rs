@@ -1,9 +1,11 @@
 //! The paged attention store: per layer, one K and one V buffer of `blocks × block_size` token rows. A sequence
 //! (slot) owns a block table; its position p lives in row `table[p / bs] * bs + p % bs`. Each step writes the
-//! new tokens' k/v in place, then gathers the visible positions and attends (the portable gather-then-attend
-//! backend; fused kernels read the blocks directly later).
+//! new tokens' k/v in place, then attends. On the CPU (and wherever the CUDA kernels do not apply) it gathers
+//! each row's visible positions and attends them (the portable gather-then-attend backend). With the `cuda`
+//! feature on a CUDA device, one kernel per layer writes the new rows and one attends every packed token through
+//! the block tables, reading the blocks in place (`attention::cuda`; `HEARTH_CUDA_PAGED_ATTN=0` turns it off).
 
-use crate::attention::{cpu, AttnParams, BatchContext, KvStore};
+use crate::attention::{cpu, AttnParams, BatchContext, KvStore, PIECE_ALIGN};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
@@ -13,6 +15,16 @@ pub struct PagedKv {
     k: Vec<Tensor>,
     v: Vec<Tensor>,
     tables: HashMap<usize, Vec<u32>>,
+    /// This step's device metadata for the CUDA kernels (rebuilt at layer 0).
+    #[cfg(feature = "cuda")]
+    meta: Option<crate::attention::cuda::StepMeta>,
+}
+
+/// Whether the CUDA paged-attention kernels serve this device (kill switch `HEARTH_CUDA_PAGED_ATTN=0`).
+#[cfg(feature = "cuda")]
+fn cuda_kernels_on(device: &Device) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    device.is_cuda() && *ON.get_or_init(|| !matches!(std::env::var("HEARTH_CUDA_PAGED_ATTN").as_deref(), Ok("0" | "off" | "false")))
 }
 
 impl PagedKv {
@@ -24,7 +36,14 @@ impl PagedKv {
             k.push(Tensor::zeros((rows, kv_heads, head_dim), dtype, device)?);
             v.push(Tensor::zeros((rows, kv_heads, head_dim), dtype, device)?);
         }
-        Ok(Self { block_size, k, v, tables: HashMap::new() })
+        Ok(Self {
+            block_size,
+            k,
+            v,
+            tables: HashMap::new(),
+            #[cfg(feature = "cuda")]
+            meta: None,
+        })
     }
 
     /// Bytes one token takes in the KV cache across all layers.
@@ -66,8 +85,73 @@ impl PagedKv {
     }
 }
 
+#[cfg(feature = "cuda")]
+impl PagedKv {
+    /// The step's slot mapping, token rows and padded block tables, uploaded once for all layers.
+    fn build_meta(&self, ctx: &BatchContext) -> Result<crate::attention::cuda::StepMeta> {
+        let dev = self.k[0].device();
+        let mut slots = Vec::with_capacity(ctx.num_tokens());
+        let mut tok_row = Vec::with_capacity(ctx.num_tokens());
+        let mut tabs: Vec<&[u32]> = Vec::with_capacity(ctx.rows.len());
+        for (r, row) in ctx.rows.iter().enumerate() {
+            let table = self
+                .tables
+                .get(&row.slot)
+                .ok_or_else(|| Error::InvalidRequest(format!("slot {} has no block table", row.slot)))?;
+            for pos in row.pos0..row.pos0 + row.len {
+                slots.push(self.row_of(table, pos)? as u32);
+                tok_row.push(r as u32);
+            }
+            tabs.push(table);
+        }
+        let max_blocks = tabs.iter().map(|t| t.len()).max().unwrap_or(0).max(1);
+        let mut flat = vec![0u32; tabs.len() * max_blocks];
+        for (r, t) in tabs.iter().enumerate() {
+            flat[r * max_blocks..r * max_blocks + t.len()].copy_from_slice(t);
+        }
+        let n = slots.len();
+        Ok(crate::attention::cuda::StepMeta {
+            slots: Tensor::from_vec(slots, n, dev)?,
+            tok_row: Tensor::from_vec(tok_row, n, dev)?,
+            tok_pos: ctx.positions.to_device(dev)?,
+            tables: Tensor::from_vec(flat, (tabs.len(), max_blocks), dev)?,
+            max_blocks,
+        })
+    }
+
+    /// The CUDA path, or None when the kernels do not apply here (then the portable path runs).
+    fn attend_cuda(&mut self, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, ctx: &BatchContext, p: &AttnParams) -> Result<Option<Tensor>> {
+        use crate::attention::cuda;
+        let (t, h, d) = q.dims3()?;
+        let kvh = k.dim(1)?;
+        if !cuda_kernels_on(q.device()) || !cuda::supports(h, kvh, d, q.dtype()) || q.dtype() != self.k[layer].dtype() {
+            return Ok(None);
+        }
+        if layer == 0 || self.meta.is_none() {
+            self.meta = Some(self.build_meta(ctx)?);
+        }
+        let meta = self.meta.as_ref().expect("just built");
+        cuda::write_kv(&self.k[layer], k, &meta.slots)?;
+        cuda::write_kv(&self.v[layer], v, &meta.slots)?;
+        let params = cuda::Params {
+            heads: h,
+            kv_heads: kvh,
+            block_size: self.block_size,
+            window: p.window.unwrap_or(0),
+            scale: p.scale as f32,
+            softcap: p.softcap.unwrap_or(0.0) as f32,
+        };
+        let out = cuda::paged_attention(q, &self.k[layer], &self.v[layer], meta, params)?;
+        Ok(Some(out.reshape((t, h * d))?))
+    }
+}
+
 impl KvStore for PagedKv {
     fn attend(&mut self, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, ctx: &BatchContext, p: &AttnParams) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let Some(out) = self.attend_cuda(layer, q, k, v, ctx, p)? {
+            return Ok(out);
+        }
         let (kbuf, vbuf) = (&self.k[layer], &self.v[layer]);
         let mut outs = Vec::with_capacity(ctx.rows.len());
         for row in &ctx.rows {
@@ -87,17 +171,27 @@ impl KvStore for PagedKv {
             }
             // 2. gather the visible positions (a sliding window needs only its last `w` keys)
             let end = row.pos0 + row.len;
-            let kv_pos0 = match p.window {
-                Some(w) => (row.pos0 + 1).saturating_sub(w),
+            let first_visible = |pos: usize| match p.window {
+                Some(w) => (pos + 1).saturating_sub(w),
                 None => 0,
             };
-            let idx: Vec<u32> = (kv_pos0..end).map(|pos| self.row_of(table, pos).map(|r| r as u32)).collect::<Result<_>>()?;
-            let idx = Tensor::from_vec(idx, end - kv_pos0, kbuf.device())?;
+            let base = first_visible(row.pos0);
+            let idx: Vec<u32> = (base..end).map(|pos| self.row_of(table, pos).map(|r| r as u32)).collect::<Result<_>>()?;
+            let idx = Tensor::from_vec(idx, end - base, kbuf.device())?;
             let kr = kbuf.index_select(&idx, 0)?.transpose(0, 1)?.contiguous()?;
             let vr = vbuf.index_select(&idx, 0)?.transpose(0, 1)?.contiguous()?;
-            // 3. attend
-            let qr = q.narrow(0, row.start, row.len)?;
-            outs.push(cpu::attend_row(&qr, &kr, &vr, row.pos0, kv_pos0, p)?);
+            // 3. attend, in sub-blocks aligned to PIECE_ALIGN positions: each sub-block sees exactly the keys up to
+            //    its own end, so its result is the same whether its piece was long or short.
+            let mut s = row.pos0;
+            while s < end {
+                let e = ((s / PIECE_ALIGN + 1) * PIECE_ALIGN).min(end);
+                let k0 = first_visible(s);
+                let qr = q.narrow(0, row.start + s - row.pos0, e - s)?;
+                let ks = kr.narrow(1, k0 - base, e - k0)?;
+                let vs = vr.narrow(1, k0 - base, e - k0)?;
+                outs.push(cpu::attend_row(&qr, &ks, &vs, s, k0, p)?);
+                s = e;
+            }
         }
         Ok(Tensor::cat(&outs, 0)?)
     }

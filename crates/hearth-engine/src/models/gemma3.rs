@@ -8,7 +8,7 @@ use crate::attention::{AttnParams, BatchContext, KvStore};
 use crate::weights::config::RopeScaling;
 use crate::weights::{EmbeddingTable, ModelConfig};
 use crate::Result;
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 struct Attention {
     q_proj: Linear,
@@ -74,6 +74,8 @@ struct Block {
 
 pub struct Gemma3 {
     cfg: ModelConfig,
+    /// Activation (and KV) dtype.
+    dtype: DType,
     embed_tokens: EmbeddingTable,
     embed_scale: f64,
     layers: Vec<Block>,
@@ -106,6 +108,7 @@ impl Gemma3 {
         let local_base = c.rope_local_theta.unwrap_or(c.rope_theta);
         let rope_local = Rope::new(c.head_dim, local_base, &RopeScaling::None, max, c.rope_interleaved, l.device)?;
         Ok(Self {
+            dtype: l.dtype,
             cfg: c.clone(),
             embed_tokens,
             embed_scale: (c.hidden_size as f64).sqrt(),
@@ -123,12 +126,16 @@ impl Model for Gemma3 {
         &self.cfg
     }
 
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
     fn max_positions(&self) -> usize {
         self.rope_global.max_positions()
     }
 
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
-        let mut h = (self.embed_tokens.lookup(tokens)? * self.embed_scale)?;
+        let mut h = (self.embed_tokens.lookup(tokens, self.dtype)? * self.embed_scale)?;
         let (rope_local, rope_global) = (self.rope_local.at(&ctx.positions)?, self.rope_global.at(&ctx.positions)?);
         for (i, b) in self.layers.iter().enumerate() {
             let rope = if b.sliding { &rope_local } else { &rope_global };

@@ -6,7 +6,7 @@ use super::Model;
 use crate::attention::{AttnParams, BatchContext, KvStore};
 use crate::weights::{EmbeddingTable, ModelConfig};
 use crate::Result;
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 struct Attention {
     q_proj: Linear,
@@ -72,6 +72,8 @@ struct Block {
 
 pub struct Llama {
     cfg: ModelConfig,
+    /// Activation (and KV) dtype.
+    dtype: DType,
     embed_tokens: EmbeddingTable,
     layers: Vec<Block>,
     norm: RmsNorm,
@@ -95,7 +97,7 @@ impl Llama {
         }
         let lm_head = l.lm_head(&embed_tokens)?;
         let rope = Rope::new(c.head_dim, c.rope_theta, &c.rope_scaling, c.max_position_embeddings, c.rope_interleaved, l.device)?;
-        Ok(Self { cfg: c.clone(), embed_tokens, layers, norm: l.rms_norm("model.norm")?, lm_head, rope })
+        Ok(Self { cfg: c.clone(), dtype: l.dtype, embed_tokens, layers, norm: l.rms_norm("model.norm")?, lm_head, rope })
     }
 }
 
@@ -104,12 +106,16 @@ impl Model for Llama {
         &self.cfg
     }
 
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
     fn max_positions(&self) -> usize {
         self.rope.max_positions()
     }
 
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
-        let mut h = self.embed_tokens.lookup(tokens)?;
+        let mut h = self.embed_tokens.lookup(tokens, self.dtype)?;
         let rope = self.rope.at(&ctx.positions)?;
         for (i, b) in self.layers.iter().enumerate() {
             let a = b.attn.forward(&b.input_layernorm.forward(&h)?, i, &rope, ctx, kv)?;

@@ -14,6 +14,8 @@ use candle_core::{DType, Device, Tensor};
 
 pub trait Model: Send + Sync {
     fn config(&self) -> &ModelConfig;
+    /// The dtype activations and the KV cache use on this model's device.
+    fn dtype(&self) -> DType;
     /// Positions the rotary tables cover.
     fn max_positions(&self) -> usize;
     /// tokens: (T,) u32 packed per `ctx`. Returns f32 logits: (rows, vocab), or (T, vocab) with `ctx.all_logits`.
@@ -59,14 +61,47 @@ pub struct LoadOptions {
     /// Dequantize GGUF matrices at load: the reference's exact math (transformers dequantizes GGUF the same way),
     /// at ~4-8x the weight memory. `--dequantize` / `HEARTH_DEQUANTIZE=1`.
     pub dequantize: bool,
+    /// Activation/KV dtype; None: [`activation_dtype`]'s choice. The CPU computes in f32 only.
+    pub dtype: Option<DType>,
 }
 
-/// Build the model for a configuration. CPU computes in f32.
+/// The activation dtype for these weights on this device: f32 on the CPU; on a GPU bf16 for dense (safetensors)
+/// weights and f32 for GGUF ones (their matmuls quantize the activations to 8 bits anyway, and f32 keeps the
+/// quantized path comparable to llama.cpp's goldens).
+pub fn activation_dtype(weights: &Weights, device: &Device) -> DType {
+    match (device.is_cpu(), weights) {
+        (true, _) | (false, Weights::Gguf(_)) => DType::F32,
+        (false, Weights::Hf(_)) => DType::BF16,
+    }
+}
+
+/// Build the model for a configuration.
 pub fn load_model(weights: &Weights, cfg: &ModelConfig, device: &Device, opts: &LoadOptions) -> Result<Box<dyn Model>> {
-    let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
+    let dtype = match opts.dtype {
+        None => activation_dtype(weights, device),
+        Some(DType::F32) => DType::F32,
+        Some(d @ (DType::BF16 | DType::F16)) if !device.is_cpu() => d,
+        Some(d) => {
+            return Err(Error::Unsupported(format!(
+                "dtype {d:?} on {}: the CPU computes in f32; GPUs take f32, bf16 or f16",
+                if device.is_cpu() { "the CPU" } else { "this device" }
+            )))
+        }
+    };
     let l = layers::Loader { weights, cfg, device, dtype, dequantize: opts.dequantize };
     Ok(match cfg.family {
         Family::Llama => Box::new(llama::Llama::load(&l)?),
         Family::Gemma3 => Box::new(gemma3::Gemma3::load(&l)?),
+    })
+}
+
+/// Parse a `--dtype` value: `auto` (None), `f32`, `bf16`, `f16`.
+pub fn parse_dtype(s: &str) -> Result<Option<DType>> {
+    Ok(match s.trim().to_ascii_lowercase().as_str() {
+        "auto" | "" => None,
+        "f32" | "float32" => Some(DType::F32),
+        "bf16" | "bfloat16" => Some(DType::BF16),
+        "f16" | "float16" => Some(DType::F16),
+        other => return Err(Error::InvalidRequest(format!("unknown dtype `{other}`: expected auto, f32, bf16 or f16"))),
     })
 }

@@ -2,16 +2,17 @@
 //! 1. drops cancelled rows (their blocks return to the pool at once);
 //! 2. admits waiting requests FIFO while the batch has room for all their choices and the pool can hold their
 //!    tokens plus one;
-//! 3. plans the step: every decoding row's one token first, then prefill pieces within `step_tokens`. A prompt
-//!    is cut into pieces at fixed multiples of `step_tokens` from position 0, whatever else runs, so a row's
-//!    arithmetic never depends on its batch-mates (batch invariance);
+//! 3. plans the step: every decoding row's one token first, then prefill pieces within the step's prompt-token
+//!    budget (smaller while rows decode). Pieces end at multiples of PIECE_ALIGN (or at the prompt's end), and
+//!    attention runs in sub-blocks aligned the same way, so a row's arithmetic never depends on its batch-mates
+//!    or the budget (batch invariance);
 //! 4. makes sure each planned row has blocks for its new tokens, preempting the newest row when the pool is
 //!    empty (it is recomputed later: never an abort);
 //! 5. runs one packed forward over all rows, samples the rows that reached their end (forking the other
 //!    choices of a request off its first), and emits events.
 
 use super::Sequence;
-use crate::attention::BatchContext;
+use crate::attention::{BatchContext, PIECE_ALIGN};
 use crate::engine::api::{EngineConfig, EngineEvent, EngineStats};
 use crate::generate::FinishReason;
 use crate::kv::{BlockPool, PagedKv};
@@ -36,7 +37,7 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(model: Box<dyn Model>, device: Device, cfg: EngineConfig, eos: Vec<u32>) -> Result<Self> {
         let c = model.config();
-        let dtype = if device.is_cpu() { candle_core::DType::F32 } else { candle_core::DType::BF16 };
+        let dtype = model.dtype();
         let kv = PagedKv::new(c.num_layers, cfg.kv_blocks, cfg.kv_block_size, c.num_kv_heads, c.head_dim, dtype, &device)?;
         let pool = BlockPool::new(cfg.kv_blocks, cfg.kv_block_size);
         let max_positions = model.max_positions();
@@ -137,24 +138,29 @@ impl Scheduler {
         true
     }
 
-    /// (slot, new tokens) for this step: decode rows first, then aligned prefill pieces within the budget.
+    /// (slot, new tokens) for this step: decode rows first, then prefill pieces (oldest first) within the step's
+    /// prompt-token budget: `step_tokens` when nothing decodes, `step_tokens_decoding` while rows decode (their
+    /// inter-token latency). A piece takes the rest of its prompt when that fits; otherwise it ends at the last
+    /// multiple of PIECE_ALIGN the budget reaches, so piece boundaries (and, with the aligned attention
+    /// sub-blocks, every row's arithmetic) do not depend on the budget or the batch.
     fn plan(&self) -> Vec<(usize, usize)> {
-        let chunk = self.cfg.step_tokens.max(1);
         let mut order: Vec<&Sequence> = self.running.iter().collect();
         order.sort_by_key(|s| (s.pending() > 1, s.arrival));
-        let mut budget = chunk;
+        let decoding = order.iter().any(|s| s.pending() == 1);
+        let mut budget = if decoding { self.cfg.step_tokens_decoding } else { self.cfg.step_tokens }.max(1);
         let mut plan = Vec::new();
         for s in order {
             let piece = match s.pending() {
                 0 => continue,
                 1 => 1, // decode rows always fit: the budget only limits prefill
-                p => p.min(chunk - s.computed % chunk),
+                p if p <= budget => p,
+                _ => ((s.computed + budget) / PIECE_ALIGN * PIECE_ALIGN).saturating_sub(s.computed),
             };
-            if piece > 1 {
-                if piece > budget {
-                    continue; // waits for a step with room; its piece boundaries do not move
-                }
-                budget -= piece;
+            if piece == 0 {
+                continue; // no aligned piece fits in what is left of the budget
+            }
+            if s.pending() > 1 {
+                budget -= piece; // <= budget by construction
             }
             plan.push((s.slot, piece));
         }

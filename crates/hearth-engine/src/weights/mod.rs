@@ -32,11 +32,13 @@ pub enum EmbeddingTable {
 }
 
 impl EmbeddingTable {
-    pub fn lookup(&self, ids: &Tensor) -> Result<Tensor> {
-        Ok(match self {
+    /// Rows `ids` of the table, in `dtype` (a quantized table yields f32 rows).
+    pub fn lookup(&self, ids: &Tensor, dtype: DType) -> Result<Tensor> {
+        let rows = match self {
             EmbeddingTable::Quantized(q) => q.embedding(ids)?,
             EmbeddingTable::Dense(w) => w.index_select(ids, 0)?,
-        })
+        };
+        Ok(if rows.dtype() == dtype { rows } else { rows.to_dtype(dtype)? })
     }
 
     /// Rows of the table (the vocabulary it can embed).

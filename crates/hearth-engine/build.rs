@@ -1,0 +1,34 @@
+//! With the `cuda` feature: compile src/attention/cuda/paged_attention.cu to PTX with the CUDA toolchain's nvcc
+//! (`$CUDA_HOME/bin/nvcc`, else `nvcc` on PATH) for `CUDA_COMPUTE_CAP` (default 90). scripts/build-cuda sets both.
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
+        return;
+    }
+    let src = "src/attention/cuda/paged_attention.cu";
+    println!("cargo:rerun-if-changed={src}");
+    println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
+    println!("cargo:rerun-if-env-changed=CUDA_HOME");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("paged_attention.ptx");
+    let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "90".into());
+    let nvcc = match std::env::var_os("CUDA_HOME") {
+        Some(h) => PathBuf::from(h).join("bin").join("nvcc"),
+        None => PathBuf::from("nvcc"),
+    };
+    let status = Command::new(&nvcc)
+        .args(["--ptx", &format!("-arch=sm_{cap}"), "-O3", "-std=c++17", "-o"])
+        .arg(&out)
+        .arg(src)
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!("nvcc failed ({s}) compiling {src}"),
+        Err(e) => panic!(
+            "cannot run {} ({e}): the `cuda` feature needs the CUDA toolchain; run scripts/build-cuda, which installs it",
+            nvcc.display()
+        ),
+    }
+}

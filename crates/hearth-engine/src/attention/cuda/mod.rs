@@ -1,0 +1,236 @@
+//! CUDA paged attention (the `cuda` feature): launches `paged_attention.cu`'s kernels on candle's CUDA tensors.
+//! The KV blocks are read and written in place: no per-step gather of a sequence's keys.
+//!
+//! * [`write_kv`]: one launch per buffer and layer copies the step's new k (or v) rows to their cache rows.
+//! * [`paged_attention`]: one launch per layer attends every packed token of the step (prefill pieces and decode
+//!   tokens mixed) to its own sequence's visible keys, read through the block tables.
+//!
+//! The PTX is built by `build.rs` with the CUDA toolchain's `nvcc` (scripts/build-cuda).
+
+use crate::{Error, Result};
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::{CudaStorageSlice, WrapErr};
+use candle_core::{CudaStorage, DType, Layout, Shape, Storage, Tensor};
+
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/paged_attention.ptx"));
+const MODULE: &str = "hearth_paged_attention";
+/// Threads per attention block (NWARPS * 32 in the kernel).
+const ATTN_THREADS: u32 = 256;
+/// The kernel's shared buffers hold G * D <= 1024 values per block.
+const MAX_GD: usize = 1024;
+
+/// Per-step metadata shared by every layer, on the device.
+pub struct StepMeta {
+    /// Cache row of every packed token, (T,) u32.
+    pub slots: Tensor,
+    /// Batch row (index into `tables`) of every packed token, (T,) u32.
+    pub tok_row: Tensor,
+    /// Position of every packed token, (T,) u32.
+    pub tok_pos: Tensor,
+    /// Block tables, (R, max_blocks) u32, padded with 0.
+    pub tables: Tensor,
+    pub max_blocks: usize,
+}
+
+/// Whether the kernels handle this head shape (else the caller uses the portable path).
+pub fn supports(heads: usize, kv_heads: usize, head_dim: usize, dtype: DType) -> bool {
+    kv_heads > 0
+        && heads % kv_heads == 0
+        && matches!(head_dim, 64 | 128 | 256)
+        && (heads / kv_heads) * head_dim <= MAX_GD
+        && matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
+}
+
+fn sfx(dtype: DType) -> Result<&'static str> {
+    Ok(match dtype {
+        DType::F32 => "f32",
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        d => return Err(Error::Unsupported(format!("CUDA paged attention for {d:?}"))),
+    })
+}
+
+fn cuda_of(s: &Storage) -> candle_core::Result<&CudaStorage> {
+    match s {
+        Storage::Cuda(c) => Ok(c),
+        _ => candle_core::bail!("hearth paged attention: tensor is not on a CUDA device"),
+    }
+}
+
+fn contiguous(l: &Layout, what: &str) -> candle_core::Result<(usize, usize)> {
+    l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg(format!("hearth paged attention: {what} must be contiguous")))
+}
+
+/// Write `new` (T, KvH, D) into `cache` (rows, KvH, D) at rows `slots` (T,) u32.
+pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &Tensor) -> Result<()> {
+    let new = new.contiguous()?;
+    if new.dtype() != cache.dtype() {
+        return Err(Error::InvalidRequest(format!("write_kv: {:?} rows into a {:?} cache", new.dtype(), cache.dtype())));
+    }
+    cache.inplace_op3(&new, slots, &WriteKv)?;
+    Ok(())
+}
+
+struct WriteKv;
+
+impl candle_core::InplaceOp3 for WriteKv {
+    fn name(&self) -> &'static str {
+        "hearth-write-kv"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &mut candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<()> {
+        candle_core::bail!("hearth-write-kv runs on CUDA only")
+    }
+
+    fn cuda_fwd(
+        &self,
+        cache: &mut CudaStorage,
+        cl: &Layout,
+        new: &CudaStorage,
+        nl: &Layout,
+        slots: &CudaStorage,
+        sl: &Layout,
+    ) -> candle_core::Result<()> {
+        let t = nl.shape().dims().first().copied().unwrap_or(0);
+        if t == 0 {
+            return Ok(());
+        }
+        let row_elems = nl.shape().elem_count() / t;
+        let (c0, c1) = contiguous(cl, "the KV cache")?;
+        let (n0, n1) = contiguous(nl, "new k/v")?;
+        let (s0, s1) = contiguous(sl, "slots")?;
+        let dev = cache.device().clone();
+        let slots = slots.as_cuda_slice::<u32>()?.slice(s0..s1);
+        let name = format!("write_kv_{}", sfx(new.dtype()).map_err(|e| candle_core::Error::Msg(e.to_string()))?);
+        let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
+        let cfg = LaunchConfig { grid_dim: (t as u32, 1, 1), block_dim: (row_elems.min(256) as u32, 1, 1), shared_mem_bytes: 0 };
+        let row_elems = row_elems as i32;
+        macro_rules! launch {
+            ($ty:ty) => {{
+                let mut c = cache.as_cuda_slice_mut::<$ty>()?.slice_mut(c0..c1);
+                let n = new.as_cuda_slice::<$ty>()?.slice(n0..n1);
+                let mut b = func.builder();
+                b.arg(&mut c);
+                b.arg(&n);
+                b.arg(&slots);
+                b.arg(&row_elems);
+                // SAFETY: the kernel writes `slots[i] * row_elems ..` for i < t; the caller's slots lie in the cache.
+                unsafe { b.launch(cfg) }.w()?;
+            }};
+        }
+        match &new.slice {
+            CudaStorageSlice::F32(_) => launch!(f32),
+            CudaStorageSlice::BF16(_) => launch!(half::bf16),
+            CudaStorageSlice::F16(_) => launch!(half::f16),
+            _ => candle_core::bail!("hearth-write-kv: unsupported dtype {:?}", new.dtype()),
+        }
+        Ok(())
+    }
+}
+
+/// Attention parameters of one layer.
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub block_size: usize,
+    /// 0: unlimited.
+    pub window: usize,
+    pub scale: f32,
+    /// 0: none.
+    pub softcap: f32,
+}
+
+/// q: (T, H, D); caches (rows, KvH, D). Returns (T, H, D).
+pub fn paged_attention(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, meta: &StepMeta, p: Params) -> Result<Tensor> {
+    let q = q.contiguous()?;
+    let op = PagedAttn { k: k_cache.clone(), v: v_cache.clone(), meta, p };
+    Ok(q.apply_op1_no_bwd(&op)?)
+}
+
+struct PagedAttn<'a> {
+    k: Tensor,
+    v: Tensor,
+    meta: &'a StepMeta,
+    p: Params,
+}
+
+impl candle_core::CustomOp1 for PagedAttn<'_> {
+    fn name(&self) -> &'static str {
+        "hearth-paged-attention"
+    }
+
+    fn cpu_fwd(&self, _: &candle_core::CpuStorage, _: &Layout) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
+        candle_core::bail!("hearth-paged-attention runs on CUDA only")
+    }
+
+    fn cuda_fwd(&self, qs: &CudaStorage, ql: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+        let (t, h, d) = ql.shape().dims3()?;
+        let p = self.p;
+        if h != p.heads || !supports(h, p.kv_heads, d, qs.dtype()) {
+            candle_core::bail!("hearth-paged-attention: unsupported shape {:?} for {} heads / {} kv heads", ql.shape(), p.heads, p.kv_heads);
+        }
+        let (q0, q1) = contiguous(ql, "q")?;
+        let dev = qs.device().clone();
+        let (ks, kl) = self.k.storage_and_layout();
+        let (vs, vl) = self.v.storage_and_layout();
+        let (ts, tl) = self.meta.tables.storage_and_layout();
+        let (rs, rl) = self.meta.tok_row.storage_and_layout();
+        let (ps, pl) = self.meta.tok_pos.storage_and_layout();
+        let (k0, k1) = contiguous(kl, "the K cache")?;
+        let (v0, v1) = contiguous(vl, "the V cache")?;
+        let (t0, t1) = contiguous(tl, "block tables")?;
+        let (r0, r1) = contiguous(rl, "token rows")?;
+        let (p0, p1) = contiguous(pl, "token positions")?;
+        let tables = cuda_of(&ts)?.as_cuda_slice::<u32>()?.slice(t0..t1);
+        let rows = cuda_of(&rs)?.as_cuda_slice::<u32>()?.slice(r0..r1);
+        let pos = cuda_of(&ps)?.as_cuda_slice::<u32>()?.slice(p0..p1);
+        let name = format!("paged_attn_{}_d{d}", sfx(qs.dtype()).map_err(|e| candle_core::Error::Msg(e.to_string()))?);
+        let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
+        let cfg = LaunchConfig { grid_dim: (t as u32, p.kv_heads as u32, 1), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let (hh, kvh, bs, mb, win) = (h as i32, p.kv_heads as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
+        macro_rules! launch {
+            ($ty:ty) => {{
+                let q = qs.as_cuda_slice::<$ty>()?.slice(q0..q1);
+                let k = cuda_of(&ks)?.as_cuda_slice::<$ty>()?.slice(k0..k1);
+                let v = cuda_of(&vs)?.as_cuda_slice::<$ty>()?.slice(v0..v1);
+                // SAFETY: written in full by the kernel below (every (t, head, d) of the output).
+                let out = unsafe { dev.alloc::<$ty>(t * h * d)? };
+                let mut b = func.builder();
+                b.arg(&q);
+                b.arg(&k);
+                b.arg(&v);
+                b.arg(&tables);
+                b.arg(&rows);
+                b.arg(&pos);
+                b.arg(&out);
+                b.arg(&hh);
+                b.arg(&kvh);
+                b.arg(&bs);
+                b.arg(&mb);
+                b.arg(&win);
+                b.arg(&p.scale);
+                b.arg(&p.softcap);
+                // SAFETY: tables hold valid block ids for every visible position (the scheduler reserved them).
+                unsafe { b.launch(cfg) }.w()?;
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            }};
+        }
+        let out = match &qs.slice {
+            CudaStorageSlice::F32(_) => launch!(f32),
+            CudaStorageSlice::BF16(_) => launch!(half::bf16),
+            CudaStorageSlice::F16(_) => launch!(half::f16),
+            _ => candle_core::bail!("hearth-paged-attention: unsupported dtype {:?}", qs.dtype()),
+        };
+        Ok((out, Shape::from((t, h, d))))
+    }
+}

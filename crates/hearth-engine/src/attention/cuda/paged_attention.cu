@@ -1,0 +1,214 @@
+// Paged attention for hearth's CUDA build: kernels that read and write the paged KV blocks in place.
+//
+// Layout (see src/kv/paged.rs): per layer one K and one V buffer of shape (rows, KvH, D) with
+// rows = blocks * block_size; a sequence's position p lives in row table[p / bs] * bs + p % bs.
+//
+// * write_kv_*:  copies this step's new k (or v) rows, (T, KvH, D), to their cache rows (one launch per
+//                buffer and layer; slot[t] = the cache row of packed token t).
+// * paged_attn_*: one launch per layer for every packed token of the step, prefill pieces and decode tokens
+//                mixed. Block (t, g): token t against kv head g and the G = H / KvH query heads sharing it, so
+//                GQA reads each key once per token. Its warps split the visible keys in tiles of 32 (one key per
+//                lane for QK^T, one slice of D per lane for PV), each keeping an online softmax in f32; the
+//                warps' partial results are merged at the end. Keys visible to the token at position p:
+//                [max(0, p + 1 - window), p] (window 0 = unlimited).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define NWARPS 8
+#define MAX_GD 1024  // G * D values of one block's queries / accumulators
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ void from_f(float v, float *o) { *o = v; }
+__device__ __forceinline__ void from_f(float v, __nv_bfloat16 *o) { *o = __float2bfloat16(v); }
+__device__ __forceinline__ void from_f(float v, __half *o) { *o = __float2half(v); }
+
+// 8 consecutive values (16- or 32-byte aligned) as floats.
+__device__ __forceinline__ void load8(const float *p, float *o) {
+  const float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+  o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w; o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16 *p, float *o) {
+  const uint4 u = *reinterpret_cast<const uint4 *>(p);
+  const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const float2 f = __bfloat1622float2(h[i]);
+    o[2 * i] = f.x; o[2 * i + 1] = f.y;
+  }
+}
+__device__ __forceinline__ void load8(const __half *p, float *o) {
+  const uint4 u = *reinterpret_cast<const uint4 *>(p);
+  const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const float2 f = __half22float2(h[i]);
+    o[2 * i] = f.x; o[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+  return v;
+}
+
+template <typename T>
+__device__ void write_kv(T *__restrict__ cache, const T *__restrict__ src, const uint32_t *__restrict__ slot,
+                         int row_elems) {
+  const int t = blockIdx.x;
+  const size_t dst = (size_t)slot[t] * row_elems;
+  const size_t s = (size_t)t * row_elems;
+  for (int i = threadIdx.x; i < row_elems; i += blockDim.x) cache[dst + i] = src[s + i];
+}
+
+// q: (T, H, D); kc, vc: (rows, KvH, D); tables: (R, max_blocks); tok_row, tok_pos: (T,); out: (T, H, D).
+template <typename T, int D>
+__device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
+                           const uint32_t *__restrict__ tables, const uint32_t *__restrict__ tok_row,
+                           const uint32_t *__restrict__ tok_pos, T *__restrict__ out, int H, int KvH, int bs,
+                           int max_blocks, int window, float scale, float softcap) {
+  constexpr int PER_LANE = D / 32;  // values of D each lane owns in PV
+  constexpr int GMAX = MAX_GD / D;
+  const int t = blockIdx.x, g = blockIdx.y;
+  const int G = H / KvH;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  __shared__ float qs[MAX_GD];               // scaled queries of the G heads
+  __shared__ float part_acc[NWARPS][MAX_GD];  // per-warp unnormalized outputs
+  __shared__ float part_m[NWARPS][GMAX], part_l[NWARPS][GMAX];
+
+  const T *qt = q + ((size_t)t * H + (size_t)g * G) * D;
+  for (int i = threadIdx.x; i < G * D; i += blockDim.x) qs[i] = to_f(qt[i]) * scale;
+  __syncthreads();
+
+  const int p = (int)tok_pos[t];
+  const int start = window > 0 ? max(0, p + 1 - window) : 0;
+  const uint32_t *table = tables + (size_t)tok_row[t] * max_blocks;
+  const size_t row_stride = (size_t)KvH * D;
+
+  float m[GMAX], l[GMAX], acc[GMAX][PER_LANE];
+#pragma unroll
+  for (int h = 0; h < GMAX; h++) {
+    m[h] = -INFINITY;
+    l[h] = 0.f;
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) acc[h][e] = 0.f;
+  }
+
+  const int n_keys = p + 1 - start;
+  for (int tile = warp; tile * 32 < n_keys; tile += NWARPS) {
+    const int j = start + tile * 32 + lane;
+    const bool valid = j <= p;
+    unsigned long long krow = 0;
+    if (valid) krow = ((size_t)table[j / bs] * bs + j % bs) * row_stride + (size_t)g * D;
+    float s[GMAX];
+#pragma unroll
+    for (int h = 0; h < GMAX; h++) s[h] = 0.f;
+    if (valid) {
+      const T *kp = kc + krow;
+#pragma unroll 2
+      for (int d0 = 0; d0 < D; d0 += 8) {
+        float kv[8];
+        load8(kp + d0, kv);
+#pragma unroll
+        for (int h = 0; h < GMAX; h++) {
+          if (h >= G) break;
+#pragma unroll
+          for (int e = 0; e < 8; e++) s[h] += qs[h * D + d0 + e] * kv[e];
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < GMAX; h++) {
+      if (h >= G) break;
+      float x = s[h];
+      if (softcap > 0.f) x = softcap * tanhf(x / softcap);
+      x = valid ? x : -INFINITY;
+      const float mt = warp_max(x);
+      const float m_new = fmaxf(m[h], mt);  // finite: lane 0 of every tile is valid
+      const float corr = __expf(m[h] - m_new);
+      const float pr = valid ? __expf(x - m_new) : 0.f;
+      l[h] = l[h] * corr + pr;  // lane-partial sum, reduced at the end
+      m[h] = m_new;
+#pragma unroll
+      for (int e = 0; e < PER_LANE; e++) acc[h][e] *= corr;
+      s[h] = pr;
+    }
+    // PV: key kk of the tile, this lane's slice of D.
+    const int tile_keys = min(32, p + 1 - (start + tile * 32));
+    for (int kk = 0; kk < tile_keys; kk++) {
+      const unsigned long long vrow = __shfl_sync(0xffffffff, krow, kk);
+      const T *vp = vc + vrow + lane * PER_LANE;
+      float vv[PER_LANE];
+#pragma unroll
+      for (int e = 0; e < PER_LANE; e++) vv[e] = to_f(vp[e]);
+#pragma unroll
+      for (int h = 0; h < GMAX; h++) {
+        if (h >= G) break;
+        const float ph = __shfl_sync(0xffffffff, s[h], kk);
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) acc[h][e] += ph * vv[e];
+      }
+    }
+  }
+
+  // Merge the warps: out = Σ_w acc_w e^{m_w - M} / Σ_w l_w e^{m_w - M}.
+#pragma unroll
+  for (int h = 0; h < GMAX; h++) {
+    if (h >= G) break;
+    const float lsum = warp_sum(l[h]);
+    if (lane == 0) {
+      part_m[warp][h] = m[h];
+      part_l[warp][h] = lsum;
+    }
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) part_acc[warp][h * D + lane * PER_LANE + e] = acc[h][e];
+  }
+  __syncthreads();
+  T *ot = out + ((size_t)t * H + (size_t)g * G) * D;
+  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+    const int h = i / D;
+    float M = -INFINITY;
+    for (int w = 0; w < NWARPS; w++) M = fmaxf(M, part_m[w][h]);
+    float num = 0.f, den = 0.f;
+    for (int w = 0; w < NWARPS; w++) {
+      if (part_m[w][h] == -INFINITY) continue;  // a warp that saw no keys
+      const float f = __expf(part_m[w][h] - M);
+      num += part_acc[w][i] * f;
+      den += part_l[w][h] * f;
+    }
+    from_f(num / den, &ot[i]);
+  }
+}
+
+#define WRITE_KV(NAME, T)                                                                                      \
+  extern "C" __global__ void NAME(T *cache, const T *src, const uint32_t *slot, int row_elems) {              \
+    write_kv<T>(cache, src, slot, row_elems);                                                                 \
+  }
+WRITE_KV(write_kv_f32, float)
+WRITE_KV(write_kv_bf16, __nv_bfloat16)
+WRITE_KV(write_kv_f16, __half)
+
+#define PAGED_ATTN(NAME, T, D)                                                                                 \
+  extern "C" __global__ void __launch_bounds__(NWARPS * 32)                                                   \
+      NAME(const T *q, const T *kc, const T *vc, const uint32_t *tables, const uint32_t *tok_row,             \
+           const uint32_t *tok_pos, T *out, int H, int KvH, int bs, int max_blocks, int window, float scale,  \
+           float softcap) {                                                                                   \
+    paged_attn<T, D>(q, kc, vc, tables, tok_row, tok_pos, out, H, KvH, bs, max_blocks, window, scale,         \
+                     softcap);                                                                                \
+  }
+PAGED_ATTN(paged_attn_f32_d64, float, 64)
+PAGED_ATTN(paged_attn_f32_d128, float, 128)
+PAGED_ATTN(paged_attn_f32_d256, float, 256)
+PAGED_ATTN(paged_attn_bf16_d64, __nv_bfloat16, 64)
+PAGED_ATTN(paged_attn_bf16_d128, __nv_bfloat16, 128)
+PAGED_ATTN(paged_attn_bf16_d256, __nv_bfloat16, 256)
+PAGED_ATTN(paged_attn_f16_d64, __half, 64)
+PAGED_ATTN(paged_attn_f16_d128, __half, 128)
+PAGED_ATTN(paged_attn_f16_d256, __half, 256)
