@@ -16,20 +16,21 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 PYTHONUNBUFFERED=1 python3 bench/gpu/make_llama8b.py /tmp/llama8b 2>&1 | tee "$OUT/make.log"
 PYTHONUNBUFFERED=1 python3 bench/gpu/roofline.py /tmp/llama8b 2>&1 | tee "$OUT/roofline.json"
 PORT=18400
-/tmp/hbin/hearth serve -m /tmp/llama8b --device cuda --port $PORT --batch 64 --kv-budget "${KV_GB:-40}" \
+/tmp/hbin/hearth serve -m /tmp/llama8b --device cuda --port $PORT --batch 64 ${KV_GB:+--kv-budget $KV_GB} \
   --max-tokens 4096 > "$OUT/serve.log" 2>&1 &
 SP=$!
 for _ in $(seq 1 900); do curl -sf http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.2; done
 head -c 600 "$OUT/serve.log"; echo
 L="python3 bench/load.py --url http://127.0.0.1:$PORT --prompt-tokens 512 --max-tokens 256 --label hearth-8b"
 $L --concurrency 1 --requests 1 > /dev/null  # warm-up (kernel loads, memory pool)
-$L --concurrency 1 --requests 3 | tee "$OUT/load_c1.json"
-$L --concurrency 8 --requests 8 | tee "$OUT/load_c8.json"
-$L --concurrency 32 --requests 32 | tee "$OUT/load_c32.json"
-$L --concurrency 64 --requests 64 | tee "$OUT/load_c64.json"
+$L --concurrency 1 --requests 3 | tee -a "$OUT/loads.jsonl"
+curl -s http://127.0.0.1:$PORT/stats | tee "$OUT/stats_after_c1.json"; echo
+$L --concurrency 8 --requests 8 | tee -a "$OUT/loads.jsonl"
+$L --concurrency 32 --requests 32 | tee -a "$OUT/loads.jsonl"
+$L --concurrency 64 --requests 64 | tee -a "$OUT/loads.jsonl"
 python3 bench/load.py --url http://127.0.0.1:$PORT --prompt-tokens 2048 --max-tokens 1 --concurrency 1 --requests 3 \
-  --label hearth-8b-prefill2k | tee "$OUT/load_prefill2k.json"
-curl -s http://127.0.0.1:$PORT/stats > "$OUT/stats.json"
+  --label hearth-8b-prefill2k | tee -a "$OUT/loads.jsonl"
+curl -s http://127.0.0.1:$PORT/stats | tee "$OUT/stats.json"; echo
 kill $SP; wait $SP 2>/dev/null
 tail -3 "$OUT/serve.log"
 if [ "$HFB" != "none" ]; then

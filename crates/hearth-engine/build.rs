@@ -1,4 +1,4 @@
-//! With the `cuda` feature: compile src/attention/cuda/paged_attention.cu to PTX with the CUDA toolchain's nvcc
+//! With the `cuda` feature: compile hearth's CUDA kernels (src/attention/cuda/paged_attention.cu, src/gpu/fused.cu) to PTX with the CUDA toolchain's nvcc
 //! (`$CUDA_HOME/bin/nvcc`, else `nvcc` on PATH) for `CUDA_COMPUTE_CAP` (default 90). scripts/build-cuda sets both.
 use std::path::PathBuf;
 use std::process::Command;
@@ -8,11 +8,17 @@ fn main() {
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }
-    let src = "src/attention/cuda/paged_attention.cu";
-    println!("cargo:rerun-if-changed={src}");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
-    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("paged_attention.ptx");
+    for src in ["src/attention/cuda/paged_attention.cu", "src/gpu/fused.cu"] {
+        ptx(src);
+    }
+}
+
+fn ptx(src: &str) {
+    println!("cargo:rerun-if-changed={src}");
+    let name = std::path::Path::new(src).file_stem().expect("a file name").to_string_lossy().to_string();
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join(format!("{name}.ptx"));
     let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "90".into());
     let nvcc = match std::env::var_os("CUDA_HOME") {
         Some(h) => PathBuf::from(h).join("bin").join("nvcc"),

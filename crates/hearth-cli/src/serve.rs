@@ -28,13 +28,13 @@ pub struct ServeArgs {
     /// KV cache size in GiB (default: 25% of available memory, at most what `--batch` full contexts need).
     #[arg(long, env = "HEARTH_KV_BUDGET")]
     pub kv_budget: Option<f64>,
-    /// Most prompt tokens one engine step computes while no stream is decoding.
-    #[arg(long, env = "HEARTH_PREFILL_CHUNK", default_value_t = 256)]
-    pub prefill_chunk: usize,
-    /// Most prompt tokens one engine step computes while streams are decoding: bounds their inter-token latency
-    /// during a long prefill.
-    #[arg(long, env = "HEARTH_PREFILL_CHUNK_DECODING", default_value_t = 64)]
-    pub prefill_chunk_decoding: usize,
+    /// Most prompt tokens one engine step computes (default: 256 on the CPU, 8192 on a GPU).
+    #[arg(long, env = "HEARTH_PREFILL_CHUNK")]
+    pub prefill_chunk: Option<usize>,
+    /// Most tokens of one prompt an engine step computes while streams are decoding: bounds their inter-token
+    /// latency during a long prefill (default: 64 on the CPU, 2048 on a GPU).
+    #[arg(long, env = "HEARTH_PREFILL_CHUNK_DECODING")]
+    pub prefill_chunk_decoding: Option<usize>,
     /// Most requests waiting for a batch slot; more get HTTP 429.
     #[arg(long, env = "HEARTH_MAX_QUEUE", default_value_t = 64)]
     pub max_queue: usize,
@@ -92,8 +92,8 @@ fn mem_available() -> Option<u64> {
 fn check(a: &ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.batch >= 1, "--batch must be at least 1");
     anyhow::ensure!(a.kv_block_size >= 1, "--kv-block-size must be at least 1");
-    anyhow::ensure!(a.prefill_chunk >= 1, "--prefill-chunk must be at least 1");
-    anyhow::ensure!(a.prefill_chunk_decoding >= 1, "--prefill-chunk-decoding must be at least 1");
+    anyhow::ensure!(a.prefill_chunk.is_none_or(|c| c >= 1), "--prefill-chunk must be at least 1");
+    anyhow::ensure!(a.prefill_chunk_decoding.is_none_or(|c| c >= 1), "--prefill-chunk-decoding must be at least 1");
     anyhow::ensure!(a.kv_budget.is_none_or(|g| g.is_finite() && g > 0.0), "--kv-budget must be a positive number of GiB");
     anyhow::ensure!(a.temperature.is_none_or(|t| t.is_finite() && t >= 0.0), "--temperature must be >= 0");
     anyhow::ensure!(a.top_p.is_none_or(|p| p > 0.0 && p <= 1.0), "--top-p must be in (0, 1]");
@@ -143,8 +143,12 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let defaults = SamplingDefaults::resolve(generation_config.as_ref(), &flags);
     let device = hearth_engine::device::describe(&m.device);
     let eos = m.tokenizer.eos_ids().to_vec();
+    // Per-step prompt budgets: measured defaults per device class (docs/benchmarks.md).
+    let gpu = !m.device.is_cpu();
+    let step_tokens = a.prefill_chunk.unwrap_or(if gpu { 8192 } else { 256 });
+    let step_tokens_decoding = a.prefill_chunk_decoding.unwrap_or(if gpu { 2048 } else { 64 });
     let ecfg =
-        EngineConfig { max_batch: a.batch, kv_block_size: bs, kv_blocks, step_tokens: a.prefill_chunk, step_tokens_decoding: a.prefill_chunk_decoding, max_queue: a.max_queue };
+        EngineConfig { max_batch: a.batch, kv_block_size: bs, kv_blocks, step_tokens, step_tokens_decoding, max_queue: a.max_queue };
     let engine = hearth_engine::engine::start(m.model, m.device, ecfg, eos).context("starting the engine")?;
     Ok(Ready {
         engine,

@@ -10,7 +10,9 @@ pub fn select_device(spec: &str) -> Result<Device> {
         "cpu" => Ok(Device::Cpu),
         "auto" => {
             if candle_core::utils::cuda_is_available() {
-                Ok(Device::new_cuda(0).unwrap_or(Device::Cpu))
+                let d = Device::new_cuda(0).unwrap_or(Device::Cpu);
+                tune_cuda(&d);
+                Ok(d)
             } else {
                 Ok(Device::Cpu)
             }
@@ -28,7 +30,9 @@ pub fn select_device(spec: &str) -> Result<Device> {
                         .into(),
                 ));
             }
-            Ok(Device::new_cuda(ordinal)?)
+            let d = Device::new_cuda(ordinal)?;
+            tune_cuda(&d);
+            Ok(d)
         }
         other => Err(Error::InvalidRequest(format!(
             "unknown device `{other}`: expected one of auto, cpu, cuda, cuda:N"
@@ -56,4 +60,51 @@ pub fn gpu_free_memory(device: &Device) -> Option<u64> {
         Device::Cuda(d) => d.cuda_stream().context().mem_get_info().ok().map(|(free, _)| free as u64),
         _ => None,
     }
+}
+
+/// Optional host-overhead settings for a fresh CUDA device. Both are off by default: a paired A/B on the H200
+/// (docs/benchmarks.md) showed no gain from either, so they stay opt-in levers:
+/// * `HEARTH_CUDA_EVENTS=0` stops candle's per-tensor CUDA event tracking (which only matters with several
+///   streams; hearth runs one stream per device).
+/// * `HEARTH_CUDA_MEMPOOL=1` makes the driver's default memory pool keep freed memory (release threshold = max)
+///   instead of returning it at every synchronization.
+#[allow(unused_variables)]
+pub fn tune_cuda(device: &Device) {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(d) = device {
+        if crate::gpu::env_off("HEARTH_CUDA_EVENTS") {
+            // SAFETY: hearth issues all work for a device on that device's one stream (candle's default).
+            unsafe { d.disable_event_tracking() };
+        }
+        if matches!(std::env::var("HEARTH_CUDA_MEMPOOL").as_deref(), Ok("1" | "on" | "true" | "yes")) {
+            if let Err(e) = keep_pool_memory(d) {
+                tracing::warn!("could not set the CUDA memory pool's release threshold: {e}");
+            }
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn keep_pool_memory(d: &candle_core::CudaDevice) -> std::result::Result<(), String> {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    let ctx = d.cuda_stream().context().clone();
+    ctx.bind_to_thread().map_err(|e| e.to_string())?;
+    // SAFETY: plain driver calls on a bound context with valid out-pointers.
+    unsafe {
+        let mut pool = std::mem::MaybeUninit::<sys::CUmemoryPool>::uninit();
+        let r = sys::cuDeviceGetDefaultMemPool(pool.as_mut_ptr(), ctx.cu_device());
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!("cuDeviceGetDefaultMemPool: {r:?}"));
+        }
+        let mut threshold: u64 = u64::MAX;
+        let r = sys::cuMemPoolSetAttribute(
+            pool.assume_init(),
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            &mut threshold as *mut u64 as *mut std::ffi::c_void,
+        );
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!("cuMemPoolSetAttribute: {r:?}"));
+        }
+    }
+    Ok(())
 }

@@ -6,6 +6,8 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod generate;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod kv;
 pub mod kernels;
 pub mod models;

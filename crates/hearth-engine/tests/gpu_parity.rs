@@ -191,12 +191,13 @@ fn hf_gpu_reference() -> Option<Vec<serde_json::Value>> {
 }
 
 /// The quantized GGUF on the GPU: candle's CUDA matmuls (q8_1 activations, as llama.cpp's) through hearth's paged
-/// attention kernels. Tolerances from the measurement in docs/parity.md.
+/// attention kernels. Measured on an H200 (docs/parity.md): worst max-abs 2.02 / rel RMS 0.095 against llama.cpp
+/// (the CPU path: 0.85 / 0.043); greedy equal to llama.cpp until its gap drops below GAP_MARGIN.
 #[test]
 fn smollm2_gpu_quantized_matches_llama_cpp() {
     let m = smollm2(false, None);
     let refs = [("llama.cpp", reference("llama_cpp")), ("transformers f32", reference("hf"))];
-    check("gpu quantized", &m, &refs, Tol { max_abs: 2.2, rel_rms: 0.12 }, GAP_MARGIN);
+    check("gpu quantized", &m, &refs, Tol { max_abs: 2.5, rel_rms: 0.12 }, GAP_MARGIN);
 }
 
 /// Dequantized weights in f32 on the GPU: the reference's exact math; only summation order differs.
@@ -208,6 +209,7 @@ fn smollm2_gpu_exact_f32_matches_transformers() {
 
 /// bf16 weights and activations (the GPU's dense default) against transformers' f32 logits and, when given, its
 /// bf16 logits on the same GPU. bf16 keeps 8 bits of mantissa: a 30-layer model's logits move by tenths.
+/// Measured on an H200: worst max-abs 0.75 / rel RMS 0.054 (either reference); greedy equal while gaps exceed 1.
 #[test]
 fn smollm2_gpu_bf16_matches_transformers() {
     let m = smollm2(true, Some(DType::BF16));
@@ -215,5 +217,5 @@ fn smollm2_gpu_bf16_matches_transformers() {
     if let Some(r) = hf_gpu_reference() {
         refs.push(("transformers bf16 GPU", r));
     }
-    check("gpu bf16", &m, &refs, Tol { max_abs: 2.5, rel_rms: 0.12 }, 1.0);
+    check("gpu bf16", &m, &refs, Tol { max_abs: 1.2, rel_rms: 0.08 }, 1.0);
 }

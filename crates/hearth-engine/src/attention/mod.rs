@@ -28,7 +28,36 @@ pub struct AttnParams {
     pub softcap: Option<f64>,
 }
 
+/// Rotary tables gathered at a batch's positions: (T, D/2) f32 cos and sin.
+pub struct RopeTables<'a> {
+    pub cos: &'a Tensor,
+    pub sin: &'a Tensor,
+    pub interleaved: bool,
+}
+
+/// Head counts of a fused q|k|v projection.
+#[derive(Debug, Clone, Copy)]
+pub struct Heads {
+    pub q: usize,
+    pub kv: usize,
+    pub dim: usize,
+}
+
 pub trait KvStore {
+    /// The fused path: `qkv` (T, (H + 2 KvH) * D) from one projection; rotate q and k, store k/v and attend in as
+    /// few kernels as the store has. `Ok(None)`: this store cannot, the caller splits q/k/v and calls `attend`.
+    fn attend_qkv(
+        &mut self,
+        _layer: usize,
+        _qkv: &Tensor,
+        _rope: &RopeTables,
+        _heads: Heads,
+        _ctx: &BatchContext,
+        _params: &AttnParams,
+    ) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+
     /// Append this step's k/v for every row of `ctx` at `layer`, then attend.
     /// `q`: (T, H, D), `k`/`v`: (T, KvH, D), all packed in `ctx` row order. Returns (T, H*D).
     fn attend(

@@ -113,6 +113,12 @@ pub struct EngineStats {
     pub prompt_tokens_processed_total: u64,
     pub preemptions_total: u64,
     pub steps_total: u64,
+    /// Where step time goes (milliseconds, cumulative): building inputs and issuing the forward pass (on a GPU
+    /// this is host time: kernels run asynchronously), waiting for its logits (device time not hidden behind the
+    /// host), and sampling plus emitting tokens.
+    pub step_issue_ms_total: f64,
+    pub step_wait_ms_total: f64,
+    pub step_sample_ms_total: f64,
 }
 
 /// Engine sizing.
@@ -124,10 +130,10 @@ pub struct EngineConfig {
     pub kv_block_size: usize,
     /// Total KV blocks (from `--kv-budget`).
     pub kv_blocks: usize,
-    /// Prompt tokens per step while no row is decoding (`--prefill-chunk`).
+    /// Prompt tokens per step (`--prefill-chunk`).
     pub step_tokens: usize,
-    /// Prompt tokens per step while rows are decoding (`--prefill-chunk-decoding`): bounds the inter-token latency
-    /// running streams see while a long prompt is prefilled. Decoding rows add one token each on top.
+    /// Most tokens of one prompt a step computes while rows are decoding (`--prefill-chunk-decoding`): bounds the
+    /// inter-token latency running streams see while a long prompt is prefilled. Decoding rows add one token each.
     pub step_tokens_decoding: usize,
     /// Most requests waiting for admission (`--max-queue`); more get `QueueFull`.
     pub max_queue: usize,

@@ -24,7 +24,7 @@ pub struct PagedKv {
 #[cfg(feature = "cuda")]
 fn cuda_kernels_on(device: &Device) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    device.is_cuda() && *ON.get_or_init(|| !matches!(std::env::var("HEARTH_CUDA_PAGED_ATTN").as_deref(), Ok("0" | "off" | "false")))
+    device.is_cuda() && *ON.get_or_init(|| !crate::gpu::env_off("HEARTH_CUDA_PAGED_ATTN"))
 }
 
 impl PagedKv {
@@ -119,34 +119,58 @@ impl PagedKv {
         })
     }
 
+    /// Whether the kernels serve these tensors; builds this step's metadata at layer 0.
+    fn cuda_ready(&mut self, layer: usize, heads: usize, kv_heads: usize, head_dim: usize, dtype: candle_core::DType, ctx: &BatchContext) -> Result<bool> {
+        let dev = self.k[layer].device().clone();
+        if !cuda_kernels_on(&dev) || !crate::attention::cuda::supports(heads, kv_heads, head_dim, dtype) || dtype != self.k[layer].dtype() {
+            return Ok(false);
+        }
+        if layer == 0 || self.meta.is_none() {
+            self.meta = Some(self.build_meta(ctx)?);
+        }
+        Ok(true)
+    }
+
+    fn params(&self, heads: usize, kv_heads: usize, p: &AttnParams) -> crate::attention::cuda::Params {
+        crate::attention::cuda::Params {
+            heads,
+            kv_heads,
+            block_size: self.block_size,
+            window: p.window.unwrap_or(0),
+            scale: p.scale as f32,
+            softcap: p.softcap.unwrap_or(0.0) as f32,
+        }
+    }
+
     /// The CUDA path, or None when the kernels do not apply here (then the portable path runs).
     fn attend_cuda(&mut self, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, ctx: &BatchContext, p: &AttnParams) -> Result<Option<Tensor>> {
         use crate::attention::cuda;
         let (t, h, d) = q.dims3()?;
         let kvh = k.dim(1)?;
-        if !cuda_kernels_on(q.device()) || !cuda::supports(h, kvh, d, q.dtype()) || q.dtype() != self.k[layer].dtype() {
+        if !self.cuda_ready(layer, h, kvh, d, q.dtype(), ctx)? {
             return Ok(None);
         }
-        if layer == 0 || self.meta.is_none() {
-            self.meta = Some(self.build_meta(ctx)?);
-        }
-        let meta = self.meta.as_ref().expect("just built");
+        let meta = self.meta.as_ref().expect("built by cuda_ready");
         cuda::write_kv(&self.k[layer], k, &meta.slots)?;
         cuda::write_kv(&self.v[layer], v, &meta.slots)?;
-        let params = cuda::Params {
-            heads: h,
-            kv_heads: kvh,
-            block_size: self.block_size,
-            window: p.window.unwrap_or(0),
-            scale: p.scale as f32,
-            softcap: p.softcap.unwrap_or(0.0) as f32,
-        };
+        let params = self.params(h, kvh, p);
         let out = cuda::paged_attention(q, &self.k[layer], &self.v[layer], meta, params)?;
         Ok(Some(out.reshape((t, h * d))?))
     }
 }
 
 impl KvStore for PagedKv {
+    #[cfg(feature = "cuda")]
+    fn attend_qkv(&mut self, layer: usize, qkv: &Tensor, rope: &crate::attention::RopeTables, heads: crate::attention::Heads, ctx: &BatchContext, p: &AttnParams) -> Result<Option<Tensor>> {
+        if !qkv.device().is_cuda() || !self.cuda_ready(layer, heads.q, heads.kv, heads.dim, qkv.dtype(), ctx)? {
+            return Ok(None);
+        }
+        let meta = self.meta.as_ref().expect("built by cuda_ready");
+        let q = crate::gpu::fused::qkv_rope(qkv, rope.cos, rope.sin, rope.interleaved, &self.k[layer], &self.v[layer], &meta.slots, heads.q, heads.kv, heads.dim)?;
+        let out = crate::attention::cuda::paged_attention(&q, &self.k[layer], &self.v[layer], meta, self.params(heads.q, heads.kv, p))?;
+        Ok(Some(out.reshape((qkv.dim(0)?, heads.q * heads.dim))?))
+    }
+
     fn attend(&mut self, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, ctx: &BatchContext, p: &AttnParams) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
         if let Some(out) = self.attend_cuda(layer, q, k, v, ctx, p)? {

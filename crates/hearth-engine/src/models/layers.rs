@@ -57,7 +57,42 @@ impl Loader<'_> {
     pub fn rms_norm(&self, name: &str) -> Result<RmsNorm> {
         let w = self.weights.vector(&format!("{name}.weight"), DType::F32, self.device)?;
         let w = if self.cfg.norm_weight_offset != 0.0 { (w + self.cfg.norm_weight_offset)? } else { w };
-        Ok(RmsNorm { w, eps: self.cfg.rms_norm_eps as f32 })
+        let w_act = if self.gpu_fused() { Some(w.to_dtype(self.dtype)?) } else { None };
+        Ok(RmsNorm { w, w_act, eps: self.cfg.rms_norm_eps as f32 })
+    }
+
+    /// Whether this model gets hearth's fused GPU kernels (a CUDA build on a CUDA device, `HEARTH_GPU_FUSED` on).
+    pub fn gpu_fused(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        {
+            self.device.is_cuda() && crate::gpu::fused_on()
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            false
+        }
+    }
+
+    /// Several projections of the same input as one matmul (their outputs concatenated in order), when the fused
+    /// GPU path is on and every weight is dense; None otherwise (the caller loads them one by one).
+    pub fn fused_linear(&self, prefixes: &[String], bias: bool) -> Result<Option<Linear>> {
+        if !self.gpu_fused() {
+            return Ok(None);
+        }
+        let mut ws = Vec::with_capacity(prefixes.len());
+        let mut bs = Vec::new();
+        for p in prefixes {
+            match self.dense_if_asked(self.weights.matrix(&format!("{p}.weight"), self.dtype, self.device)?)? {
+                QMatMul::Tensor(w) => ws.push(w),
+                _ => return Ok(None),
+            }
+            if bias {
+                bs.push(self.weights.vector(&format!("{p}.bias"), self.dtype, self.device)?);
+            }
+        }
+        let w = Tensor::cat(&ws, 0)?;
+        let b = if bias { Some(Tensor::cat(&bs, 0)?) } else { None };
+        Ok(Some(Linear::new(QMatMul::Tensor(w), b)))
     }
 }
 
@@ -92,14 +127,30 @@ impl Linear {
 #[derive(Clone)]
 pub struct RmsNorm {
     w: Tensor,
+    /// `w` in the activation dtype, for the fused GPU path (candle's CUDA kernel reduces in f32 itself).
+    w_act: Option<Tensor>,
     eps: f32,
 }
 
 impl RmsNorm {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dtype = x.dtype();
+        if let Some(w) = self.w_act.as_ref().filter(|w| w.dtype() == dtype) {
+            return Ok(candle_nn::ops::rms_norm(&x.contiguous()?, w, self.eps)?);
+        }
         let y = candle_nn::ops::rms_norm(&x.to_dtype(DType::F32)?.contiguous()?, &self.w, self.eps)?;
         Ok(y.to_dtype(dtype)?)
+    }
+
+    /// The residual add and this norm: (h + a, norm(h + a)), one fused kernel on the GPU path.
+    pub fn forward_add(&self, h: &Tensor, a: &Tensor) -> Result<(Tensor, Tensor)> {
+        #[cfg(feature = "cuda")]
+        if let Some(w) = self.w_act.as_ref().filter(|w| w.dtype() == h.dtype() && h.device().is_cuda()) {
+            return crate::gpu::fused::add_rms_norm(h, a, w, self.eps);
+        }
+        let h = (h + a)?;
+        let y = self.forward(&h)?;
+        Ok((h, y))
     }
 }
 
@@ -172,6 +223,11 @@ pub struct RopeAt {
 }
 
 impl RopeAt {
+    /// The gathered tables, (T, D/2) f32 each, for kernels that rotate in place.
+    pub fn tables(&self) -> crate::attention::RopeTables<'_> {
+        crate::attention::RopeTables { cos: &self.cos, sin: &self.sin, interleaved: self.interleaved }
+    }
+
     /// x: (T, H, D) -> rotated (T, H, D), each token at its own position.
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let dtype = x.dtype();
@@ -187,34 +243,55 @@ impl RopeAt {
     }
 }
 
-/// Gated MLP: down(act(gate(x)) * up(x)).
+/// Gated MLP: down(act(gate(x)) * up(x)). On the fused GPU path gate and up are one matmul and the activation
+/// times up one kernel.
 #[derive(Clone)]
 pub struct Mlp {
-    gate: Linear,
-    up: Linear,
+    gate_up: GateUp,
     down: Linear,
     act: Activation,
 }
 
+#[derive(Clone)]
+enum GateUp {
+    Split { gate: Linear, up: Linear },
+    Fused(Linear),
+}
+
 impl Mlp {
     pub fn load(l: &Loader, prefix: &str) -> Result<Self> {
-        Ok(Self {
-            gate: l.linear(&format!("{prefix}.gate_proj"), false)?,
-            up: l.linear(&format!("{prefix}.up_proj"), false)?,
-            down: l.linear(&format!("{prefix}.down_proj"), false)?,
-            act: l.cfg.activation,
-        })
+        let gate_up = match l.fused_linear(&[format!("{prefix}.gate_proj"), format!("{prefix}.up_proj")], false)? {
+            Some(f) => GateUp::Fused(f),
+            None => GateUp::Split { gate: l.linear(&format!("{prefix}.gate_proj"), false)?, up: l.linear(&format!("{prefix}.up_proj"), false)? },
+        };
+        Ok(Self { gate_up, down: l.linear(&format!("{prefix}.down_proj"), false)?, act: l.cfg.activation })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let g = self.gate.forward(x)?;
-        let g = match self.act {
-            Activation::Silu => candle_nn::ops::silu(&g)?,
-            Activation::GeluTanh => g.gelu()?,
+        let h = match &self.gate_up {
+            GateUp::Split { gate, up } => {
+                let g = gate.forward(x)?;
+                let g = match self.act {
+                    Activation::Silu => candle_nn::ops::silu(&g)?,
+                    Activation::GeluTanh => g.gelu()?,
+                };
+                (g * up.forward(x)?)?
+            }
+            GateUp::Fused(f) => fused_act_mul(&f.forward(x)?, self.act)?,
         };
-        let h = (g * self.up.forward(x)?)?;
         self.down.forward(&h)
     }
+}
+
+#[cfg(feature = "cuda")]
+fn fused_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
+    use crate::gpu::fused::{act_mul, Act};
+    act_mul(gu, if act == Activation::Silu { Act::Silu } else { Act::GeluTanh })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn fused_act_mul(_: &Tensor, _: Activation) -> Result<Tensor> {
+    Err(crate::Error::Unsupported("fused gate|up needs the cuda feature".into()))
 }
 
 /// Select the rows of `hidden` (T, hidden) whose logits are wanted.

@@ -3,15 +3,19 @@
 
 use super::layers::{finish_logits, select_rows, split_heads, Linear, Loader, Mlp, RmsNorm, Rope, RopeAt};
 use super::Model;
-use crate::attention::{AttnParams, BatchContext, KvStore};
+use crate::attention::{AttnParams, BatchContext, Heads, KvStore};
 use crate::weights::{EmbeddingTable, ModelConfig};
 use crate::Result;
 use candle_core::{DType, Tensor};
 
+/// q, k, v projections: three matmuls, or one fused matmul on the GPU path.
+enum Qkv {
+    Split { q: Linear, k: Linear, v: Linear },
+    Fused(Linear),
+}
+
 struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    qkv: Qkv,
     o_proj: Linear,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
@@ -25,10 +29,15 @@ impl Attention {
     fn load(l: &Loader, p: &str, layer: usize) -> Result<Self> {
         let c = l.cfg;
         let bias = c.attention_bias;
+        let names = [format!("{p}.q_proj"), format!("{p}.k_proj"), format!("{p}.v_proj")];
+        // Qwen3's per-head q/k norms sit between the projection and the rotation: those keep the split path.
+        let fused = if c.qk_norm { None } else { l.fused_linear(&names, bias)? };
+        let qkv = match fused {
+            Some(f) => Qkv::Fused(f),
+            None => Qkv::Split { q: l.linear(&names[0], bias)?, k: l.linear(&names[1], bias)?, v: l.linear(&names[2], bias)? },
+        };
         Ok(Self {
-            q_proj: l.linear(&format!("{p}.q_proj"), bias)?,
-            k_proj: l.linear(&format!("{p}.k_proj"), bias)?,
-            v_proj: l.linear(&format!("{p}.v_proj"), bias)?,
+            qkv,
             o_proj: l.linear(&format!("{p}.o_proj"), false)?,
             q_norm: if c.qk_norm { Some(l.rms_norm(&format!("{p}.q_norm"))?) } else { None },
             k_norm: if c.qk_norm { Some(l.rms_norm(&format!("{p}.k_norm"))?) } else { None },
@@ -44,10 +53,22 @@ impl Attention {
     }
 
     fn forward(&self, x: &Tensor, layer: usize, rope: &RopeAt, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
-        // 1. project to per-head q, k, v
-        let q = split_heads(&self.q_proj.forward(x)?, self.heads, self.head_dim)?;
-        let k = split_heads(&self.k_proj.forward(x)?, self.kv_heads, self.head_dim)?;
-        let v = split_heads(&self.v_proj.forward(x)?, self.kv_heads, self.head_dim)?;
+        // 1. project to per-head q, k, v (fused: rotate, store and attend in the KV store's kernels when it can)
+        let (q, k, v) = match &self.qkv {
+            Qkv::Split { q, k, v } => (q.forward(x)?, k.forward(x)?, v.forward(x)?),
+            Qkv::Fused(f) => {
+                let qkv = f.forward(x)?;
+                let heads = Heads { q: self.heads, kv: self.kv_heads, dim: self.head_dim };
+                if let Some(out) = kv.attend_qkv(layer, &qkv, &rope.tables(), heads, ctx, &self.params)? {
+                    return self.o_proj.forward(&out);
+                }
+                let (nq, nk) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
+                (qkv.narrow(1, 0, nq)?.contiguous()?, qkv.narrow(1, nq, nk)?.contiguous()?, qkv.narrow(1, nq + nk, nk)?.contiguous()?)
+            }
+        };
+        let q = split_heads(&q, self.heads, self.head_dim)?;
+        let k = split_heads(&k, self.kv_heads, self.head_dim)?;
+        let v = split_heads(&v, self.kv_heads, self.head_dim)?;
         // 2. Qwen3: RMSNorm each head of q and k
         let (q, k) = match (&self.q_norm, &self.k_norm) {
             (Some(qn), Some(kn)) => (qn.forward(&q)?, kn.forward(&k)?),
@@ -117,13 +138,19 @@ impl Model for Llama {
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
         let mut h = self.embed_tokens.lookup(tokens, self.dtype)?;
         let rope = self.rope.at(&ctx.positions)?;
+        // Each residual add is fused with the norm that follows it (the next layer's input norm, the final norm).
+        let Some(first) = self.layers.first() else {
+            return Err(crate::Error::InvalidModel("the model has no layers".into()));
+        };
+        let mut x = first.input_layernorm.forward(&h)?;
         for (i, b) in self.layers.iter().enumerate() {
-            let a = b.attn.forward(&b.input_layernorm.forward(&h)?, i, &rope, ctx, kv)?;
-            h = (h + a)?;
-            let m = b.mlp.forward(&b.post_attention_layernorm.forward(&h)?)?;
-            h = (h + m)?;
+            let a = b.attn.forward(&x, i, &rope, ctx, kv)?;
+            let (h2, x2) = b.post_attention_layernorm.forward_add(&h, &a)?;
+            let m = b.mlp.forward(&x2)?;
+            let next = self.layers.get(i + 1).map_or(&self.norm, |n| &n.input_layernorm);
+            (h, x) = next.forward_add(&h2, &m)?;
         }
-        let h = select_rows(&h, &ctx.logit_indices())?;
-        finish_logits(self.lm_head.forward(&self.norm.forward(&h)?)?, self.cfg.final_logit_softcapping)
+        let x = select_rows(&x, &ctx.logit_indices())?;
+        finish_logits(self.lm_head.forward(&x)?, self.cfg.final_logit_softcapping)
     }
 }

@@ -3,7 +3,7 @@
 //! 2. admits waiting requests FIFO while the batch has room for all their choices and the pool can hold their
 //!    tokens plus one;
 //! 3. plans the step: every decoding row's one token first, then prefill pieces within the step's prompt-token
-//!    budget (smaller while rows decode). Pieces end at multiples of PIECE_ALIGN (or at the prompt's end), and
+//!    budget (one prompt's piece capped smaller while rows decode). Pieces end at multiples of PIECE_ALIGN (or at the prompt's end), and
 //!    attention runs in sub-blocks aligned the same way, so a row's arithmetic never depends on its batch-mates
 //!    or the budget (batch invariance);
 //! 4. makes sure each planned row has blocks for its new tokens, preempting the newest row when the pool is
@@ -139,28 +139,31 @@ impl Scheduler {
     }
 
     /// (slot, new tokens) for this step: decode rows first, then prefill pieces (oldest first) within the step's
-    /// prompt-token budget: `step_tokens` when nothing decodes, `step_tokens_decoding` while rows decode (their
-    /// inter-token latency). A piece takes the rest of its prompt when that fits; otherwise it ends at the last
-    /// multiple of PIECE_ALIGN the budget reaches, so piece boundaries (and, with the aligned attention
-    /// sub-blocks, every row's arithmetic) do not depend on the budget or the batch.
+    /// prompt-token budget `step_tokens`. While rows decode, one prompt's piece is also capped at
+    /// `step_tokens_decoding`, so a long prompt advances in small pieces (the running streams' inter-token latency)
+    /// while short prompts still start together. A piece takes the rest of its prompt when that fits; otherwise it
+    /// ends at the last multiple of PIECE_ALIGN the limit reaches, so piece boundaries (and, with the aligned
+    /// attention sub-blocks, every row's arithmetic) do not depend on the budget or the batch.
     fn plan(&self) -> Vec<(usize, usize)> {
         let mut order: Vec<&Sequence> = self.running.iter().collect();
         order.sort_by_key(|s| (s.pending() > 1, s.arrival));
         let decoding = order.iter().any(|s| s.pending() == 1);
-        let mut budget = if decoding { self.cfg.step_tokens_decoding } else { self.cfg.step_tokens }.max(1);
+        let cap = if decoding { self.cfg.step_tokens_decoding.max(1) } else { usize::MAX };
+        let mut budget = self.cfg.step_tokens.max(1);
         let mut plan = Vec::new();
         for s in order {
+            let limit = cap.min(budget);
             let piece = match s.pending() {
                 0 => continue,
                 1 => 1, // decode rows always fit: the budget only limits prefill
-                p if p <= budget => p,
-                _ => ((s.computed + budget) / PIECE_ALIGN * PIECE_ALIGN).saturating_sub(s.computed),
+                p if p <= limit => p,
+                _ => ((s.computed + limit) / PIECE_ALIGN * PIECE_ALIGN).saturating_sub(s.computed),
             };
             if piece == 0 {
                 continue; // no aligned piece fits in what is left of the budget
             }
             if s.pending() > 1 {
-                budget -= piece; // <= budget by construction
+                budget -= piece; // <= limit <= budget by construction
             }
             plan.push((s.slot, piece));
         }
@@ -251,6 +254,7 @@ impl Scheduler {
         if rows.is_empty() {
             return Ok(false);
         }
+        let t_issue = std::time::Instant::now();
         let mut tokens = Vec::new();
         let mut spans = Vec::with_capacity(rows.len());
         for &(slot, n_new) in &rows {
@@ -261,7 +265,11 @@ impl Scheduler {
         }
         let ctx = BatchContext::new(&spans, false, &self.device)?;
         let input = Tensor::new(tokens.as_slice(), &self.device)?;
-        let logits = match self.model.forward(&input, &ctx, &mut self.kv).and_then(|l| Ok(l.to_vec2::<f32>()?)) {
+        let mut t_wait = t_issue;
+        let logits = match self.model.forward(&input, &ctx, &mut self.kv).and_then(|l| {
+            t_wait = std::time::Instant::now();
+            Ok(l.to_vec2::<f32>()?)
+        }) {
             Ok(l) => l,
             Err(e) => {
                 // Fail the rows of this batch, keep serving.
@@ -276,6 +284,9 @@ impl Scheduler {
             }
         };
         self.stats.steps_total += 1;
+        let t_sample = std::time::Instant::now();
+        self.stats.step_issue_ms_total += (t_wait - t_issue).as_secs_f64() * 1e3;
+        self.stats.step_wait_ms_total += (t_sample - t_wait).as_secs_f64() * 1e3;
         for (r, &(slot, n_new)) in rows.iter().enumerate() {
             let Some(i) = self.index_of(slot) else { continue };
             let mut s = self.running.remove(i);
@@ -302,6 +313,7 @@ impl Scheduler {
                 self.running.insert(i.min(self.running.len()), s);
             }
         }
+        self.stats.step_sample_ms_total += t_sample.elapsed().as_secs_f64() * 1e3;
         self.refresh_stats();
         Ok(true)
     }

@@ -7,11 +7,12 @@
 //!
 //! The PTX is built by `build.rs` with the CUDA toolchain's `nvcc` (scripts/build-cuda).
 
+use crate::gpu::{contiguous, cuda_of, sfx_c};
 use crate::{Error, Result};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaStorageSlice, WrapErr};
-use candle_core::{CudaStorage, DType, Layout, Shape, Storage, Tensor};
+use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/paged_attention.ptx"));
 const MODULE: &str = "hearth_paged_attention";
@@ -40,26 +41,6 @@ pub fn supports(heads: usize, kv_heads: usize, head_dim: usize, dtype: DType) ->
         && matches!(head_dim, 64 | 128 | 256)
         && (heads / kv_heads) * head_dim <= MAX_GD
         && matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
-}
-
-fn sfx(dtype: DType) -> Result<&'static str> {
-    Ok(match dtype {
-        DType::F32 => "f32",
-        DType::BF16 => "bf16",
-        DType::F16 => "f16",
-        d => return Err(Error::Unsupported(format!("CUDA paged attention for {d:?}"))),
-    })
-}
-
-fn cuda_of(s: &Storage) -> candle_core::Result<&CudaStorage> {
-    match s {
-        Storage::Cuda(c) => Ok(c),
-        _ => candle_core::bail!("hearth paged attention: tensor is not on a CUDA device"),
-    }
-}
-
-fn contiguous(l: &Layout, what: &str) -> candle_core::Result<(usize, usize)> {
-    l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg(format!("hearth paged attention: {what} must be contiguous")))
 }
 
 /// Write `new` (T, KvH, D) into `cache` (rows, KvH, D) at rows `slots` (T,) u32.
@@ -110,7 +91,7 @@ impl candle_core::InplaceOp3 for WriteKv {
         let (s0, s1) = contiguous(sl, "slots")?;
         let dev = cache.device().clone();
         let slots = slots.as_cuda_slice::<u32>()?.slice(s0..s1);
-        let name = format!("write_kv_{}", sfx(new.dtype()).map_err(|e| candle_core::Error::Msg(e.to_string()))?);
+        let name = format!("write_kv_{}", sfx_c(new.dtype())?);
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
         let cfg = LaunchConfig { grid_dim: (t as u32, 1, 1), block_dim: (row_elems.min(256) as u32, 1, 1), shared_mem_bytes: 0 };
         let row_elems = row_elems as i32;
@@ -194,7 +175,7 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         let tables = cuda_of(&ts)?.as_cuda_slice::<u32>()?.slice(t0..t1);
         let rows = cuda_of(&rs)?.as_cuda_slice::<u32>()?.slice(r0..r1);
         let pos = cuda_of(&ps)?.as_cuda_slice::<u32>()?.slice(p0..p1);
-        let name = format!("paged_attn_{}_d{d}", sfx(qs.dtype()).map_err(|e| candle_core::Error::Msg(e.to_string()))?);
+        let name = format!("paged_attn_{}_d{d}", sfx_c(qs.dtype())?);
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
         let cfg = LaunchConfig { grid_dim: (t as u32, p.kv_heads as u32, 1), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
         let (hh, kvh, bs, mb, win) = (h as i32, p.kv_heads as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Paired A/B of hearth's GPU levers on the 8B-shaped checkpoint, one server per variant, same machine, same run.
+#   bench/gpu/device_ab.sh OUT_DIR CONC "name|ENV=1 ENV2=0|--serve-args" ...
+# e.g. bench/gpu/device_ab.sh /tmp/ab 1,32 "default||" "unfused|HEARTH_GPU_FUSED=0|"
+# Each variant: hearth serve (--device cuda --batch 64), a warm-up request, then bench/load.py at each CONC level
+# (512-token random prompts, 256 tokens, ignore_eos; requests = concurrency, 3 at concurrency 1).
+set -uo pipefail
+OUT="$1"; CONC="$2"; shift 2
+mkdir -p "$OUT" /tmp/hbin
+[ -x /tmp/hbin/hearth ] || { xz -dc .gpu/hearth.xz > /tmp/hbin/hearth && chmod +x /tmp/hbin/hearth; }
+[ -f /tmp/llama8b/.complete ] || python3 bench/gpu/make_llama8b.py /tmp/llama8b
+PORT=18500
+for spec in "$@"; do
+  IFS='|' read -r name envs args <<< "$spec"
+  PORT=$((PORT + 1))
+  env $envs /tmp/hbin/hearth serve -m /tmp/llama8b --device cuda --port $PORT --batch 64 --kv-budget 40 $args \
+    > "$OUT/serve_$name.log" 2>&1 &
+  SP=$!
+  for _ in $(seq 1 900); do curl -sf http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.2; done
+  L="python3 bench/load.py --url http://127.0.0.1:$PORT --prompt-tokens 512 --max-tokens 256 --label $name"
+  $L --concurrency 1 --requests 1 --max-tokens 16 > /dev/null
+  for c in ${CONC//,/ }; do
+    n=$c; [ "$c" = 1 ] && n=3
+    $L --concurrency $c --requests $n | tee -a "$OUT/ab.jsonl"
+  done
+  # Greedy continuation of one fixed prompt, for a same-output check across variants.
+  curl -s http://127.0.0.1:$PORT/v1/completions -H 'Content-Type: application/json' \
+    -d '{"prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16],"max_tokens":24,"temperature":0,"ignore_eos":true}' \
+    | python3 -c "import sys,json; print('$name greedy:', json.load(sys.stdin)['choices'][0]['text'][:120].encode())" | tee -a "$OUT/greedy.txt"
+  kill $SP; wait $SP 2>/dev/null
+done

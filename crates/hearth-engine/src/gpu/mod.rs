@@ -1,0 +1,48 @@
+//! hearth's own CUDA kernels (the `cuda` feature): the paged attention (`attention::cuda`) and the fused
+//! per-layer kernels of the dense decode path ([`fused`]). `build.rs` compiles the `.cu` files to PTX with the
+//! CUDA toolchain's nvcc; candle loads each module once per device.
+
+pub mod fused;
+
+use crate::{Error, Result};
+use candle_core::{CudaStorage, DType, Layout, Storage};
+
+/// The kernel-name suffix for a dtype.
+pub(crate) fn sfx(dtype: DType) -> Result<&'static str> {
+    Ok(match dtype {
+        DType::F32 => "f32",
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        d => return Err(Error::Unsupported(format!("hearth's CUDA kernels for {d:?}"))),
+    })
+}
+
+/// `sfx` inside a candle op.
+pub(crate) fn sfx_c(dtype: DType) -> candle_core::Result<&'static str> {
+    sfx(dtype).map_err(|e| candle_core::Error::Msg(e.to_string()))
+}
+
+pub(crate) fn cuda_of(s: &Storage) -> candle_core::Result<&CudaStorage> {
+    match s {
+        Storage::Cuda(c) => Ok(c),
+        _ => candle_core::bail!("hearth CUDA kernel: tensor is not on a CUDA device"),
+    }
+}
+
+/// The contiguous element range of a layout, or an error naming `what`.
+pub(crate) fn contiguous(l: &Layout, what: &str) -> candle_core::Result<(usize, usize)> {
+    l.contiguous_offsets()
+        .ok_or_else(|| candle_core::Error::Msg(format!("hearth CUDA kernel: {what} must be contiguous")))
+}
+
+/// Whether a kill switch variable is set to off (`0`, `off`, `false`, `no`).
+pub fn env_off(name: &str) -> bool {
+    matches!(std::env::var(name).as_deref(), Ok("0" | "off" | "false" | "no"))
+}
+
+/// `HEARTH_GPU_FUSED=0` turns off the fused per-layer kernels (fused q|k|v and gate|up projections, rope into
+/// the paged cache, residual add + RMSNorm, activation × up): models then run candle's separate ops.
+pub fn fused_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !env_off("HEARTH_GPU_FUSED"))
+}
