@@ -10,6 +10,7 @@ fn main() {
     }
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
+    println!("cargo:rerun-if-changed=src/gpu/common.cuh");
     for src in ["src/attention/cuda/paged_attention.cu", "src/gpu/fused.cu"] {
         ptx(src);
     }

@@ -78,10 +78,10 @@ fn parse_size(s: &str) -> Result<usize, String> {
     Ok((n * mult as f64) as usize)
 }
 
-/// MemAvailable from /proc/meminfo, in bytes.
 /// Default --kv-budget on a GPU: this percentage of the memory free after loading the weights.
 const GPU_KV_FRACTION_PCT: u64 = 80;
 
+/// MemAvailable from /proc/meminfo, in bytes.
 fn mem_available() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;

@@ -6,17 +6,7 @@
 // * qkv_rope_*: splits a fused q|k|v projection (T, (H + 2 KvH) * D), applies the rotary embedding to q and k
 //   (f32 tables (T, D/2), half-split or interleaved pairs), writes q to (T, H, D) and k, v straight into their
 //   paged cache rows (slots[t]).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <stdint.h>
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half(v); }
+#include "common.cuh"
 
 template <typename T>
 __device__ void add_rmsnorm(const T *__restrict__ h, const T *__restrict__ a, T *__restrict__ h_out,
@@ -34,13 +24,13 @@ __device__ void add_rmsnorm(const T *__restrict__ h, const T *__restrict__ a, T 
     const float f = to_f(s);
     ss += f * f;
   }
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffff, ss, o);
+  ss = warp_sum(ss);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
   if (lane == 0) partial[warp] = ss;
   __syncthreads();
   if (warp == 0) {
     float v = lane < nw ? partial[lane] : 0.f;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    v = warp_sum(v);
     if (lane == 0) partial[0] = v;
   }
   __syncthreads();

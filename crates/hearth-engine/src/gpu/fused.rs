@@ -1,10 +1,10 @@
 //! Fused per-layer kernels (`fused.cu`) for dense models on a CUDA device.
 
-use super::{contiguous, cuda_of, sfx_c};
+use super::{by_float_dtype, contiguous, cuda_of, sfx_c};
 use crate::Result;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
-use candle_core::cuda_backend::{CudaStorageSlice, WrapErr};
+use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, Layout, Shape, Tensor};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
@@ -116,12 +116,7 @@ impl candle_core::CustomOp1 for AddRmsNorm {
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             }};
         }
-        let out = match &hs.slice {
-            CudaStorageSlice::F32(_) => launch!(f32),
-            CudaStorageSlice::BF16(_) => launch!(half::bf16),
-            CudaStorageSlice::F16(_) => launch!(half::f16),
-            _ => candle_core::bail!("hearth-add-rmsnorm: unsupported dtype {:?}", hs.dtype()),
-        };
+        let out = by_float_dtype!(hs, "hearth-add-rmsnorm", launch);
         Ok((out, Shape::from((2, rows, c))))
     }
 }
@@ -167,12 +162,7 @@ impl candle_core::CustomOp1 for ActMul {
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             }};
         }
-        let out = match &s.slice {
-            CudaStorageSlice::F32(_) => launch!(f32),
-            CudaStorageSlice::BF16(_) => launch!(half::bf16),
-            CudaStorageSlice::F16(_) => launch!(half::f16),
-            _ => candle_core::bail!("hearth-act-mul: unsupported dtype {:?}", s.dtype()),
-        };
+        let out = by_float_dtype!(s, "hearth-act-mul", launch);
         Ok((out, Shape::from((t, inter))))
     }
 }
@@ -244,12 +234,7 @@ impl candle_core::CustomOp1 for QkvRope {
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             }};
         }
-        let out = match &s.slice {
-            CudaStorageSlice::F32(_) => launch!(f32),
-            CudaStorageSlice::BF16(_) => launch!(half::bf16),
-            CudaStorageSlice::F16(_) => launch!(half::f16),
-            _ => candle_core::bail!("hearth-qkv-rope: unsupported dtype {:?}", s.dtype()),
-        };
+        let out = by_float_dtype!(s, "hearth-qkv-rope", launch);
         Ok((out, Shape::from((t, h, d))))
     }
 }

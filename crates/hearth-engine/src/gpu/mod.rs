@@ -4,6 +4,19 @@
 
 pub mod fused;
 
+/// `$launch!(T)` for the float element type of a CUDA storage (f32, bf16, f16); any other dtype fails naming `$op`.
+macro_rules! by_float_dtype {
+    ($storage:expr, $op:literal, $launch:ident) => {
+        match &$storage.slice {
+            candle_core::cuda_backend::CudaStorageSlice::F32(_) => $launch!(f32),
+            candle_core::cuda_backend::CudaStorageSlice::BF16(_) => $launch!(half::bf16),
+            candle_core::cuda_backend::CudaStorageSlice::F16(_) => $launch!(half::f16),
+            _ => candle_core::bail!(concat!($op, ": unsupported dtype {:?}"), $storage.dtype()),
+        }
+    };
+}
+pub(crate) use by_float_dtype;
+
 use crate::{Error, Result};
 use candle_core::{CudaStorage, DType, Layout, Storage};
 

@@ -162,7 +162,7 @@ impl PagedKv {
 impl KvStore for PagedKv {
     #[cfg(feature = "cuda")]
     fn attend_qkv(&mut self, layer: usize, qkv: &Tensor, rope: &crate::attention::RopeTables, heads: crate::attention::Heads, ctx: &BatchContext, p: &AttnParams) -> Result<Option<Tensor>> {
-        if !qkv.device().is_cuda() || !self.cuda_ready(layer, heads.q, heads.kv, heads.dim, qkv.dtype(), ctx)? {
+        if !self.cuda_ready(layer, heads.q, heads.kv, heads.dim, qkv.dtype(), ctx)? {
             return Ok(None);
         }
         let meta = self.meta.as_ref().expect("built by cuda_ready");

@@ -76,7 +76,8 @@ impl Loader<'_> {
     /// Several projections of the same input as one matmul (their outputs concatenated in order), when the fused
     /// GPU path is on and every weight is dense; None otherwise (the caller loads them one by one).
     pub fn fused_linear(&self, prefixes: &[String], bias: bool) -> Result<Option<Linear>> {
-        if !self.gpu_fused() {
+        // Quantized GGUF matrices stay separate (candle's quantized kernels): decide before loading anything.
+        if !self.gpu_fused() || (matches!(self.weights, Weights::Gguf(_)) && !self.dequantize) {
             return Ok(None);
         }
         let mut ws = Vec::with_capacity(prefixes.len());

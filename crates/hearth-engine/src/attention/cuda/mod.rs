@@ -7,11 +7,11 @@
 //!
 //! The PTX is built by `build.rs` with the CUDA toolchain's `nvcc` (scripts/build-cuda).
 
-use crate::gpu::{contiguous, cuda_of, sfx_c};
+use crate::gpu::{by_float_dtype, contiguous, cuda_of, sfx_c};
 use crate::{Error, Result};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
-use candle_core::cuda_backend::{CudaStorageSlice, WrapErr};
+use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/paged_attention.ptx"));
@@ -108,12 +108,7 @@ impl candle_core::InplaceOp3 for WriteKv {
                 unsafe { b.launch(cfg) }.w()?;
             }};
         }
-        match &new.slice {
-            CudaStorageSlice::F32(_) => launch!(f32),
-            CudaStorageSlice::BF16(_) => launch!(half::bf16),
-            CudaStorageSlice::F16(_) => launch!(half::f16),
-            _ => candle_core::bail!("hearth-write-kv: unsupported dtype {:?}", new.dtype()),
-        }
+        by_float_dtype!(new, "hearth-write-kv", launch);
         Ok(())
     }
 }
@@ -206,12 +201,7 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             }};
         }
-        let out = match &qs.slice {
-            CudaStorageSlice::F32(_) => launch!(f32),
-            CudaStorageSlice::BF16(_) => launch!(half::bf16),
-            CudaStorageSlice::F16(_) => launch!(half::f16),
-            _ => candle_core::bail!("hearth-paged-attention: unsupported dtype {:?}", qs.dtype()),
-        };
+        let out = by_float_dtype!(qs, "hearth-paged-attention", launch);
         Ok((out, Shape::from((t, h, d))))
     }
 }

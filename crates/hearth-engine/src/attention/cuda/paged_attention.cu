@@ -11,19 +11,10 @@
 //                lane for QK^T, one slice of D per lane for PV), each keeping an online softmax in f32; the
 //                warps' partial results are merged at the end. Keys visible to the token at position p:
 //                [max(0, p + 1 - window), p] (window 0 = unlimited).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <stdint.h>
+#include "../../gpu/common.cuh"
 
 #define NWARPS 8
 #define MAX_GD 1024  // G * D values of one block's queries / accumulators
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ void from_f(float v, float *o) { *o = v; }
-__device__ __forceinline__ void from_f(float v, __nv_bfloat16 *o) { *o = __float2bfloat16(v); }
-__device__ __forceinline__ void from_f(float v, __half *o) { *o = __float2half(v); }
 
 // 8 consecutive values (16- or 32-byte aligned) as floats.
 __device__ __forceinline__ void load8(const float *p, float *o) {
@@ -47,15 +38,6 @@ __device__ __forceinline__ void load8(const __half *p, float *o) {
     const float2 f = __half22float2(h[i]);
     o[2 * i] = f.x; o[2 * i + 1] = f.y;
   }
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-  return v;
 }
 
 template <typename T>
@@ -183,7 +165,7 @@ __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, co
       num += part_acc[w][i] * f;
       den += part_l[w][h] * f;
     }
-    from_f(num / den, &ot[i]);
+    ot[i] = from_f<T>(num / den);
   }
 }
 
