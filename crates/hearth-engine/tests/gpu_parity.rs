@@ -5,6 +5,8 @@
 //! * the paged-attention kernels against the portable f32 attention on random data (f32 and bf16 caches, head
 //!   dims 64/128/256, GQA, scattered block tables, prefill pieces and decode tokens in one launch, sliding window,
 //!   soft-capping);
+//! * the fused residual add + RMSNorm against a CPU computation;
+//! * the skinny decode matmul (`gpu::gemv`) against a CPU matmul;
 //! * SmolLM2 on the GPU through the paged KV (the serving path): the quantized GGUF against llama.cpp's goldens,
 //!   the dequantized weights in f32 against transformers' f32 goldens, and in bf16 against the same goldens
 //!   (bf16 tolerances) and, when `HEARTH_HF_GPU_GOLDEN` names the file `tools/oracle/gpu_logits.py` wrote on the
@@ -42,17 +44,32 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 /// token of the first, a 6-token piece of the second and one of the third. Every output row is checked against
 /// the portable attention over that sequence's whole k/v computed on the CPU in f32.
 fn kernel_case(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol: f32) {
+    kernel_case_len(h, kvh, d, dtype, p, tol, [37, 51, 5]);
+}
+
+/// `kernel_case` with prompts of `lens` tokens: long ones (hundreds of keys) make the decode tokens of step 2
+/// take the split (flash-decoding) path, whose partials a second launch merges.
+fn kernel_case_len(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol: f32, lens: [usize; 3]) {
     let dev = gpu();
     let bs = 16;
-    let mut kv = PagedKv::new(1, 40, bs, kvh, d, dtype, &dev).unwrap();
-    let tables: Vec<Vec<u32>> = vec![vec![7, 3, 30, 12, 1], vec![0, 22, 9, 15, 38, 2], vec![39]];
+    // Scattered tables: block ids taken from a fixed permutation of the pool.
+    let need: Vec<usize> = lens.iter().zip([1, 6, 1]).map(|(l, extra)| (l + extra).div_ceil(bs)).collect();
+    let total: usize = need.iter().sum::<usize>() + 3;
+    let mut ids: Vec<u32> = (0..total as u32).collect();
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, (i * 7919 + 13) % (i + 1));
+    }
+    let mut kv = PagedKv::new(1, total, bs, kvh, d, dtype, &dev).unwrap();
+    let mut at = 0;
+    let tables: Vec<Vec<u32>> = need.iter().map(|&n| { at += n; ids[at - n..at].to_vec() }).collect();
     for (slot, t) in tables.iter().enumerate() {
         kv.set_table(slot, t);
     }
     let mut hist_k: Vec<Vec<f32>> = vec![Vec::new(); 3];
     let mut hist_v: Vec<Vec<f32>> = vec![Vec::new(); 3];
     let mut seed = 1;
-    for step in [[(0usize, 0usize, 37usize), (1, 0, 51), (2, 0, 5)], [(0, 37, 1), (1, 51, 6), (2, 5, 1)]] {
+    let [a, b, c] = lens;
+    for step in [[(0usize, 0usize, a), (1, 0, b), (2, 0, c)], [(0, a, 1), (1, b, 6), (2, c, 1)]] {
         let t: usize = step.iter().map(|r| r.2).sum();
         let q = noise(t * h * d, seed);
         let k = noise(t * kvh * d, seed + 1);
@@ -99,6 +116,86 @@ fn paged_kernel_matches_portable_attention() {
     kernel_case(4, 1, 256, DType::F32, AttnParams { scale: 0.0625, window: Some(8), softcap: None }, 2e-5);
     kernel_case(4, 2, 64, DType::F32, AttnParams { scale: 0.3, window: Some(20), softcap: Some(5.0) }, 2e-5);
     kernel_case(9, 3, 64, DType::F16, plain, 2e-3);
+    // Hundreds of keys: step 2's 8 tokens x kv heads are too few blocks to fill the GPU, so their keys split.
+    for (h, kvh, d) in [(32, 8, 128), (4, 1, 256), (9, 3, 64)] {
+        assert!(hearth_engine::attention::cuda::split_keys(8, kvh, 700).is_some(), "the split path must be exercised");
+        kernel_case_len(h, kvh, d, DType::F32, plain, 2e-5, [700, 333, 150]);
+        kernel_case_len(h, kvh, d, DType::BF16, plain, 1.6e-2, [700, 333, 150]);
+    }
+    kernel_case_len(4, 2, 64, DType::F32, AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) }, 2e-5, [700, 333, 150]);
+}
+
+/// The fused residual add + RMSNorm (`gpu::fused::add_rms_norm`) against the same arithmetic on the CPU in f32
+/// (the sum rounded to the stream's dtype first, as the model stores it), for the row widths of the supported
+/// models (576 SmolLM2, 640 Gemma 3 270M, 4096 Llama-8B) and odd ones, one row (decode) and several.
+#[test]
+fn add_rmsnorm_matches_cpu() {
+    let dev = gpu();
+    let mut seed = 500;
+    // f32: the sum of 4096 squares in another order and rsqrtf move y by ~1e-6 relative (measured 1.1e-6).
+    for (dtype, tol) in [(DType::F32, 1e-5f32), (DType::BF16, 1.6e-2), (DType::F16, 2e-3)] {
+        for c in [576usize, 640, 4096, 5000, 31, 16384] {
+            for rows in [1usize, 7] {
+                seed += 3;
+                let mk = |v: Vec<f32>, shape: (usize, usize)| Tensor::from_vec(v, shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+                let h = mk(noise(rows * c, seed), (rows, c));
+                let a = mk(noise(rows * c, seed + 1), (rows, c));
+                let w = mk(noise(c, seed + 2), (1, c)).reshape(c).unwrap();
+                let (ho, y) = hearth_engine::gpu::fused::add_rms_norm(&h.to_device(&dev).unwrap(), &a.to_device(&dev).unwrap(), &w.to_device(&dev).unwrap(), 1e-5).unwrap();
+                let f = |t: &Tensor| -> Vec<f32> { t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap() };
+                let sum = (h.to_dtype(DType::F32).unwrap() + a.to_dtype(DType::F32).unwrap()).unwrap().to_dtype(dtype).unwrap();
+                assert_eq!(f(&ho), f(&sum), "{dtype:?} c{c} rows{rows}: h + a");
+                let (sv, wv) = (f(&sum), f(&w));
+                let got = f(&y);
+                for r in 0..rows {
+                    let row = &sv[r * c..(r + 1) * c];
+                    let ms = row.iter().map(|x| x * x).sum::<f32>() / c as f32;
+                    let scale = 1.0 / (ms + 1e-5).sqrt();
+                    for i in 0..c {
+                        let want = row[i] * scale * wv[i];
+                        let d = (got[r * c + i] - want).abs();
+                        assert!(d <= tol * want.abs().max(1.0), "{dtype:?} c{c} rows{rows}: y[{r},{i}] {} vs {want}", got[r * c + i]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The skinny decode matmul (`gpu::gemv`) against a CPU f32 matmul of the same (dtype-rounded) values, for every
+/// row count it takes, output widths that are not a multiple of its 8 columns per block and widths K that are
+/// not a multiple of one pass (32 lanes x 4 loads); poisoned outputs would show as a large error. More than 8
+/// rows is not its shape: it must decline (the caller then uses cuBLAS).
+#[test]
+fn gemv_matches_cpu_matmul() {
+    let dev = gpu();
+    let mut seed = 100;
+    for (dtype, tol) in [(DType::F32, 1e-5f64), (DType::BF16, 8e-3), (DType::F16, 2e-3)] {
+        for (n, k) in [(1003usize, 4096usize), (64, 136), (4096, 14336), (7, 8)] {
+            for m in 1..=8usize {
+                seed += 2;
+                let round = |v: Vec<f32>, shape: (usize, usize)| {
+                    Tensor::from_vec(v, shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap()
+                };
+                let x = round(noise(m * k, seed), (m, k));
+                let w = round(noise(n * k, seed + 1), (n, k));
+                let want = x.to_dtype(DType::F32).unwrap().matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap()).unwrap();
+                let got = hearth_engine::gpu::gemv::matmul(&x.to_device(&dev).unwrap(), &w.to_device(&dev).unwrap())
+                    .unwrap()
+                    .expect("a decode-shaped matmul takes the skinny kernel");
+                assert_eq!(got.dims(), &[m, n]);
+                let got: Vec<f32> = got.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                let want: Vec<f32> = want.flatten_all().unwrap().to_vec1().unwrap();
+                let err: f64 = got.iter().zip(&want).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
+                let norm: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt();
+                assert!(got.iter().all(|v| v.is_finite()), "{dtype:?} m{m} n{n} k{k}: non-finite output");
+                assert!(err / norm < tol, "{dtype:?} m{m} n{n} k{k}: relative error {}", err / norm);
+            }
+        }
+    }
+    let x = Tensor::zeros((9, 64), DType::F32, &dev).unwrap();
+    let w = Tensor::zeros((16, 64), DType::F32, &dev).unwrap();
+    assert!(hearth_engine::gpu::gemv::matmul(&x, &w).unwrap().is_none(), "9 rows must go to cuBLAS");
 }
 
 /// Last-position logits and `n` greedy tokens through the paged KV, one sequence, blocks in reverse order.

@@ -90,8 +90,13 @@ impl candle_core::CustomOp1 for AddRmsNorm {
         let (a0, a1) = contiguous(al, "a")?;
         let (w0, w1) = contiguous(wl, "w")?;
         let dev = hs.device().clone();
-        let func = dev.get_or_load_custom_func(&format!("add_rmsnorm_{}", sfx_c(hs.dtype())?), MODULE, PTX)?;
-        let threads = if c >= 1024 { 256 } else { 128 };
+        // Up to 1024 threads per row, each holding `vpt` values (a power of two up to 16: rows of <= 16384).
+        let threads = c.div_ceil(32).clamp(1, 32) * 32;
+        let Some(vpt) = [1usize, 2, 4, 8, 16].into_iter().find(|v| v * threads >= c) else {
+            candle_core::bail!("hearth add_rmsnorm: rows of {c} values exceed the kernel's 16384");
+        };
+        let func = dev.get_or_load_custom_func(&format!("add_rmsnorm_{}_v{vpt}", sfx_c(hs.dtype())?), MODULE, PTX)?;
+        let threads = threads as u32;
         let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
         let (ci, eps) = (c as i32, self.eps);
         macro_rules! launch {

@@ -1,8 +1,11 @@
 //! hearth's own CUDA kernels (the `cuda` feature): the paged attention (`attention::cuda`) and the fused
-//! per-layer kernels of the dense decode path ([`fused`]). `build.rs` compiles the `.cu` files to PTX with the
+//! per-layer kernels of the dense decode path ([`fused`]) and the skinny
+//! matmul of decode steps ([`gemv`]). `build.rs` compiles the `.cu` files to PTX with the
 //! CUDA toolchain's nvcc; candle loads each module once per device.
 
 pub mod fused;
+pub mod gemv;
+pub mod profile;
 
 /// `$launch!(T)` for the float element type of a CUDA storage (f32, bf16, f16); any other dtype fails naming `$op`.
 macro_rules! by_float_dtype {

@@ -110,12 +110,14 @@ impl PagedKv {
             flat[r * max_blocks..r * max_blocks + t.len()].copy_from_slice(t);
         }
         let n = slots.len();
+        let max_keys = ctx.rows.iter().map(|r| r.pos0 + r.len).max().unwrap_or(0);
         Ok(crate::attention::cuda::StepMeta {
             slots: Tensor::from_vec(slots, n, dev)?,
             tok_row: Tensor::from_vec(tok_row, n, dev)?,
             tok_pos: ctx.positions.to_device(dev)?,
             tables: Tensor::from_vec(flat, (tabs.len(), max_blocks), dev)?,
             max_blocks,
+            max_keys,
         })
     }
 

@@ -115,12 +115,25 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = match &self.fast {
             Some(f) => f.forward(x)?,
-            None => self.w.forward(x)?,
+            None => self.dense_forward(x)?,
         };
         Ok(match &self.b {
             Some(b) => y.broadcast_add(b)?,
             None => y,
         })
+    }
+}
+
+impl Linear {
+    /// candle's matmul, or (opt-in, `HEARTH_GPU_GEMV=1`) hearth's skinny GPU kernel for a dense matrix and a decode-sized batch.
+    fn dense_forward(&self, x: &Tensor) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let QMatMul::Tensor(w) = &self.w {
+            if let Some(y) = crate::gpu::gemv::matmul_if_on(x, w)? {
+                return Ok(y);
+            }
+        }
+        Ok(self.w.forward(x)?)
     }
 }
 

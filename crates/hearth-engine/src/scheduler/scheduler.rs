@@ -32,6 +32,8 @@ pub struct Scheduler {
     pub running: Vec<Sequence>,
     pub waiting: VecDeque<Sequence>,
     pub stats: EngineStats,
+    #[cfg(feature = "cuda")]
+    profile: Option<crate::gpu::profile::ProfileWindow>,
 }
 
 impl Scheduler {
@@ -42,7 +44,20 @@ impl Scheduler {
         let pool = BlockPool::new(cfg.kv_blocks, cfg.kv_block_size);
         let max_positions = model.max_positions();
         let stats = EngineStats { kv_blocks_total: cfg.kv_blocks, kv_blocks_free: cfg.kv_blocks, kv_block_size: cfg.kv_block_size, ..Default::default() };
-        Ok(Self { model, device, kv, pool, cfg, eos, max_positions, running: Vec::new(), waiting: VecDeque::new(), stats })
+        Ok(Self {
+            model,
+            device,
+            kv,
+            pool,
+            cfg,
+            eos,
+            max_positions,
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            stats,
+            #[cfg(feature = "cuda")]
+            profile: crate::gpu::profile::ProfileWindow::from_env(),
+        })
     }
 
     pub fn is_idle(&self) -> bool {
@@ -254,6 +269,15 @@ impl Scheduler {
         if rows.is_empty() {
             return Ok(false);
         }
+        #[cfg(feature = "cuda")]
+        if self.profile.is_some() {
+            let decoding = |slot| self.index_of(slot).is_some_and(|i| self.running[i].computed >= self.running[i].prompt_len);
+            let decode_only = rows.iter().all(|&(slot, n)| n == 1 && decoding(slot));
+            let tokens = rows.iter().map(|r| r.1).sum();
+            if let Some(p) = self.profile.as_mut() {
+                p.before(&self.device, rows.len(), tokens, decode_only);
+            }
+        }
         let t_issue = std::time::Instant::now();
         let mut tokens = Vec::new();
         let mut spans = Vec::with_capacity(rows.len());
@@ -314,6 +338,10 @@ impl Scheduler {
             }
         }
         self.stats.step_sample_ms_total += t_sample.elapsed().as_secs_f64() * 1e3;
+        #[cfg(feature = "cuda")]
+        if let Some(p) = self.profile.as_mut() {
+            p.after(&self.device);
+        }
         self.refresh_stats();
         Ok(true)
     }

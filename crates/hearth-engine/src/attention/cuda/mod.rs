@@ -32,6 +32,8 @@ pub struct StepMeta {
     /// Block tables, (R, max_blocks) u32, padded with 0.
     pub tables: Tensor,
     pub max_blocks: usize,
+    /// The most keys any token of the step sees (its position + 1).
+    pub max_keys: usize,
 }
 
 /// Whether the kernels handle this head shape (else the caller uses the portable path).
@@ -113,6 +115,27 @@ impl candle_core::InplaceOp3 for WriteKv {
     }
 }
 
+/// `HEARTH_CUDA_SPLIT_KV=0`: never split a token's keys over several blocks (flash-decoding).
+fn split_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::gpu::env_off("HEARTH_CUDA_SPLIT_KV"))
+}
+
+/// Blocks one attention launch should have to fill the GPU (2 per multiprocessor of an H100/H200).
+const FILL_BLOCKS: usize = 264;
+
+/// Keys per split block (a multiple of 32, at least 64) when a step has too few (token, kv head) blocks to fill the
+/// GPU — decode steps of few rows — or None: one block per (token, kv head) then sees all its keys.
+pub fn split_keys(tokens: usize, kv_heads: usize, max_keys: usize) -> Option<usize> {
+    let blocks = tokens * kv_heads;
+    if !split_on() || blocks == 0 || blocks >= FILL_BLOCKS || max_keys <= 64 {
+        return None;
+    }
+    let want = FILL_BLOCKS.div_ceil(blocks);
+    let per = max_keys.div_ceil(want).div_ceil(32).max(2) * 32;
+    (max_keys.div_ceil(per) > 1).then_some(per)
+}
+
 /// Attention parameters of one layer.
 #[derive(Debug, Clone, Copy)]
 pub struct Params {
@@ -172,14 +195,25 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         let pos = cuda_of(&ps)?.as_cuda_slice::<u32>()?.slice(p0..p1);
         let name = format!("paged_attn_{}_d{d}", sfx_c(qs.dtype())?);
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
-        let cfg = LaunchConfig { grid_dim: (t as u32, p.kv_heads as u32, 1), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let visible = if p.window > 0 { self.meta.max_keys.min(p.window) } else { self.meta.max_keys };
+        let split = split_keys(t, p.kv_heads, visible);
+        let z = split.map_or(1, |k| visible.div_ceil(k));
+        let cfg = LaunchConfig { grid_dim: (t as u32, p.kv_heads as u32, z as u32), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
         let (hh, kvh, bs, mb, win) = (h as i32, p.kv_heads as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
+        let split_i = split.unwrap_or(0) as i32;
+        // Split mode: per (token, head, split) an unnormalized partial of D + 2 floats, merged by a second launch.
+        // SAFETY: every (token, head, split) partial is written by the attention launch before the merge reads it.
+        let part = unsafe { dev.alloc::<f32>(if split.is_some() { t * h * z * (d + 2) } else { 1 })? };
+        let merge = match split {
+            Some(_) => Some(dev.get_or_load_custom_func(&format!("paged_attn_{}_d{d}_merge", sfx_c(qs.dtype())?), MODULE, PTX)?),
+            None => None,
+        };
         macro_rules! launch {
             ($ty:ty) => {{
                 let q = qs.as_cuda_slice::<$ty>()?.slice(q0..q1);
                 let k = cuda_of(&ks)?.as_cuda_slice::<$ty>()?.slice(k0..k1);
                 let v = cuda_of(&vs)?.as_cuda_slice::<$ty>()?.slice(v0..v1);
-                // SAFETY: written in full by the kernel below (every (t, head, d) of the output).
+                // SAFETY: written in full by the kernel below, or by the merge in split mode (every (t, head, d)).
                 let out = unsafe { dev.alloc::<$ty>(t * h * d)? };
                 let mut b = func.builder();
                 b.arg(&q);
@@ -196,8 +230,21 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
                 b.arg(&win);
                 b.arg(&p.scale);
                 b.arg(&p.softcap);
+                b.arg(&split_i);
+                b.arg(&part);
                 // SAFETY: tables hold valid block ids for every visible position (the scheduler reserved them).
                 unsafe { b.launch(cfg) }.w()?;
+                if let Some(merge) = &merge {
+                    let zi = z as i32;
+                    let mcfg = LaunchConfig { grid_dim: (t as u32, h as u32, 1), block_dim: (d as u32, 1, 1), shared_mem_bytes: 0 };
+                    let mut mb = merge.builder();
+                    mb.arg(&part);
+                    mb.arg(&out);
+                    mb.arg(&hh);
+                    mb.arg(&zi);
+                    // SAFETY: part holds t * h * z partials of d + 2 floats; the merge writes all t * h * d outputs.
+                    unsafe { mb.launch(mcfg) }.w()?;
+                }
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             }};
         }

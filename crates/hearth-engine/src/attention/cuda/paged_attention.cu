@@ -40,6 +40,9 @@ __device__ __forceinline__ void load8(const __half *p, float *o) {
   }
 }
 
+// N consecutive values loaded as one (or, past 16 bytes, a few) vector loads.
+template <typename T, int N> struct alignas(sizeof(T) * N) Pack { T v[N]; };
+
 template <typename T>
 __device__ void write_kv(T *__restrict__ cache, const T *__restrict__ src, const uint32_t *__restrict__ slot,
                          int row_elems) {
@@ -54,7 +57,8 @@ template <typename T, int D>
 __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
                            const uint32_t *__restrict__ tables, const uint32_t *__restrict__ tok_row,
                            const uint32_t *__restrict__ tok_pos, T *__restrict__ out, int H, int KvH, int bs,
-                           int max_blocks, int window, float scale, float softcap) {
+                           int max_blocks, int window, float scale, float softcap, int split_keys,
+                           float *__restrict__ part) {
   constexpr int PER_LANE = D / 32;  // values of D each lane owns in PV
   constexpr int GMAX = MAX_GD / D;
   const int t = blockIdx.x, g = blockIdx.y;
@@ -83,10 +87,14 @@ __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, co
     for (int e = 0; e < PER_LANE; e++) acc[h][e] = 0.f;
   }
 
-  const int n_keys = p + 1 - start;
-  for (int tile = warp; tile * 32 < n_keys; tile += NWARPS) {
+  // Split (flash-decoding): block z takes the keys [z * split_keys, (z + 1) * split_keys) of the visible range.
+  const int n_all = p + 1 - start;
+  // A split that starts past the token's last key has none (n_keys <= k_lo: the tile loop does not run).
+  const int k_lo = split_keys > 0 ? (int)blockIdx.z * split_keys : 0;
+  const int n_keys = split_keys > 0 ? min(n_all, k_lo + split_keys) : n_all;  // one past the last key offset
+  for (int tile = k_lo / 32 + warp; tile * 32 < n_keys; tile += NWARPS) {
     const int j = start + tile * 32 + lane;
-    const bool valid = j <= p;
+    const bool valid = tile * 32 + lane < n_keys;
     unsigned long long krow = 0;
     if (valid) krow = ((size_t)table[j / bs] * bs + j % bs) * row_stride + (size_t)g * D;
     float s[GMAX];
@@ -94,7 +102,7 @@ __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, co
     for (int h = 0; h < GMAX; h++) s[h] = 0.f;
     if (valid) {
       const T *kp = kc + krow;
-#pragma unroll 2
+#pragma unroll 4
       for (int d0 = 0; d0 < D; d0 += 8) {
         float kv[8];
         load8(kp + d0, kv);
@@ -122,14 +130,16 @@ __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, co
       for (int e = 0; e < PER_LANE; e++) acc[h][e] *= corr;
       s[h] = pr;
     }
-    // PV: key kk of the tile, this lane's slice of D.
-    const int tile_keys = min(32, p + 1 - (start + tile * 32));
+    // PV: key kk of the tile, this lane's slice of D. (Running all 32 keys with probability 0 past the last, so
+    // that the loads could be issued ahead, lost its A/B at 32-64 streams and tied at 1-8: not kept.)
+    const int tile_keys = min(32, n_keys - tile * 32);
     for (int kk = 0; kk < tile_keys; kk++) {
       const unsigned long long vrow = __shfl_sync(0xffffffff, krow, kk);
-      const T *vp = vc + vrow + lane * PER_LANE;
+      // This lane's PER_LANE values of the row in one vector load (rows and slices are aligned to it).
+      const Pack<T, PER_LANE> pk = *reinterpret_cast<const Pack<T, PER_LANE> *>(vc + vrow + lane * PER_LANE);
       float vv[PER_LANE];
 #pragma unroll
-      for (int e = 0; e < PER_LANE; e++) vv[e] = to_f(vp[e]);
+      for (int e = 0; e < PER_LANE; e++) vv[e] = to_f(pk.v[e]);
 #pragma unroll
       for (int h = 0; h < GMAX; h++) {
         if (h >= G) break;
@@ -165,8 +175,37 @@ __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, co
       num += part_acc[w][i] * f;
       den += part_l[w][h] * f;
     }
-    ot[i] = from_f<T>(num / den);
+    if (split_keys > 0) {
+      // This split's unnormalized partial for paged_attn_merge: acc at max M, then (M, l). A split past the
+      // last key writes M = -inf, l = 0.
+      float *pp = part + (((size_t)t * H + (size_t)g * G + h) * gridDim.z + blockIdx.z) * (D + 2);
+      pp[i % D] = num;
+      if (i % D == 0) {
+        pp[D] = M;
+        pp[D + 1] = den;
+      }
+    } else {
+      ot[i] = from_f<T>(num / den);
+    }
   }
+}
+
+// Merge the splits of paged_attn's split mode: grid (T, H), block D threads; part (T, H, Z, D + 2).
+template <typename T, int D>
+__device__ void paged_attn_merge(const float *__restrict__ part, T *__restrict__ out, int H, int Z) {
+  const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  const float *pp = part + ((size_t)t * H + h) * Z * (D + 2);
+  float M = -INFINITY;
+  for (int z = 0; z < Z; z++) M = fmaxf(M, pp[z * (D + 2) + D]);
+  float num = 0.f, den = 0.f;
+  for (int z = 0; z < Z; z++) {
+    const float mz = pp[z * (D + 2) + D];
+    if (mz == -INFINITY) continue;
+    const float f = __expf(mz - M);
+    num += pp[z * (D + 2) + d] * f;
+    den += pp[z * (D + 2) + D + 1] * f;
+  }
+  out[((size_t)t * H + h) * D + d] = from_f<T>(num / den);
 }
 
 #define WRITE_KV(NAME, T)                                                                                      \
@@ -181,9 +220,12 @@ WRITE_KV(write_kv_f16, __half)
   extern "C" __global__ void __launch_bounds__(NWARPS * 32)                                                   \
       NAME(const T *q, const T *kc, const T *vc, const uint32_t *tables, const uint32_t *tok_row,             \
            const uint32_t *tok_pos, T *out, int H, int KvH, int bs, int max_blocks, int window, float scale,  \
-           float softcap) {                                                                                   \
+           float softcap, int split_keys, float *part) {                                                      \
     paged_attn<T, D>(q, kc, vc, tables, tok_row, tok_pos, out, H, KvH, bs, max_blocks, window, scale,         \
-                     softcap);                                                                                \
+                     softcap, split_keys, part);                                                              \
+  }                                                                                                           \
+  extern "C" __global__ void NAME##_merge(const float *part, T *out, int H, int Z) {                          \
+    paged_attn_merge<T, D>(part, out, H, Z);                                                                  \
   }
 PAGED_ATTN(paged_attn_f32_d64, float, 64)
 PAGED_ATTN(paged_attn_f32_d128, float, 128)
