@@ -288,15 +288,20 @@ fn hf_gpu_reference() -> Option<Vec<serde_json::Value>> {
 }
 
 /// The quantized GGUF on the GPU: candle's CUDA matmuls (q8_1 activations, as llama.cpp's) through hearth's paged
-/// attention kernels. Measured on an H200 (docs/parity.md): worst max-abs 1.82 / rel RMS 0.087 against llama.cpp
-/// (the CPU path: 0.85 / 0.043), 2.02 / 0.085 against transformers; greedy equal until the gap drops below
-/// GAP_MARGIN.
+/// attention kernels. Measured on an H200 (docs/parity.md): worst max-abs 2.11 / rel RMS 0.087 against llama.cpp
+/// (the CPU path: 0.85 / 0.043), 1.99 / 0.086 against transformers; greedy equal until the reference's gap drops
+/// below QUANT_GAP_MARGIN.
 #[test]
 fn smollm2_gpu_quantized_matches_llama_cpp() {
     let m = smollm2(false, None);
     let refs = [("llama.cpp", reference("llama_cpp")), ("transformers f32", reference("hf"))];
-    check("gpu quantized", &m, &refs, Tol { max_abs: 2.5, rel_rms: 0.12 }, GAP_MARGIN);
+    check("gpu quantized", &m, &refs, Tol { max_abs: 2.5, rel_rms: 0.12 }, QUANT_GAP_MARGIN);
 }
+
+/// The quantized GPU path's greedy margin: its logits sit ~2 from both references (q8_1 activations), so a
+/// reference gap of 0.53 was seen to flip (prompt 2, step 15, after the RMSNorm kernel's reduction order
+/// changed; the f32 path, same kernels, stayed 1e-4 from transformers with all 32 tokens equal).
+const QUANT_GAP_MARGIN: f32 = 0.6;
 
 /// Dequantized weights in f32 on the GPU: the reference's exact math; only summation order differs.
 #[test]
