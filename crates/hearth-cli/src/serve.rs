@@ -35,6 +35,9 @@ pub struct ServeArgs {
     /// latency during a long prefill (default: 64 on the CPU, 2048 on a GPU).
     #[arg(long, env = "HEARTH_PREFILL_CHUNK_DECODING")]
     pub prefill_chunk_decoding: Option<usize>,
+    /// Most prompts one engine step prefills (0: no limit; default: CPU_PREFILL_SEQS on the CPU, no limit on a GPU).
+    #[arg(long, env = "HEARTH_PREFILL_SEQS")]
+    pub prefill_seqs: Option<usize>,
     /// Most requests waiting for a batch slot; more get HTTP 429.
     #[arg(long, env = "HEARTH_MAX_QUEUE", default_value_t = 64)]
     pub max_queue: usize,
@@ -80,6 +83,8 @@ fn parse_size(s: &str) -> Result<usize, String> {
 
 /// Default --kv-budget on a GPU: this percentage of the memory free after loading the weights.
 const GPU_KV_FRACTION_PCT: u64 = 80;
+/// `--prefill-seqs` on the CPU (docs/benchmarks.md, third session); 0 = no limit.
+const CPU_PREFILL_SEQS: usize = 2;
 
 /// MemAvailable from /proc/meminfo, in bytes.
 fn mem_available() -> Option<u64> {
@@ -147,8 +152,16 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let gpu = !m.device.is_cpu();
     let step_tokens = a.prefill_chunk.unwrap_or(if gpu { 8192 } else { 256 });
     let step_tokens_decoding = a.prefill_chunk_decoding.unwrap_or(if gpu { 2048 } else { 64 });
-    let ecfg =
-        EngineConfig { max_batch: a.batch, kv_block_size: bs, kv_blocks, step_tokens, step_tokens_decoding, max_queue: a.max_queue };
+    let max_prefill_rows = a.prefill_seqs.unwrap_or(if gpu { 0 } else { CPU_PREFILL_SEQS });
+    let ecfg = EngineConfig {
+        max_batch: a.batch,
+        kv_block_size: bs,
+        kv_blocks,
+        step_tokens,
+        step_tokens_decoding,
+        max_prefill_rows,
+        max_queue: a.max_queue,
+    };
     let engine = hearth_engine::engine::start(m.model, m.device, ecfg, eos).context("starting the engine")?;
     Ok(Ready {
         engine,

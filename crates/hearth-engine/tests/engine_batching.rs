@@ -28,9 +28,14 @@ fn long_prompt() -> String {
 }
 
 fn engine(blocks: usize, batch: usize) -> (EngineHandle, hearth_engine::tokenizer::Tokenizer) {
+    engine_with(blocks, batch, 0)
+}
+
+/// `engine` with at most `max_prefill_rows` prompts prefilled per step (0: no limit).
+fn engine_with(blocks: usize, batch: usize, max_prefill_rows: usize) -> (EngineHandle, hearth_engine::tokenizer::Tokenizer) {
     let m = real_model("smollm2-135m");
     let eos = m.tokenizer.eos_ids().to_vec();
-    let cfg = EngineConfig { max_batch: batch, kv_block_size: 16, kv_blocks: blocks, step_tokens: 64, step_tokens_decoding: 32, max_queue: 64 };
+    let cfg = EngineConfig { max_batch: batch, kv_block_size: 16, kv_blocks: blocks, step_tokens: 64, step_tokens_decoding: 32, max_prefill_rows, max_queue: 64 };
     (start(m.model, m.device, cfg, eos).unwrap(), m.tokenizer)
 }
 
@@ -68,6 +73,12 @@ fn batch_invariance_and_preemption() {
     for (i, (a, b)) in solo.iter().zip(&batched).enumerate() {
         assert_eq!(a.len(), 24);
         assert_eq!(a, b, "prompt {i}: batched greedy tokens differ from solo");
+    }
+    // One prompt prefilled per step (`--prefill-seqs 1`): the same tokens, every request finishes.
+    let (one, tok) = engine_with(256, 8, 1);
+    let streams: Vec<_> = prompts.iter().map(|p| one.submit(req(&tok, p, 24)).unwrap()).collect();
+    for (i, (s, a)) in streams.into_iter().zip(&solo).enumerate() {
+        assert_eq!(&collect(s).0, a, "prompt {i}: one prefill per step changed the greedy tokens");
     }
 
     // A pool far too small for 8 rows at once: rows are preempted and recomputed, never aborted.

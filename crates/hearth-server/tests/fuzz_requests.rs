@@ -171,7 +171,7 @@ fn ready_router(alias: &str, template: Template) -> (Router, usize) {
     cfg.head_dim = 2;
     cfg.layer_window = vec![None];
     let model = FakeModel { cfg, max_positions: 160, eos: eos.first().copied().unwrap_or(0) };
-    let ecfg = EngineConfig { max_batch: 8, kv_block_size: 16, kv_blocks: 64, step_tokens: 256, step_tokens_decoding: 64, max_queue: 64 };
+    let ecfg = EngineConfig { max_batch: 8, kv_block_size: 16, kv_blocks: 64, step_tokens: 256, step_tokens_decoding: 64, max_prefill_rows: 0, max_queue: 64 };
     let engine = hearth_engine::engine::start(Box::new(model), Device::Cpu, ecfg, eos).expect("starting the engine");
     let state = AppState::new(ServerConfig { keepalive: Duration::from_millis(50), ..Default::default() });
     let ready = Ready {

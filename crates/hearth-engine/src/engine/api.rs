@@ -135,6 +135,10 @@ pub struct EngineConfig {
     /// Most tokens of one prompt a step computes while rows are decoding (`--prefill-chunk-decoding`): bounds the
     /// inter-token latency running streams see while a long prompt is prefilled. Decoding rows add one token each.
     pub step_tokens_decoding: usize,
+    /// Most prompts a step starts or continues prefilling (`--prefill-seqs`, 0 = no limit). On a compute-bound
+    /// device a burst of short prompts is prefilled about as fast one after another as together, so starting them
+    /// one by one gives the first ones their first token sooner (lower mean TTFT) instead of all at the end.
+    pub max_prefill_rows: usize,
     /// Most requests waiting for admission (`--max-queue`); more get `QueueFull`.
     pub max_queue: usize,
 }

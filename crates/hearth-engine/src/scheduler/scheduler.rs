@@ -156,7 +156,7 @@ impl Scheduler {
     /// (slot, new tokens) for this step: decode rows first, then prefill pieces (oldest first) within the step's
     /// prompt-token budget `step_tokens`. While rows decode, one prompt's piece is also capped at
     /// `step_tokens_decoding`, so a long prompt advances in small pieces (the running streams' inter-token latency)
-    /// while short prompts still start together. A piece takes the rest of its prompt when that fits; otherwise it
+    /// while short prompts still start together (at most `max_prefill_rows` prompts per step). A piece takes the rest of its prompt when that fits; otherwise it
     /// ends at the last multiple of PIECE_ALIGN the limit reaches, so piece boundaries (and, with the aligned
     /// attention sub-blocks, every row's arithmetic) do not depend on the budget or the batch.
     fn plan(&self) -> Vec<(usize, usize)> {
@@ -165,8 +165,12 @@ impl Scheduler {
         let decoding = order.iter().any(|s| s.pending() == 1);
         let cap = if decoding { self.cfg.step_tokens_decoding.max(1) } else { usize::MAX };
         let mut budget = self.cfg.step_tokens.max(1);
+        let mut prefills_left = if self.cfg.max_prefill_rows == 0 { usize::MAX } else { self.cfg.max_prefill_rows };
         let mut plan = Vec::new();
         for s in order {
+            if s.pending() > 1 && prefills_left == 0 {
+                continue;
+            }
             let limit = cap.min(budget);
             let piece = match s.pending() {
                 0 => continue,
@@ -179,6 +183,7 @@ impl Scheduler {
             }
             if s.pending() > 1 {
                 budget -= piece; // <= limit <= budget by construction
+                prefills_left -= 1;
             }
             plan.push((s.slot, piece));
         }
