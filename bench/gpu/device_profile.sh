@@ -2,8 +2,8 @@
 # On the GPU machine (repo root, after scripts/build-cuda here; carry .gpu): where a decode step's GPU time goes.
 #   bench/gpu/device_profile.sh OUT_DIR [ROWS ...]    (default ROWS: 1 32; `prefill`: one 2048-token prompt)
 # For each ROWS: serves the 8B-shaped checkpoint under Nsight Compute (ncu --profile-from-start off, one metric:
-# gpu__time_duration) with HEARTH_CUDA_PROFILE=ROWS:3, which opens the profiling window for the first 3 steps
-# that decode exactly ROWS rows; drives it with ROWS concurrent streams (bench/load.py, 512-token prompts) and
+# gpu__time_duration) with HEARTH_CUDA_PROFILE=ROWS:3 (prefill:1), which opens the profiling window for the first
+# 3 steps that decode exactly ROWS rows (the first step carrying >= 1024 prompt tokens); drives it with ROWS concurrent streams (bench/load.py, 512-token prompts) and
 # prints each kernel's time per step (bench/gpu/ncu_summary.py). ncu serializes kernels, so only the kernel
 # times are meaningful here, not the wall clock.
 set -uo pipefail
@@ -30,6 +30,5 @@ for rows in $ROWS_LIST; do
       --requests "$rows" --label "profile-$rows" > "$OUT/load_$rows.json"
   fi
   pkill -INT -x hearth; wait $SP 2>/dev/null
-  steps=3; [ "$rows" = prefill ] && steps=1
   python3 bench/gpu/ncu_summary.py "$OUT/ncu_$rows.csv" --steps $steps | tee "$OUT/summary_$rows.txt"
 done

@@ -35,7 +35,7 @@ pub struct ServeArgs {
     /// latency during a long prefill (default: 64 on the CPU, 2048 on a GPU).
     #[arg(long, env = "HEARTH_PREFILL_CHUNK_DECODING")]
     pub prefill_chunk_decoding: Option<usize>,
-    /// Most prompts one engine step prefills (0: no limit; default: CPU_PREFILL_SEQS on the CPU, no limit on a GPU).
+    /// Most prompts one engine step prefills (0: no limit; default: 2 on the CPU, no limit on a GPU).
     #[arg(long, env = "HEARTH_PREFILL_SEQS")]
     pub prefill_seqs: Option<usize>,
     /// Most requests waiting for a batch slot; more get HTTP 429.

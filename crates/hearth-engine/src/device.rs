@@ -76,7 +76,7 @@ pub fn tune_cuda(device: &Device) {
             // SAFETY: hearth issues all work for a device on that device's one stream (candle's default).
             unsafe { d.disable_event_tracking() };
         }
-        if matches!(std::env::var("HEARTH_CUDA_MEMPOOL").as_deref(), Ok("1" | "on" | "true" | "yes")) {
+        if crate::gpu::env_on("HEARTH_CUDA_MEMPOOL") {
             if let Err(e) = keep_pool_memory(d) {
                 tracing::warn!("could not set the CUDA memory pool's release threshold: {e}");
             }

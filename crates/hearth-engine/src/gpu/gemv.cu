@@ -1,6 +1,7 @@
 // Skinny matmul for decode steps (see src/gpu/gemv.rs): y[M, N] = x[M, K] · W[N, K]ᵀ for 1 ≤ M ≤ 8 rows, the
-// shape of a decode step with few streams, where cuBLAS reaches only 1-3.7 TB/s of the H200's ~4.3 (measured by
-// bench/gpu/gemm_probe.py) and the step is bound by reading the weights once.
+// shape of a decode step with few streams, where cuBLAS reaches 1.8-3.9 TB/s of the H200's ~4.3 (measured by
+// bench/gpu/gemm_probe.py) and the step is bound by reading the weights once. It did not beat cuBLAS (equal at 1
+// row, slower at 8: docs/benchmarks.md), so it is opt-in (`HEARTH_GPU_GEMV=1`).
 //
 // Each warp owns ROWS consecutive output columns n and streams their weight rows with 16-byte loads (UNROLL loads
 // per row in flight per lane), multiplying each against all M input rows (read through L1: every warp of a block

@@ -3,7 +3,7 @@
 //! Opt-in (`HEARTH_GPU_GEMV=1`): it lost its paired A/B against cuBLAS on the H200 (docs/benchmarks.md: equal at
 //! one row, 1.3x slower at eight), so dense matmuls go through cuBLAS by default.
 
-use super::{by_float_dtype, contiguous, cuda_of, sfx_c};
+use super::{by_float_dtype, contiguous, cuda_of, env_on, sfx_c};
 use crate::Result;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -19,13 +19,13 @@ const COLS_PER_BLOCK: usize = 8;
 
 fn gemv_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| matches!(std::env::var("HEARTH_GPU_GEMV").as_deref(), Ok("1" | "on" | "true" | "yes")))
+    *ON.get_or_init(|| env_on("HEARTH_GPU_GEMV"))
 }
 
 /// x (.., K) with M rows in all · w (N, K)ᵀ through the skinny kernel, or None when it does not apply (not CUDA, M > 8, dtypes
 /// differ, K not a multiple of a 16-byte vector, or w not a plain contiguous matrix): the caller uses cuBLAS.
 pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
-    if  !x.device().is_cuda() || x.dtype() != w.dtype() || x.rank() < 2 || w.rank() != 2 {
+    if !x.device().is_cuda() || x.dtype() != w.dtype() || x.rank() < 2 || w.rank() != 2 {
         return Ok(None);
     }
     let (k, (n, wk)) = (x.dim(candle_core::D::Minus1)?, w.dims2()?);

@@ -202,10 +202,12 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         let (hh, kvh, bs, mb, win) = (h as i32, p.kv_heads as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
         let split_i = split.unwrap_or(0) as i32;
         // Split mode: per (token, head, split) an unnormalized partial of D + 2 floats, merged by a second launch.
-        // SAFETY: every (token, head, split) partial is written by the attention launch before the merge reads it.
-        let part = unsafe { dev.alloc::<f32>(if split.is_some() { t * h * z * (d + 2) } else { 1 })? };
         let merge = match split {
-            Some(_) => Some(dev.get_or_load_custom_func(&format!("paged_attn_{}_d{d}_merge", sfx_c(qs.dtype())?), MODULE, PTX)?),
+            Some(_) => {
+                let f = dev.get_or_load_custom_func(&format!("paged_attn_{}_d{d}_merge", sfx_c(qs.dtype())?), MODULE, PTX)?;
+                // SAFETY: every (token, head, split) partial is written by the attention launch before the merge reads it.
+                Some((f, unsafe { dev.alloc::<f32>(t * h * z * (d + 2))? }))
+            }
             None => None,
         };
         macro_rules! launch {
@@ -231,14 +233,19 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
                 b.arg(&p.scale);
                 b.arg(&p.softcap);
                 b.arg(&split_i);
-                b.arg(&part);
+                // Without a split the kernel never touches `part`: a null pointer, no allocation per layer.
+                let null: u64 = 0;
+                match &merge {
+                    Some((_, part)) => b.arg(part),
+                    None => b.arg(&null),
+                };
                 // SAFETY: tables hold valid block ids for every visible position (the scheduler reserved them).
                 unsafe { b.launch(cfg) }.w()?;
-                if let Some(merge) = &merge {
+                if let Some((merge, part)) = &merge {
                     let zi = z as i32;
                     let mcfg = LaunchConfig { grid_dim: (t as u32, h as u32, 1), block_dim: (d as u32, 1, 1), shared_mem_bytes: 0 };
                     let mut mb = merge.builder();
-                    mb.arg(&part);
+                    mb.arg(part);
                     mb.arg(&out);
                     mb.arg(&hh);
                     mb.arg(&zi);
