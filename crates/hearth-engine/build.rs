@@ -1,5 +1,5 @@
-//! With the `cuda` feature: compile hearth's CUDA kernels (src/attention/cuda/paged_attention.cu, src/gpu/fused.cu,
-//! src/gpu/gemv.cu) to PTX with the CUDA toolchain's nvcc
+//! With the `cuda` feature: compile hearth's CUDA kernels (src/attention/cuda/{paged_attention,prefill_tc}.cu, src/gpu/fused.cu,
+//! src/gpu/gemv.cu, src/gpu/argmax.cu) to PTX with the CUDA toolchain's nvcc
 //! (`$CUDA_HOME/bin/nvcc`, else `nvcc` on PATH) for `CUDA_COMPUTE_CAP` (default 90). scripts/build-cuda sets both.
 use std::path::PathBuf;
 use std::process::Command;
@@ -12,7 +12,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     println!("cargo:rerun-if-changed=src/gpu/common.cuh");
-    for src in ["src/attention/cuda/paged_attention.cu", "src/gpu/fused.cu", "src/gpu/gemv.cu"] {
+    for src in ["src/attention/cuda/paged_attention.cu", "src/attention/cuda/prefill_tc.cu", "src/gpu/fused.cu", "src/gpu/gemv.cu", "src/gpu/argmax.cu"] {
         ptx(src);
     }
 }

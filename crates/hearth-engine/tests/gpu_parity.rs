@@ -4,9 +4,10 @@
 //!
 //! * the paged-attention kernels against the portable f32 attention on random data (f32 and bf16 caches, head
 //!   dims 64/128/256, GQA, scattered block tables, prefill pieces and decode tokens in one launch, sliding window,
-//!   soft-capping);
+//!   soft-capping), the tensor-core prompt kernel included (16-bit caches, G a power of two);
 //! * the fused residual add + RMSNorm against a CPU computation;
 //! * the skinny decode matmul (`gpu::gemv`) against a CPU matmul;
+//! * greedy sampling on the device (`gpu::argmax`) against the CPU sampler's argmax, ties included;
 //! * SmolLM2 on the GPU through the paged KV (the serving path): the quantized GGUF against llama.cpp's goldens,
 //!   the dequantized weights in f32 against transformers' f32 goldens, and in bf16 against the same goldens
 //!   (bf16 tolerances) and, when `HEARTH_HF_GPU_GOLDEN` names the file `tools/oracle/gpu_logits.py` wrote on the
@@ -123,6 +124,62 @@ fn paged_kernel_matches_portable_attention() {
         kernel_case_len(h, kvh, d, DType::BF16, plain, 1.6e-2, [700, 333, 150]);
     }
     kernel_case_len(4, 2, 64, DType::F32, AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) }, 2e-5, [700, 333, 150]);
+    // The tensor-core prompt kernel (bf16/f16, G a power of two): step 1's 37- and 51-token prompts are query
+    // tiles (the 5-token one stays on CUDA cores in the same launch); with G = 8 and 16 the tiles are 8 and 4
+    // tokens, so step 2's 6-token piece is tiled too, over keys already in the cache. Window and soft-cap in
+    // 16-bit as well.
+    use hearth_engine::attention::cuda::prefill::tile_tokens;
+    assert_eq!(tile_tokens(32, 8, 128, DType::BF16), Some(16), "Llama-8B's shape takes the tensor cores");
+    assert_eq!(tile_tokens(9, 3, 64, DType::BF16), None, "G = 3 is not a power of two");
+    assert_eq!(tile_tokens(32, 8, 128, DType::F32), None, "f32 stays on CUDA cores");
+    assert_eq!(hearth_engine::attention::cuda::prefill::smem_bytes(128), 113_408, "mirrors prefill_tc.cu");
+    for (h, kvh, d) in [(16, 2, 128), (16, 1, 64), (8, 1, 128)] {
+        assert!(tile_tokens(h, kvh, d, DType::BF16).is_some());
+        kernel_case(h, kvh, d, DType::BF16, plain, 1.6e-2);
+        kernel_case(h, kvh, d, DType::F16, plain, 2e-3);
+    }
+    kernel_case(4, 1, 256, DType::BF16, AttnParams { scale: 0.0625, window: Some(8), softcap: None }, 1.6e-2);
+    kernel_case(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(20), softcap: Some(5.0) }, 1.6e-2);
+    kernel_case_len(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) }, 1.6e-2, [700, 333, 150]);
+    kernel_case(32, 8, 128, DType::F16, plain, 2e-3);
+    // One token of one kv head over a very long context: the split count stays within the merge's 256.
+    let per = hearth_engine::attention::cuda::split_keys(1, 1, 100_000).expect("a lone long row splits");
+    assert!(100_000usize.div_ceil(per) <= 256, "{per} keys per split");
+}
+
+/// Greedy sampling on the device (`gpu::argmax`) against the CPU sampler's argmax: random rows of the vocabulary
+/// widths served (49,152 SmolLM2, 262,144 Gemma 3) and odd ones, with the maximum planted twice (the lower index
+/// must win, as on the CPU), rows of only -inf (index 0) and bf16 logits (converted to f32 first).
+#[test]
+fn argmax_matches_cpu_argmax() {
+    use hearth_engine::sampling::sampler::argmax;
+    let dev = gpu();
+    let mut seed = 900;
+    for v in [49152usize, 262144, 4097, 7, 1] {
+        for rows in [1usize, 33] {
+            seed += 1;
+            let mut x = noise(rows * v, seed);
+            for r in 0..rows {
+                let row = &mut x[r * v..(r + 1) * v];
+                match r % 4 {
+                    1 if v > 2 => {
+                        let (a, b) = ((r * 7919) % v, (r * 104729 + 1) % v);
+                        row[a] = 3.0;
+                        row[b] = 3.0;
+                    }
+                    2 => row.iter_mut().for_each(|y| *y = f32::NEG_INFINITY),
+                    _ => {}
+                }
+            }
+            let want: Vec<u32> = x.chunks(v).map(|row| argmax(row) as u32).collect();
+            let t = Tensor::from_vec(x.clone(), (rows, v), &dev).unwrap();
+            assert_eq!(hearth_engine::gpu::argmax::argmax_rows(&t).unwrap(), want, "f32 v{v} rows{rows}");
+            let tb = t.to_dtype(DType::BF16).unwrap();
+            let xb: Vec<f32> = tb.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let want_b: Vec<u32> = xb.chunks(v).map(|row| argmax(row) as u32).collect();
+            assert_eq!(hearth_engine::gpu::argmax::argmax_rows(&tb).unwrap(), want_b, "bf16 v{v} rows{rows}");
+        }
+    }
 }
 
 /// The fused residual add + RMSNorm (`gpu::fused::add_rms_norm`) against the same arithmetic on the CPU in f32

@@ -52,6 +52,25 @@ impl BatchContext {
         self.rows.last().map(|r| r.start + r.len).unwrap_or(0)
     }
 
+    /// Query tiles for a kernel that attends `bq` consecutive tokens of one row at a time: rows with at least
+    /// half a tile (and 2) of new tokens are cut into tiles, flattened as [first packed index, token count]; the
+    /// other rows' tokens are listed one by one. Every packed token is in exactly one of the two.
+    pub fn query_tiles(&self, bq: usize) -> (Vec<u32>, Vec<u32>) {
+        let min = (bq / 2).max(2);
+        let (mut tiles, mut rest) = (Vec::new(), Vec::new());
+        for r in &self.rows {
+            if r.len >= min {
+                for i in (0..r.len).step_by(bq.max(1)) {
+                    tiles.push((r.start + i) as u32);
+                    tiles.push(bq.min(r.len - i) as u32);
+                }
+            } else {
+                rest.extend((r.start..r.start + r.len).map(|t| t as u32));
+            }
+        }
+        (tiles, rest)
+    }
+
     /// Indices of the tokens whose logits the model returns.
     pub fn logit_indices(&self) -> Vec<u32> {
         if self.all_logits {
@@ -59,5 +78,28 @@ impl BatchContext {
         } else {
             self.rows.iter().map(|r| (r.start + r.len - 1) as u32).collect()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_tiles_cover_every_token_once() {
+        // bq 16: a 37-token piece -> 16 + 16 + 5; a decode token and a 6-token piece are listed; 8 tokens -> a tile.
+        let ctx = BatchContext::new(&[(0, 0, 37), (1, 90, 1), (2, 40, 6), (3, 0, 8)], false, &Device::Cpu).unwrap();
+        let (tiles, rest) = ctx.query_tiles(16);
+        assert_eq!(tiles, vec![0, 16, 16, 16, 32, 5, 44, 8]);
+        assert_eq!(rest, (37..44).collect::<Vec<u32>>());
+        let mut all = rest.clone();
+        for t in tiles.chunks(2) {
+            all.extend(t[0]..t[0] + t[1]);
+        }
+        all.sort();
+        assert_eq!(all, (0..52).collect::<Vec<u32>>());
+        // Decode-only steps have no tiles.
+        let ctx = BatchContext::new(&[(0, 5, 1), (1, 9, 1)], false, &Device::Cpu).unwrap();
+        assert_eq!(ctx.query_tiles(16), (vec![], vec![0, 1]));
     }
 }

@@ -1,8 +1,9 @@
-//! hearth's own CUDA kernels (the `cuda` feature): the paged attention (`attention::cuda`) and the fused
-//! per-layer kernels of the dense decode path ([`fused`]) and the skinny
-//! matmul of decode steps ([`gemv`]). `build.rs` compiles the `.cu` files to PTX with the
-//! CUDA toolchain's nvcc; candle loads each module once per device.
+//! hearth's own CUDA kernels (the `cuda` feature): the paged attention (`attention::cuda`), the fused per-layer
+//! kernels of the dense decode path ([`fused`]), the skinny matmul of decode steps ([`gemv`]) and greedy sampling
+//! on the device ([`argmax`]). `build.rs` compiles the `.cu` files to PTX with the CUDA toolchain's nvcc; candle
+//! loads each module once per device.
 
+pub mod argmax;
 pub mod fused;
 pub mod gemv;
 pub mod profile;

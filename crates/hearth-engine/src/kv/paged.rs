@@ -88,7 +88,7 @@ impl PagedKv {
 #[cfg(feature = "cuda")]
 impl PagedKv {
     /// The step's slot mapping, token rows and padded block tables, uploaded once for all layers.
-    fn build_meta(&self, ctx: &BatchContext) -> Result<crate::attention::cuda::StepMeta> {
+    fn build_meta(&self, ctx: &BatchContext, heads: usize, kv_heads: usize, head_dim: usize, dtype: candle_core::DType) -> Result<crate::attention::cuda::StepMeta> {
         let dev = self.k[0].device();
         let mut slots = Vec::with_capacity(ctx.num_tokens());
         let mut tok_row = Vec::with_capacity(ctx.num_tokens());
@@ -118,6 +118,10 @@ impl PagedKv {
             tables: Tensor::from_vec(flat, (tabs.len(), max_blocks), dev)?,
             max_blocks,
             max_keys,
+            tc: match crate::attention::cuda::prefill::tile_tokens(heads, kv_heads, head_dim, dtype) {
+                Some(bq) => crate::attention::cuda::prefill::plan(ctx, bq, heads / kv_heads, dev)?,
+                None => None,
+            },
         })
     }
 
@@ -128,7 +132,7 @@ impl PagedKv {
             return Ok(false);
         }
         if layer == 0 || self.meta.is_none() {
-            self.meta = Some(self.build_meta(ctx)?);
+            self.meta = Some(self.build_meta(ctx, heads, kv_heads, head_dim, dtype)?);
         }
         Ok(true)
     }

@@ -59,6 +59,17 @@ impl SamplingParams {
         self.temperature == 0.0
     }
 
+    /// Greedy with nothing that needs the logits on the host (no bias, penalties or logprobs): the token is the
+    /// raw logits' argmax, which a GPU step can compute on the device.
+    pub fn is_plain_greedy(&self) -> bool {
+        self.is_greedy()
+            && self.logit_bias.is_empty()
+            && self.repetition_penalty == 1.0
+            && self.presence_penalty == 0.0
+            && self.frequency_penalty == 0.0
+            && self.logprobs.is_none()
+    }
+
     /// Check ranges; `vocab` bounds the logit_bias ids.
     pub fn validate(&self, vocab: usize) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidRequest(m));

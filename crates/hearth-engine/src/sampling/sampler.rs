@@ -55,6 +55,13 @@ impl Sampler {
         &self.params
     }
 
+    /// The token the device chose for a plain-greedy row ([`SamplingParams::is_plain_greedy`]): what
+    /// [`Sampler::sample`] returns for the same logits.
+    pub fn chosen(&self, id: u32) -> Sampled {
+        debug_assert!(self.params.is_plain_greedy());
+        Sampled { id, logprob: None, top: Vec::new() }
+    }
+
     /// Pick the next token from one row's logits; `context` is the row's prompt + generated tokens.
     pub fn sample(&mut self, logits: &[f32], context: &[u32]) -> Sampled {
         let (logprob, top) = match self.params.logprobs {
@@ -182,6 +189,27 @@ mod tests {
     fn greedy_takes_first_max() {
         let mut s = Sampler::new(SamplingParams::default());
         assert_eq!(s.sample(&[1.0, 3.0, 3.0, 2.0], &[]).id, 1);
+    }
+
+    #[test]
+    fn plain_greedy_is_only_the_raw_argmax() {
+        // What the device may choose for a row: greedy with nothing that reads the logits on the host.
+        assert!(SamplingParams::default().is_plain_greedy());
+        let g = |f: fn(&mut SamplingParams)| {
+            let mut p = SamplingParams::default();
+            f(&mut p);
+            p.is_plain_greedy()
+        };
+        assert!(!g(|p| p.temperature = 0.7));
+        assert!(!g(|p| p.logit_bias = vec![(1, 5.0)]));
+        assert!(!g(|p| p.repetition_penalty = 1.1));
+        assert!(!g(|p| p.presence_penalty = 0.5));
+        assert!(!g(|p| p.frequency_penalty = 0.5));
+        assert!(!g(|p| p.logprobs = Some(0)));
+        assert!(g(|p| p.top_k = 5), "truncations do not change a greedy pick");
+        let mut s = Sampler::new(SamplingParams::default());
+        assert_eq!(s.chosen(2), Sampled { id: 2, logprob: None, top: Vec::new() });
+        assert_eq!(s.sample(&[0.0, 1.0, 4.0], &[]), s.chosen(2));
     }
 
     #[test]

@@ -220,9 +220,12 @@ impl Scheduler {
         plan.into_iter().filter(|(slot, _)| self.index_of(*slot).is_some()).collect()
     }
 
-    /// Sample the next token of `s` from `logits`; returns true when the row is finished.
-    fn accept(&mut self, s: &mut Sequence, logits: &[f32]) -> bool {
-        let out = s.sampler.sample(logits, &s.tokens);
+    /// Sample the next token of `s` from its step output; returns true when the row is finished.
+    fn accept(&mut self, s: &mut Sequence, out: Pick<'_>) -> bool {
+        let out = match out {
+            Pick::Logits(logits) => s.sampler.sample(logits, &s.tokens),
+            Pick::Id(id) => s.sampler.chosen(id),
+        };
         if s.stop_ids.contains(&out.id) || (!s.ignore_eos && self.eos.contains(&out.id)) {
             s.finish(FinishReason::Stop);
             return true;
@@ -295,9 +298,10 @@ impl Scheduler {
         let ctx = BatchContext::new(&spans, false, &self.device)?;
         let input = Tensor::new(tokens.as_slice(), &self.device)?;
         let mut t_wait = t_issue;
-        let logits = match self.model.forward(&input, &ctx, &mut self.kv).and_then(|l| {
+        let on_device = self.greedy_on_device(&rows);
+        let out = match self.model.forward(&input, &ctx, &mut self.kv).and_then(|l| {
             t_wait = std::time::Instant::now();
-            Ok(l.to_vec2::<f32>()?)
+            step_output(&l, on_device)
         }) {
             Ok(l) => l,
             Err(e) => {
@@ -329,14 +333,14 @@ impl Scheduler {
             // The prompt is computed: fork the other choices first, from the same logits.
             for sib in std::mem::take(&mut s.siblings) {
                 if let Some(mut sib) = self.fork(&s.blocks, sib) {
-                    if self.accept(&mut sib, &logits[r]) {
+                    if self.accept(&mut sib, out.row(r)) {
                         self.free(sib);
                     } else {
                         self.running.push(sib);
                     }
                 }
             }
-            if self.accept(&mut s, &logits[r]) {
+            if self.accept(&mut s, out.row(r)) {
                 self.free(s);
             } else {
                 self.running.insert(i.min(self.running.len()), s);
@@ -349,6 +353,22 @@ impl Scheduler {
         }
         self.refresh_stats();
         Ok(true)
+    }
+
+    /// Whether this step's tokens can be chosen on the device: a CUDA device (`HEARTH_GPU_ARGMAX` on) and every
+    /// row that may sample, siblings included, plain greedy. Rows still mid-prompt ignore their output either way.
+    #[allow(unused_variables)]
+    fn greedy_on_device(&self, rows: &[(usize, usize)]) -> bool {
+        #[cfg(feature = "cuda")]
+        if self.device.is_cuda() && crate::gpu::argmax::enabled() {
+            return rows.iter().all(|&(slot, _)| {
+                self.index_of(slot).is_some_and(|i| {
+                    let s = &self.running[i];
+                    s.sampler.params().is_plain_greedy() && s.siblings.iter().all(|b| b.sampler.params().is_plain_greedy())
+                })
+            });
+        }
+        false
     }
 
     /// Fail everything (an unrecoverable error).
@@ -374,4 +394,36 @@ impl Scheduler {
         self.stats.kv_blocks_used = self.pool.num_used();
         self.stats.kv_blocks_free = self.pool.num_free();
     }
+}
+
+/// What a row's sampler reads: its logits, or the token the device already chose.
+enum Pick<'a> {
+    Logits(&'a [f32]),
+    Id(u32),
+}
+
+/// A step's output on the host: every row's logits, or (greedy on the device) every row's token.
+enum StepOutput {
+    Logits(Vec<Vec<f32>>),
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    Ids(Vec<u32>),
+}
+
+impl StepOutput {
+    fn row(&self, r: usize) -> Pick<'_> {
+        match self {
+            StepOutput::Logits(l) => Pick::Logits(&l[r]),
+            StepOutput::Ids(ids) => Pick::Id(ids[r]),
+        }
+    }
+}
+
+/// Copy a step's logits (R, V) to the host, or only their argmax per row when `on_device`.
+#[allow(unused_variables)]
+fn step_output(logits: &Tensor, on_device: bool) -> Result<StepOutput> {
+    #[cfg(feature = "cuda")]
+    if on_device {
+        return Ok(StepOutput::Ids(crate::gpu::argmax::argmax_rows(logits)?));
+    }
+    Ok(StepOutput::Logits(logits.to_vec2::<f32>()?))
 }

@@ -10,15 +10,18 @@
 use crate::gpu::{by_float_dtype, contiguous, cuda_of, sfx_c};
 use crate::{Error, Result};
 use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
+
+pub mod prefill;
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/paged_attention.ptx"));
 const MODULE: &str = "hearth_paged_attention";
 /// Threads per attention block (NWARPS * 32 in the kernel).
 const ATTN_THREADS: u32 = 256;
-/// The kernel's shared buffers hold G * D <= 1024 values per block.
+/// The kernel's shared buffers hold GM * D <= 1024 values per block (GM: G rounded up to a power of two).
 const MAX_GD: usize = 1024;
 
 /// Per-step metadata shared by every layer, on the device.
@@ -34,6 +37,9 @@ pub struct StepMeta {
     pub max_blocks: usize,
     /// The most keys any token of the step sees (its position + 1).
     pub max_keys: usize,
+    /// Query tiles for the tensor-core prompt kernel ([`prefill`]), when the step has prompt pieces and the
+    /// kernel serves the model's shape.
+    pub tc: Option<prefill::TcPlan>,
 }
 
 /// Whether the kernels handle this head shape (else the caller uses the portable path).
@@ -41,7 +47,7 @@ pub fn supports(heads: usize, kv_heads: usize, head_dim: usize, dtype: DType) ->
     kv_heads > 0
         && heads % kv_heads == 0
         && matches!(head_dim, 64 | 128 | 256)
-        && (heads / kv_heads) * head_dim <= MAX_GD
+        && (heads / kv_heads).next_power_of_two() * head_dim <= MAX_GD
         && matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
 }
 
@@ -121,6 +127,16 @@ fn split_on() -> bool {
     *ON.get_or_init(|| !crate::gpu::env_off("HEARTH_CUDA_SPLIT_KV"))
 }
 
+/// `HEARTH_CUDA_PV_BATCH=0`: the attention's PV loop loads one value row at a time (one memory latency per key)
+/// instead of batches of 8.
+fn pv_batched() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::gpu::env_off("HEARTH_CUDA_PV_BATCH"))
+}
+
+/// The most splits one token's keys are cut into (MAX_Z in the kernel: the merge's shared arrays).
+const MAX_SPLITS: usize = 256;
+
 /// Blocks one attention launch should have to fill the GPU (2 per multiprocessor of an H100/H200).
 const FILL_BLOCKS: usize = 264;
 
@@ -132,7 +148,7 @@ pub fn split_keys(tokens: usize, kv_heads: usize, max_keys: usize) -> Option<usi
         return None;
     }
     let want = FILL_BLOCKS.div_ceil(blocks);
-    let per = max_keys.div_ceil(want).div_ceil(32).max(2) * 32;
+    let per = max_keys.div_ceil(want.min(MAX_SPLITS)).div_ceil(32).max(2) * 32;
     (max_keys.div_ceil(per) > 1).then_some(per)
 }
 
@@ -193,64 +209,132 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         let tables = cuda_of(&ts)?.as_cuda_slice::<u32>()?.slice(t0..t1);
         let rows = cuda_of(&rs)?.as_cuda_slice::<u32>()?.slice(r0..r1);
         let pos = cuda_of(&ps)?.as_cuda_slice::<u32>()?.slice(p0..p1);
-        let name = format!("paged_attn_{}_d{d}", sfx_c(qs.dtype())?);
+        // The tensor-core kernel takes the step's query tiles (prompt pieces) when it serves this shape; the
+        // CUDA-core kernel then attends only the listed rest (decode tokens, short pieces).
+        let group = h / p.kv_heads;
+        let tc = self.meta.tc.as_ref().filter(|tc| tc.group == group && prefill::tile_tokens(h, p.kv_heads, d, qs.dtype()).is_some());
+        let n_cc = tc.map_or(t, |tc| tc.n_rest);
+        let rest = match tc.and_then(|tc| tc.rest.as_ref()) {
+            Some(r) => {
+                let (s, l) = r.storage_and_layout();
+                Some((s, contiguous(l, "rest tokens")?))
+            }
+            None => None,
+        };
+        let rest = match &rest {
+            Some((s, (a, b))) => Some(cuda_of(s)?.as_cuda_slice::<u32>()?.slice(*a..*b)),
+            None => None,
+        };
+        let tiles = match tc {
+            Some(tc) => {
+                let (s, l) = tc.tiles.storage_and_layout();
+                Some((s, contiguous(l, "query tiles")?))
+            }
+            None => None,
+        };
+        let tiles = match &tiles {
+            Some((s, (a, b))) => Some(cuda_of(s)?.as_cuda_slice::<u32>()?.slice(*a..*b)),
+            None => None,
+        };
+        // The CUDA-core kernel sized for this group: G query heads per kv head rounded up to a power of two.
+        let gm = group.next_power_of_two();
+        let name = format!("paged_attn_{}_d{d}_g{gm}", sfx_c(qs.dtype())?);
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
         let visible = if p.window > 0 { self.meta.max_keys.min(p.window) } else { self.meta.max_keys };
-        let split = split_keys(t, p.kv_heads, visible);
+        let split = split_keys(n_cc, p.kv_heads, visible);
         let z = split.map_or(1, |k| visible.div_ceil(k));
-        let cfg = LaunchConfig { grid_dim: (t as u32, p.kv_heads as u32, z as u32), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig { grid_dim: (n_cc as u32, p.kv_heads as u32, z as u32), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
         let (hh, kvh, bs, mb, win) = (h as i32, p.kv_heads as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
         let split_i = split.unwrap_or(0) as i32;
         // Split mode: per (token, head, split) an unnormalized partial of D + 2 floats, merged by a second launch.
         let merge = match split {
-            Some(_) => {
+            Some(_) if n_cc > 0 => {
                 let f = dev.get_or_load_custom_func(&format!("paged_attn_{}_d{d}_merge", sfx_c(qs.dtype())?), MODULE, PTX)?;
                 // SAFETY: every (token, head, split) partial is written by the attention launch before the merge reads it.
-                Some((f, unsafe { dev.alloc::<f32>(t * h * z * (d + 2))? }))
+                Some((f, unsafe { dev.alloc::<f32>(n_cc * h * z * (d + 2))? }))
+            }
+            _ => None,
+        };
+        let tc_func = match tc {
+            Some(_) => {
+                let f = dev.get_or_load_custom_func(&format!("prefill_tc_{}_d{d}", sfx_c(qs.dtype())?), prefill::MODULE, prefill::PTX)?;
+                let bytes = prefill::smem_bytes(d);
+                f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32).w()?;
+                Some((f, bytes as u32))
             }
             None => None,
         };
+        // Null device pointers for what a launch does not use.
+        let null: u64 = 0;
         macro_rules! launch {
             ($ty:ty) => {{
                 let q = qs.as_cuda_slice::<$ty>()?.slice(q0..q1);
                 let k = cuda_of(&ks)?.as_cuda_slice::<$ty>()?.slice(k0..k1);
                 let v = cuda_of(&vs)?.as_cuda_slice::<$ty>()?.slice(v0..v1);
-                // SAFETY: written in full by the kernel below, or by the merge in split mode (every (t, head, d)).
+                // SAFETY: every (token, head, d) is written: tile tokens by the tensor-core kernel, the others by
+                // the CUDA-core kernel or, in split mode, its merge.
                 let out = unsafe { dev.alloc::<$ty>(t * h * d)? };
-                let mut b = func.builder();
-                b.arg(&q);
-                b.arg(&k);
-                b.arg(&v);
-                b.arg(&tables);
-                b.arg(&rows);
-                b.arg(&pos);
-                b.arg(&out);
-                b.arg(&hh);
-                b.arg(&kvh);
-                b.arg(&bs);
-                b.arg(&mb);
-                b.arg(&win);
-                b.arg(&p.scale);
-                b.arg(&p.softcap);
-                b.arg(&split_i);
-                // Without a split the kernel never touches `part`: a null pointer, no allocation per layer.
-                let null: u64 = 0;
-                match &merge {
-                    Some((_, part)) => b.arg(part),
-                    None => b.arg(&null),
-                };
-                // SAFETY: tables hold valid block ids for every visible position (the scheduler reserved them).
-                unsafe { b.launch(cfg) }.w()?;
-                if let Some((merge, part)) = &merge {
-                    let zi = z as i32;
-                    let mcfg = LaunchConfig { grid_dim: (t as u32, h as u32, 1), block_dim: (d as u32, 1, 1), shared_mem_bytes: 0 };
-                    let mut mb = merge.builder();
-                    mb.arg(part);
-                    mb.arg(&out);
-                    mb.arg(&hh);
-                    mb.arg(&zi);
-                    // SAFETY: part holds t * h * z partials of d + 2 floats; the merge writes all t * h * d outputs.
-                    unsafe { mb.launch(mcfg) }.w()?;
+                // The arguments both attention kernels start with (q .. softcap).
+                macro_rules! attn_args {
+                    ($b:ident) => {
+                        $b.arg(&q);
+                        $b.arg(&k);
+                        $b.arg(&v);
+                        $b.arg(&tables);
+                        $b.arg(&rows);
+                        $b.arg(&pos);
+                        $b.arg(&out);
+                        $b.arg(&hh);
+                        $b.arg(&kvh);
+                        $b.arg(&bs);
+                        $b.arg(&mb);
+                        $b.arg(&win);
+                        $b.arg(&p.scale);
+                        $b.arg(&p.softcap);
+                    };
+                }
+                if n_cc > 0 {
+                    let mut b = func.builder();
+                    attn_args!(b);
+                    b.arg(&split_i);
+                    // Without a split the kernel never touches `part`: no allocation per layer.
+                    match &merge {
+                        Some((_, part)) => b.arg(part),
+                        None => b.arg(&null),
+                    };
+                    let batched = pv_batched() as i32;
+                    b.arg(&batched);
+                    match &rest {
+                        Some(r) => b.arg(r),
+                        None => b.arg(&null),
+                    };
+                    // SAFETY: tables hold valid block ids for every visible position (the scheduler reserved them);
+                    // rest lists n_cc packed token indices < t.
+                    unsafe { b.launch(cfg) }.w()?;
+                    if let Some((merge, part)) = &merge {
+                        let zi = z as i32;
+                        let mcfg = LaunchConfig { grid_dim: (n_cc as u32, h as u32, 1), block_dim: (d as u32, 1, 1), shared_mem_bytes: 0 };
+                        let mut mb = merge.builder();
+                        mb.arg(part);
+                        mb.arg(&out);
+                        mb.arg(&hh);
+                        mb.arg(&zi);
+                        match &rest {
+                            Some(r) => mb.arg(r),
+                            None => mb.arg(&null),
+                        };
+                        // SAFETY: part holds n_cc * h * z partials of d + 2 floats; the merge writes those tokens' outputs.
+                        unsafe { mb.launch(mcfg) }.w()?;
+                    }
+                }
+                if let (Some((f, bytes)), Some(tc), Some(tiles)) = (&tc_func, tc, &tiles) {
+                    let tcfg = LaunchConfig { grid_dim: (tc.n_tiles as u32, p.kv_heads as u32, 1), block_dim: (prefill::THREADS, 1, 1), shared_mem_bytes: *bytes };
+                    let mut b = f.builder();
+                    attn_args!(b);
+                    b.arg(tiles);
+                    // SAFETY: tiles hold [first, count] of consecutive packed tokens of one row each (< t); the
+                    // block table covers their positions.
+                    unsafe { b.launch(tcfg) }.w()?;
                 }
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             }};

@@ -6,15 +6,20 @@
 // * write_kv_*:  copies this step's new k (or v) rows, (T, KvH, D), to their cache rows (one launch per
 //                buffer and layer; slot[t] = the cache row of packed token t).
 // * paged_attn_*: one launch per layer for every packed token of the step, prefill pieces and decode tokens
-//                mixed. Block (t, g): token t against kv head g and the G = H / KvH query heads sharing it, so
+//                mixed (or, through tok_idx, those the tensor-core kernel of prefill_tc.cu does not take). Block (t, g): token t against kv head g and the G = H / KvH query heads sharing it, so
 //                GQA reads each key once per token. Its warps split the visible keys in tiles of 32 (one key per
 //                lane for QK^T, one slice of D per lane for PV), each keeping an online softmax in f32; the
 //                warps' partial results are merged at the end. Keys visible to the token at position p:
-//                [max(0, p + 1 - window), p] (window 0 = unlimited).
+//                [max(0, p + 1 - window), p] (window 0 = unlimited). Latency, not bandwidth, bounds it at
+//                small batches, so each tile's block-table entries are loaded one tile ahead, a key row's loads
+//                are all issued before its FMAs, and PV loads 8 value rows at a time (HEARTH_CUDA_PV_BATCH=0:
+//                one at a time).
 #include "../../gpu/common.cuh"
 
 #define NWARPS 8
 #define MAX_GD 1024  // G * D values of one block's queries / accumulators
+#define PV_BATCH 8   // value rows loaded ahead in the batched PV loop
+#define MAX_Z 256    // splits the merge handles (the launcher keeps z <= MAX_Z)
 
 // 8 consecutive values (16- or 32-byte aligned) as floats.
 __device__ __forceinline__ void load8(const float *p, float *o) {
@@ -53,30 +58,45 @@ __device__ void write_kv(T *__restrict__ cache, const T *__restrict__ src, const
 }
 
 // q: (T, H, D); kc, vc: (rows, KvH, D); tables: (R, max_blocks); tok_row, tok_pos: (T,); out: (T, H, D).
-template <typename T, int D>
+template <typename T, int D, int GMAX>
 __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
                            const uint32_t *__restrict__ tables, const uint32_t *__restrict__ tok_row,
                            const uint32_t *__restrict__ tok_pos, T *__restrict__ out, int H, int KvH, int bs,
                            int max_blocks, int window, float scale, float softcap, int split_keys,
-                           float *__restrict__ part) {
+                           float *__restrict__ part, int pv_batched, const uint32_t *__restrict__ tok_idx) {
   constexpr int PER_LANE = D / 32;  // values of D each lane owns in PV
-  constexpr int GMAX = MAX_GD / D;
-  const int t = blockIdx.x, g = blockIdx.y;
+  static_assert(GMAX * D <= MAX_GD, "a block's queries and accumulators hold at most MAX_GD values");
+  // Block b attends token tok_idx[b] (every token when tok_idx is null: the tensor-core kernel took none).
+  const int b = blockIdx.x, g = blockIdx.y;
+  const int t = tok_idx != nullptr ? (int)tok_idx[b] : b;
   const int G = H / KvH;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  __shared__ float qs[MAX_GD];               // scaled queries of the G heads
-  __shared__ float part_acc[NWARPS][MAX_GD];  // per-warp unnormalized outputs
+  __shared__ float qs[GMAX * D];               // scaled queries of the G heads
+  __shared__ float part_acc[NWARPS][GMAX * D];  // per-warp unnormalized outputs
   __shared__ float part_m[NWARPS][GMAX], part_l[NWARPS][GMAX];
-
-  const T *qt = q + ((size_t)t * H + (size_t)g * G) * D;
-  for (int i = threadIdx.x; i < G * D; i += blockDim.x) qs[i] = to_f(qt[i]) * scale;
-  __syncthreads();
 
   const int p = (int)tok_pos[t];
   const int start = window > 0 ? max(0, p + 1 - window) : 0;
   const uint32_t *table = tables + (size_t)tok_row[t] * max_blocks;
   const size_t row_stride = (size_t)KvH * D;
+
+  // Split (flash-decoding): block z takes the keys [z * split_keys, (z + 1) * split_keys) of the visible range.
+  const int n_all = p + 1 - start;
+  // A split that starts past the token's last key has none (n_keys <= k_lo: the tile loop does not run).
+  const int k_lo = split_keys > 0 ? (int)blockIdx.z * split_keys : 0;
+  const int n_keys = split_keys > 0 ? min(n_all, k_lo + split_keys) : n_all;  // one past the last key offset
+  // This lane's block-table entry for a tile, loaded one tile ahead of its use (the first one before the
+  // queries are staged), so that the table lookup is not a memory latency of its own before each tile's keys.
+  auto table_entry = [&](int tile) -> uint32_t {
+    const int off = tile * 32 + lane;
+    return off < n_keys ? table[(start + off) / bs] : 0u;
+  };
+  uint32_t blk_next = table_entry(k_lo / 32 + warp);
+
+  const T *qt = q + ((size_t)t * H + (size_t)g * G) * D;
+  for (int i = threadIdx.x; i < G * D; i += blockDim.x) qs[i] = to_f(qt[i]) * scale;
+  __syncthreads();
 
   float m[GMAX], l[GMAX], acc[GMAX][PER_LANE];
 #pragma unroll
@@ -87,22 +107,20 @@ __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, co
     for (int e = 0; e < PER_LANE; e++) acc[h][e] = 0.f;
   }
 
-  // Split (flash-decoding): block z takes the keys [z * split_keys, (z + 1) * split_keys) of the visible range.
-  const int n_all = p + 1 - start;
-  // A split that starts past the token's last key has none (n_keys <= k_lo: the tile loop does not run).
-  const int k_lo = split_keys > 0 ? (int)blockIdx.z * split_keys : 0;
-  const int n_keys = split_keys > 0 ? min(n_all, k_lo + split_keys) : n_all;  // one past the last key offset
   for (int tile = k_lo / 32 + warp; tile * 32 < n_keys; tile += NWARPS) {
     const int j = start + tile * 32 + lane;
     const bool valid = tile * 32 + lane < n_keys;
+    const uint32_t blk = blk_next;
+    blk_next = table_entry(tile + NWARPS);
     unsigned long long krow = 0;
-    if (valid) krow = ((size_t)table[j / bs] * bs + j % bs) * row_stride + (size_t)g * D;
+    if (valid) krow = ((size_t)blk * bs + j % bs) * row_stride + (size_t)g * D;
     float s[GMAX];
 #pragma unroll
     for (int h = 0; h < GMAX; h++) s[h] = 0.f;
     if (valid) {
       const T *kp = kc + krow;
-#pragma unroll 4
+      // Fully unrolled: the row's loads are independent of the FMAs, so they are all issued up front.
+#pragma unroll
       for (int d0 = 0; d0 < D; d0 += 8) {
         float kv[8];
         load8(kp + d0, kv);
@@ -130,22 +148,47 @@ __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, co
       for (int e = 0; e < PER_LANE; e++) acc[h][e] *= corr;
       s[h] = pr;
     }
-    // PV: key kk of the tile, this lane's slice of D. (Running all 32 keys with probability 0 past the last, so
-    // that the loads could be issued ahead, lost its A/B at 32-64 streams and tied at 1-8: not kept.)
+    // PV: key kk of the tile, this lane's slice of D. Batched mode loads PV_BATCH value rows before using them
+    // (one memory latency per batch instead of per key); a key past the tile's last one repeats that row's load
+    // (its probability is 0). (Running all 32 keys of every tile lost its A/B at 32-64 streams: not kept.)
     const int tile_keys = min(32, n_keys - tile * 32);
-    for (int kk = 0; kk < tile_keys; kk++) {
-      const unsigned long long vrow = __shfl_sync(0xffffffff, krow, kk);
-      // This lane's PER_LANE values of the row in one vector load (rows and slices are aligned to it).
-      const Pack<T, PER_LANE> pk = *reinterpret_cast<const Pack<T, PER_LANE> *>(vc + vrow + lane * PER_LANE);
-      float vv[PER_LANE];
+    if (pv_batched) {
+      for (int k0 = 0; k0 < tile_keys; k0 += PV_BATCH) {
+        Pack<T, PER_LANE> pk[PV_BATCH];
 #pragma unroll
-      for (int e = 0; e < PER_LANE; e++) vv[e] = to_f(pk.v[e]);
+        for (int u = 0; u < PV_BATCH; u++) {
+          const unsigned long long vrow = __shfl_sync(0xffffffff, krow, min(k0 + u, tile_keys - 1));
+          pk[u] = *reinterpret_cast<const Pack<T, PER_LANE> *>(vc + vrow + lane * PER_LANE);
+        }
 #pragma unroll
-      for (int h = 0; h < GMAX; h++) {
-        if (h >= G) break;
-        const float ph = __shfl_sync(0xffffffff, s[h], kk);
+        for (int u = 0; u < PV_BATCH; u++) {
+          float vv[PER_LANE];
 #pragma unroll
-        for (int e = 0; e < PER_LANE; e++) acc[h][e] += ph * vv[e];
+          for (int e = 0; e < PER_LANE; e++) vv[e] = to_f(pk[u].v[e]);
+#pragma unroll
+          for (int h = 0; h < GMAX; h++) {
+            if (h >= G) break;
+            const float ph = __shfl_sync(0xffffffff, s[h], k0 + u);  // 0 for a lane past the tile's keys
+#pragma unroll
+            for (int e = 0; e < PER_LANE; e++) acc[h][e] += ph * vv[e];
+          }
+        }
+      }
+    } else {
+      for (int kk = 0; kk < tile_keys; kk++) {
+        const unsigned long long vrow = __shfl_sync(0xffffffff, krow, kk);
+        // This lane's PER_LANE values of the row in one vector load (rows and slices are aligned to it).
+        const Pack<T, PER_LANE> pk = *reinterpret_cast<const Pack<T, PER_LANE> *>(vc + vrow + lane * PER_LANE);
+        float vv[PER_LANE];
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) vv[e] = to_f(pk.v[e]);
+#pragma unroll
+        for (int h = 0; h < GMAX; h++) {
+          if (h >= G) break;
+          const float ph = __shfl_sync(0xffffffff, s[h], kk);
+#pragma unroll
+          for (int e = 0; e < PER_LANE; e++) acc[h][e] += ph * vv[e];
+        }
       }
     }
   }
@@ -178,7 +221,7 @@ __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, co
     if (split_keys > 0) {
       // This split's unnormalized partial for paged_attn_merge: acc at max M, then (M, l). A split past the
       // last key writes M = -inf, l = 0.
-      float *pp = part + (((size_t)t * H + (size_t)g * G + h) * gridDim.z + blockIdx.z) * (D + 2);
+      float *pp = part + (((size_t)b * H + (size_t)g * G + h) * gridDim.z + blockIdx.z) * (D + 2);
       pp[i % D] = num;
       if (i % D == 0) {
         pp[D] = M;
@@ -190,20 +233,31 @@ __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, co
   }
 }
 
-// Merge the splits of paged_attn's split mode: grid (T, H), block D threads; part (T, H, Z, D + 2).
+// Merge the splits of paged_attn's split mode: grid (B, H), block D threads; part (B, H, Z, D + 2), Z <= MAX_Z
+// (B: the attention launch's blocks along x, token tok_idx[b] or b).
+// Every split's (max, sum) is loaded at once into shared memory, then each thread sums its d over the splits
+// with the loads unrolled (no chain of dependent loads per split).
 template <typename T, int D>
-__device__ void paged_attn_merge(const float *__restrict__ part, T *__restrict__ out, int H, int Z) {
-  const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-  const float *pp = part + ((size_t)t * H + h) * Z * (D + 2);
+__device__ void paged_attn_merge(const float *__restrict__ part, T *__restrict__ out, int H, int Z,
+                                 const uint32_t *__restrict__ tok_idx) {
+  const int b = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  const int t = tok_idx != nullptr ? (int)tok_idx[b] : b;
+  const float *pp = part + ((size_t)b * H + h) * Z * (D + 2);
+  __shared__ float sm[MAX_Z], sl[MAX_Z];
+  for (int z = threadIdx.x; z < Z; z += blockDim.x) {
+    sm[z] = pp[z * (D + 2) + D];
+    sl[z] = pp[z * (D + 2) + D + 1];
+  }
+  __syncthreads();
   float M = -INFINITY;
-  for (int z = 0; z < Z; z++) M = fmaxf(M, pp[z * (D + 2) + D]);
+  for (int z = 0; z < Z; z++) M = fmaxf(M, sm[z]);
   float num = 0.f, den = 0.f;
+#pragma unroll 8
   for (int z = 0; z < Z; z++) {
-    const float mz = pp[z * (D + 2) + D];
-    if (mz == -INFINITY) continue;
-    const float f = __expf(mz - M);
+    const float mz = sm[z];
+    const float f = mz == -INFINITY ? 0.f : __expf(mz - M);  // a split past the last key adds nothing
     num += pp[z * (D + 2) + d] * f;
-    den += pp[z * (D + 2) + D + 1] * f;
+    den += sl[z] * f;
   }
   out[((size_t)t * H + h) * D + d] = from_f<T>(num / den);
 }
@@ -216,23 +270,41 @@ WRITE_KV(write_kv_f32, float)
 WRITE_KV(write_kv_bf16, __nv_bfloat16)
 WRITE_KV(write_kv_f16, __half)
 
-#define PAGED_ATTN(NAME, T, D)                                                                                 \
-  extern "C" __global__ void __launch_bounds__(NWARPS * 32)                                                   \
-      NAME(const T *q, const T *kc, const T *vc, const uint32_t *tables, const uint32_t *tok_row,             \
-           const uint32_t *tok_pos, T *out, int H, int KvH, int bs, int max_blocks, int window, float scale,  \
-           float softcap, int split_keys, float *part) {                                                      \
-    paged_attn<T, D>(q, kc, vc, tables, tok_row, tok_pos, out, H, KvH, bs, max_blocks, window, scale,         \
-                     softcap, split_keys, part);                                                              \
-  }                                                                                                           \
-  extern "C" __global__ void NAME##_merge(const float *part, T *out, int H, int Z) {                          \
-    paged_attn_merge<T, D>(part, out, H, Z);                                                                  \
+// One kernel per (dtype, head dim, GM): GM = the query heads per kv head rounded up to a power of two, so that a
+// block's per-head registers and shared buffers are sized for its group (G = 4 uses about half the registers of
+// a kernel sized for 8, so more blocks fit on a multiprocessor).
+// Blocks of 256 threads each multiprocessor should fit (register budget): 16-bit caches 4 for GM * D <= 256 and 3
+// for <= 512 (bf16, D 128, G 4: 80 registers, 3 blocks, where 89 unbounded gave 2), f32 caches 2 (their wider
+// rows spill under a tighter budget).
+constexpr int min_blocks(int elem_bytes, int gd) { return elem_bytes == 4 ? 2 : gd <= 256 ? 4 : gd <= 512 ? 3 : 2; }
+#define PAGED_ATTN_G(NAME, T, D, GM)                                                                           \
+  extern "C" __global__ void __launch_bounds__(NWARPS * 32, min_blocks(sizeof(T), (GM) * (D)))               \
+      NAME##_g##GM(const T *q, const T *kc, const T *vc, const uint32_t *tables, const uint32_t *tok_row,     \
+                   const uint32_t *tok_pos, T *out, int H, int KvH, int bs, int max_blocks, int window,       \
+                   float scale, float softcap, int split_keys, float *part, int pv_batched,                   \
+                   const uint32_t *tok_idx) {                                                                 \
+    paged_attn<T, D, GM>(q, kc, vc, tables, tok_row, tok_pos, out, H, KvH, bs, max_blocks, window, scale,     \
+                         softcap, split_keys, part, pv_batched, tok_idx);                                     \
   }
-PAGED_ATTN(paged_attn_f32_d64, float, 64)
-PAGED_ATTN(paged_attn_f32_d128, float, 128)
-PAGED_ATTN(paged_attn_f32_d256, float, 256)
-PAGED_ATTN(paged_attn_bf16_d64, __nv_bfloat16, 64)
-PAGED_ATTN(paged_attn_bf16_d128, __nv_bfloat16, 128)
-PAGED_ATTN(paged_attn_bf16_d256, __nv_bfloat16, 256)
-PAGED_ATTN(paged_attn_f16_d64, __half, 64)
-PAGED_ATTN(paged_attn_f16_d128, __half, 128)
-PAGED_ATTN(paged_attn_f16_d256, __half, 256)
+#define PAGED_ATTN_MERGE(NAME, T, D)                                                                           \
+  extern "C" __global__ void NAME##_merge(const float *part, T *out, int H, int Z, const uint32_t *tok_idx) {   \
+    paged_attn_merge<T, D>(part, out, H, Z, tok_idx);                                                         \
+  }
+#define PAGED_ATTN_D64(NAME, T)                                                                                \
+  PAGED_ATTN_G(NAME, T, 64, 1) PAGED_ATTN_G(NAME, T, 64, 2) PAGED_ATTN_G(NAME, T, 64, 4)                      \
+  PAGED_ATTN_G(NAME, T, 64, 8) PAGED_ATTN_G(NAME, T, 64, 16) PAGED_ATTN_MERGE(NAME, T, 64)
+#define PAGED_ATTN_D128(NAME, T)                                                                               \
+  PAGED_ATTN_G(NAME, T, 128, 1) PAGED_ATTN_G(NAME, T, 128, 2) PAGED_ATTN_G(NAME, T, 128, 4)                   \
+  PAGED_ATTN_G(NAME, T, 128, 8) PAGED_ATTN_MERGE(NAME, T, 128)
+#define PAGED_ATTN_D256(NAME, T)                                                                               \
+  PAGED_ATTN_G(NAME, T, 256, 1) PAGED_ATTN_G(NAME, T, 256, 2) PAGED_ATTN_G(NAME, T, 256, 4)                   \
+  PAGED_ATTN_MERGE(NAME, T, 256)
+PAGED_ATTN_D64(paged_attn_f32_d64, float)
+PAGED_ATTN_D128(paged_attn_f32_d128, float)
+PAGED_ATTN_D256(paged_attn_f32_d256, float)
+PAGED_ATTN_D64(paged_attn_bf16_d64, __nv_bfloat16)
+PAGED_ATTN_D128(paged_attn_bf16_d128, __nv_bfloat16)
+PAGED_ATTN_D256(paged_attn_bf16_d256, __nv_bfloat16)
+PAGED_ATTN_D64(paged_attn_f16_d64, __half)
+PAGED_ATTN_D128(paged_attn_f16_d128, __half)
+PAGED_ATTN_D256(paged_attn_f16_d256, __half)

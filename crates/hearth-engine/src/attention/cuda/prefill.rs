@@ -1,0 +1,70 @@
+//! Tensor-core attention for prompt pieces (`prefill_tc.cu`): a step's rows with several new tokens are cut into
+//! query tiles of [`tile_tokens`] consecutive tokens (64 query rows of (token, head) per kv head), each attended
+//! by one block on the tensor cores; the rest (decode tokens, short pieces) stays on the CUDA-core kernel.
+//!
+//! 16-bit caches only (bf16, f16), head dims 64/128/256, G = heads / kv_heads a power of two up to 16.
+//! `HEARTH_CUDA_TC_PREFILL=0` sends every token to the CUDA-core kernel.
+
+use crate::attention::BatchContext;
+use crate::Result;
+use candle_core::{DType, Device, Tensor};
+
+pub(super) const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/prefill_tc.ptx"));
+pub(super) const MODULE: &str = "hearth_prefill_tc";
+/// TC_WARPS * 32 in the kernel.
+pub(super) const THREADS: u32 = 128;
+/// TC_M: query rows per block.
+const ROWS: usize = 64;
+/// Shared memory one block may have on an H100/H200 (227 KB).
+pub const MAX_SMEM: usize = 227 * 1024;
+
+fn on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::gpu::env_off("HEARTH_CUDA_TC_PREFILL"))
+}
+
+/// Dynamic shared memory of one block for head dim `d`: the kernel's `TcLayout<D>::BYTES` (Q, K, V tiles of
+/// 16-bit rows padded by 8, S f32 rows of 64 + 4, P 16-bit rows of 64 + 8, O f32 rows of d + 4, 3 floats per row).
+pub fn smem_bytes(d: usize) -> usize {
+    3 * 64 * (d + 8) * 2 + ROWS * 68 * 4 + ROWS * 72 * 2 + ROWS * (d + 4) * 4 + 3 * ROWS * 4
+}
+
+/// Query tokens per tile when the tensor-core kernel serves this shape, else None.
+pub fn tile_tokens(heads: usize, kv_heads: usize, head_dim: usize, dtype: DType) -> Option<usize> {
+    if !on() || kv_heads == 0 || heads % kv_heads != 0 || !matches!(dtype, DType::BF16 | DType::F16) {
+        return None;
+    }
+    let g = heads / kv_heads;
+    let ok = g.is_power_of_two() && g <= 16 && matches!(head_dim, 64 | 128 | 256) && smem_bytes(head_dim) <= MAX_SMEM;
+    ok.then_some(ROWS / g)
+}
+
+/// A step's split of its packed tokens: query tiles for the tensor-core kernel, the rest for the CUDA-core one.
+pub struct TcPlan {
+    /// (n_tiles, 2) u32: packed index of a tile's first token, its token count.
+    pub tiles: Tensor,
+    pub n_tiles: usize,
+    /// Packed indices of the tokens the CUDA-core kernel attends, (n_rest,) u32; None when there are none.
+    pub rest: Option<Tensor>,
+    pub n_rest: usize,
+    /// The group size (heads / kv_heads) the tiles were cut for.
+    pub group: usize,
+}
+
+/// Tiles of `bq` tokens for the rows of `ctx` with several new tokens ([`BatchContext::query_tiles`]); None
+/// when no row has enough.
+pub fn plan(ctx: &BatchContext, bq: usize, group: usize, dev: &Device) -> Result<Option<TcPlan>> {
+    let (tiles, rest) = ctx.query_tiles(bq);
+    if tiles.is_empty() {
+        return Ok(None);
+    }
+    let n_tiles = tiles.len() / 2;
+    let n_rest = rest.len();
+    Ok(Some(TcPlan {
+        tiles: Tensor::from_vec(tiles, (n_tiles, 2), dev)?,
+        n_tiles,
+        rest: if rest.is_empty() { None } else { Some(Tensor::from_vec(rest, n_rest, dev)?) },
+        n_rest,
+        group,
+    }))
+}

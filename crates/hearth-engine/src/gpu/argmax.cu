@@ -1,0 +1,56 @@
+// Greedy sampling on the device: the index of each row's maximum logit, lowest index on ties (as torch.argmax and
+// hearth's CPU sampler), so that a greedy step copies R token ids to the host instead of R x V logits.
+//
+// argmax_rows_f32: logits (R, V) f32, out (R,) u32; one block of ARGMAX_THREADS threads per row. A NaN never wins
+// (a comparison with NaN is false); a row of only -inf gives index 0.
+#include "common.cuh"
+
+#define ARGMAX_THREADS 1024
+
+// Whether (v, i) beats (bv, bi): larger value, or equal value at a lower index.
+__device__ __forceinline__ bool beats(float v, uint32_t i, float bv, uint32_t bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
+    argmax_rows_f32(const float *__restrict__ logits, uint32_t *__restrict__ out, int V) {
+  const float *row = logits + (size_t)blockIdx.x * V;
+  float bv = -INFINITY;
+  uint32_t bi = 0xffffffffu;
+  // Four independent loads in flight per thread; indices ascend, so a strict > keeps the lowest index.
+  for (int base = threadIdx.x; base < V; base += 4 * ARGMAX_THREADS) {
+    float x[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int c = base + u * ARGMAX_THREADS;
+      x[u] = c < V ? row[c] : -INFINITY;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const uint32_t c = base + u * ARGMAX_THREADS;
+      if (c < (uint32_t)V && beats(x[u], c, bv, bi)) { bv = x[u]; bi = c; }
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffff, bv, o);
+    const uint32_t oi = __shfl_xor_sync(0xffffffff, bi, o);
+    if (beats(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+  }
+  __shared__ float sv[32];
+  __shared__ uint32_t si[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
+  __syncthreads();
+  if (warp == 0) {
+    const int nw = blockDim.x / 32;
+    bv = lane < nw ? sv[lane] : -INFINITY;
+    bi = lane < nw ? si[lane] : 0xffffffffu;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffff, bv, o);
+      const uint32_t oi = __shfl_xor_sync(0xffffffff, bi, o);
+      if (beats(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+    }
+    // A row of only NaN / -inf keeps index 0, as the CPU sampler's argmax.
+    if (lane == 0) out[blockIdx.x] = bi == 0xffffffffu ? 0u : bi;
+  }
+}
