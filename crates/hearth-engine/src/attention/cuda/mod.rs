@@ -137,14 +137,23 @@ fn pv_batched() -> bool {
 /// The most splits one token's keys are cut into (MAX_Z in the kernel: the merge's shared arrays).
 const MAX_SPLITS: usize = 256;
 
-/// Blocks one attention launch should have to fill the GPU (2 per multiprocessor of an H100/H200).
+/// Blocks a launch aims for when it splits: 2 per multiprocessor of an H100/H200.
 const FILL_BLOCKS: usize = 264;
+
+/// A step with at least this many (token, kv head) blocks is not split. 256 from a paired A/B on the H200
+/// (docs/benchmarks.md): at 32 streams (256 blocks) not splitting gave 3679 vs 3466 tok/s (medians of 3), while at
+/// 8 streams splitting towards FILL_BLOCKS beat splitting less (1307 vs 1234). `HEARTH_CUDA_SPLIT_FILL=N` sets
+/// another threshold.
+fn split_below() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::env::var("HEARTH_CUDA_SPLIT_FILL").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(256))
+}
 
 /// Keys per split block (a multiple of 32, at least 64) when a step has too few (token, kv head) blocks to fill the
 /// GPU — decode steps of few rows — or None: one block per (token, kv head) then sees all its keys.
 pub fn split_keys(tokens: usize, kv_heads: usize, max_keys: usize) -> Option<usize> {
     let blocks = tokens * kv_heads;
-    if !split_on() || blocks == 0 || blocks >= FILL_BLOCKS || max_keys <= 64 {
+    if !split_on() || blocks == 0 || blocks >= split_below() || max_keys <= 64 {
         return None;
     }
     let want = FILL_BLOCKS.div_ceil(blocks);
