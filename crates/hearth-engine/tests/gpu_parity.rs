@@ -149,7 +149,7 @@ fn paged_kernel_matches_portable_attention() {
 
 /// Greedy sampling on the device (`gpu::argmax`) against the CPU sampler's argmax: random rows of the vocabulary
 /// widths served (49,152 SmolLM2, 262,144 Gemma 3) and odd ones, with the maximum planted twice (the lower index
-/// must win, as on the CPU), rows of only -inf (index 0) and bf16 logits (converted to f32 first).
+/// must win, as on the CPU), rows of only -inf (index 0), NaN at index 0 and inside a row, and bf16 logits.
 #[test]
 fn argmax_matches_cpu_argmax() {
     use hearth_engine::sampling::sampler::argmax;
@@ -168,6 +168,11 @@ fn argmax_matches_cpu_argmax() {
                         row[b] = 3.0;
                     }
                     2 => row.iter_mut().for_each(|y| *y = f32::NEG_INFINITY),
+                    // NaN first: the CPU argmax keeps index 0; NaN elsewhere never wins.
+                    3 if v > 2 => {
+                        row[0] = f32::NAN;
+                        row[v / 2] = f32::NAN;
+                    }
                     _ => {}
                 }
             }

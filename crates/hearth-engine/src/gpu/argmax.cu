@@ -2,7 +2,7 @@
 // hearth's CPU sampler), so that a greedy step copies R token ids to the host instead of R x V logits.
 //
 // argmax_rows_f32: logits (R, V) f32, out (R,) u32; one block of ARGMAX_THREADS threads per row. A NaN never wins
-// (a comparison with NaN is false); a row of only -inf gives index 0.
+// (a comparison with NaN is false) except at index 0, as on the CPU; a row of only -inf gives index 0.
 #include "common.cuh"
 
 #define ARGMAX_THREADS 1024
@@ -50,7 +50,8 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
       const uint32_t oi = __shfl_xor_sync(0xffffffff, bi, o);
       if (beats(ov, oi, bv, bi)) { bv = ov; bi = oi; }
     }
-    // A row of only NaN / -inf keeps index 0, as the CPU sampler's argmax.
-    if (lane == 0) out[blockIdx.x] = bi == 0xffffffffu ? 0u : bi;
+    // Index 0 when nothing wins (a row of only NaN), or when row[0] is NaN: the CPU sampler's argmax starts from
+    // index 0 and no value compares greater than a NaN there.
+    if (lane == 0) out[blockIdx.x] = bi == 0xffffffffu || isnan(row[0]) ? 0u : bi;
   }
 }

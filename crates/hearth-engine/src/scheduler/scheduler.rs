@@ -356,15 +356,17 @@ impl Scheduler {
     }
 
     /// Whether this step's tokens can be chosen on the device: a CUDA device (`HEARTH_GPU_ARGMAX` on) and every
-    /// row that may sample, siblings included, plain greedy. Rows still mid-prompt ignore their output either way.
+    /// row that samples this step, siblings included, plain greedy. Rows still mid-prompt after this step ignore
+    /// their output, so they do not count.
     #[allow(unused_variables)]
     fn greedy_on_device(&self, rows: &[(usize, usize)]) -> bool {
         #[cfg(feature = "cuda")]
         if self.device.is_cuda() && crate::gpu::argmax::enabled() {
-            return rows.iter().all(|&(slot, _)| {
+            return rows.iter().all(|&(slot, n_new)| {
                 self.index_of(slot).is_some_and(|i| {
                     let s = &self.running[i];
-                    s.sampler.params().is_plain_greedy() && s.siblings.iter().all(|b| b.sampler.params().is_plain_greedy())
+                    let samples = s.computed + n_new >= s.tokens.len(); // as step(): pending() == 0 after it
+                    !samples || (s.sampler.params().is_plain_greedy() && s.siblings.iter().all(|b| b.sampler.params().is_plain_greedy()))
                 })
             });
         }

@@ -221,7 +221,13 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         // The tensor-core kernel takes the step's query tiles (prompt pieces) when it serves this shape; the
         // CUDA-core kernel then attends only the listed rest (decode tokens, short pieces).
         let group = h / p.kv_heads;
-        let tc = self.meta.tc.as_ref().filter(|tc| tc.group == group && prefill::tile_tokens(h, p.kv_heads, d, qs.dtype()).is_some());
+        // It reads q rows with 16-byte loads: the view must start on one.
+        let tc = self.meta.tc.as_ref().filter(|tc| {
+            tc.group == group
+                && prefill::tile_tokens(h, p.kv_heads, d, qs.dtype()).is_some()
+                && q0 % 8 == 0
+                && prefill::device_fits(&dev.cuda_stream().context(), d)
+        });
         let n_cc = tc.map_or(t, |tc| tc.n_rest);
         let rest = match tc.and_then(|tc| tc.rest.as_ref()) {
             Some(r) => {

@@ -7,6 +7,7 @@
 
 use crate::attention::BatchContext;
 use crate::Result;
+use candle_core::cuda_backend::cudarc::driver::CudaContext;
 use candle_core::{DType, Device, Tensor};
 
 pub(super) const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/prefill_tc.ptx"));
@@ -15,7 +16,7 @@ pub(super) const MODULE: &str = "hearth_prefill_tc";
 pub(super) const THREADS: u32 = 128;
 /// TC_M: query rows per block.
 const ROWS: usize = 64;
-/// Shared memory one block may have on an H100/H200 (227 KB).
+/// Shared memory one block may have on an H100/H200 (227 KB); [`device_fits`] checks the actual device.
 pub const MAX_SMEM: usize = 227 * 1024;
 
 fn on() -> bool {
@@ -37,6 +38,15 @@ pub fn tile_tokens(heads: usize, kv_heads: usize, head_dim: usize, dtype: DType)
     let g = heads / kv_heads;
     let ok = g.is_power_of_two() && g <= 16 && matches!(head_dim, 64 | 128 | 256) && smem_bytes(head_dim) <= MAX_SMEM;
     ok.then_some(ROWS / g)
+}
+
+/// Whether `ctx`'s device runs the kernel for head dim `d`: compute capability 8.0 or newer (bf16 WMMA; the PTX
+/// holds no kernel below it) and enough opt-in shared memory per block (an A100 has 163 KB, Ada 99 KB).
+pub fn device_fits(ctx: &CudaContext, d: usize) -> bool {
+    use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute as A;
+    let major = ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap_or(0);
+    let smem = ctx.attribute(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).unwrap_or(0);
+    major >= 8 && smem_bytes(d) <= smem.max(0) as usize
 }
 
 /// A step's split of its packed tokens: query tiles for the tensor-core kernel, the rest for the CUDA-core one.

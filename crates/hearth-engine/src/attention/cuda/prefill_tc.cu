@@ -10,9 +10,12 @@
 // O lives in shared memory as f32 (a wmma accumulator's element-to-row mapping is opaque, so the per-row rescale
 // is done there). Positions of a tile's tokens are consecutive: token i sits at tok_pos[t0] + i.
 // Same layouts as paged_attention.cu: q (T, H, D); caches (rows, KvH, D); tables (R, max_blocks).
+// Built only for compute capability >= 8.0 (bf16 WMMA); prefill.rs checks the device before using it.
 #include <mma.h>
 
 #include "../../gpu/common.cuh"
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 
 using namespace nvcuda;
 
@@ -204,3 +207,4 @@ PREFILL_TC(prefill_tc_bf16_d256, __nv_bfloat16, 256)
 PREFILL_TC(prefill_tc_f16_d64, __half, 64)
 PREFILL_TC(prefill_tc_f16_d128, __half, 128)
 PREFILL_TC(prefill_tc_f16_d256, __half, 256)
+#endif
