@@ -118,10 +118,7 @@ impl PagedKv {
             tables: Tensor::from_vec(flat, (tabs.len(), max_blocks), dev)?,
             max_blocks,
             max_keys,
-            tc: match crate::attention::cuda::prefill::tile_tokens(heads, kv_heads, head_dim, dtype) {
-                Some(bq) => crate::attention::cuda::prefill::plan(ctx, bq, heads / kv_heads, dev)?,
-                None => None,
-            },
+            tc: crate::attention::cuda::prefill::plan(ctx, heads, kv_heads, head_dim, dtype, dev)?,
         })
     }
 

@@ -11,7 +11,7 @@ use crate::gpu::{by_float_dtype, contiguous, cuda_of, sfx_c};
 use crate::{Error, Result};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
-use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
 
@@ -161,6 +161,19 @@ pub fn split_keys(tokens: usize, kv_heads: usize, max_keys: usize) -> Option<usi
     (max_keys.div_ceil(per) > 1).then_some(per)
 }
 
+/// A tensor's storage (its read guard) and contiguous element range.
+fn guarded<'a>(x: &'a Tensor, what: &str) -> candle_core::Result<(impl std::ops::Deref<Target = candle_core::Storage> + 'a, (usize, usize))> {
+    let (s, l) = x.storage_and_layout();
+    let range = contiguous(l, what)?;
+    Ok((s, range))
+}
+
+/// The u32 device view of a [`guarded`] tensor.
+fn u32_view<G: std::ops::Deref<Target = candle_core::Storage>>(g: &(G, (usize, usize))) -> candle_core::Result<CudaView<'_, u32>> {
+    let (s, (a, b)) = g;
+    Ok(cuda_of(s)?.as_cuda_slice::<u32>()?.slice(*a..*b))
+}
+
 /// Attention parameters of one layer.
 #[derive(Debug, Clone, Copy)]
 pub struct Params {
@@ -221,36 +234,14 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         // The tensor-core kernel takes the step's query tiles (prompt pieces) when it serves this shape; the
         // CUDA-core kernel then attends only the listed rest (decode tokens, short pieces).
         let group = h / p.kv_heads;
-        // It reads q rows with 16-byte loads: the view must start on one.
-        let tc = self.meta.tc.as_ref().filter(|tc| {
-            tc.group == group
-                && prefill::tile_tokens(h, p.kv_heads, d, qs.dtype()).is_some()
-                && q0 % 8 == 0
-                && prefill::device_fits(&dev.cuda_stream().context(), d)
-        });
+        // The plan was cut at layer 0 for the model's shape and this device (prefill::plan); the kernel reads q
+        // rows with 16-byte loads, so the view must start on one.
+        let tc = self.meta.tc.as_ref().filter(|tc| tc.group == group && prefill::tile_tokens(h, p.kv_heads, d, qs.dtype()).is_some() && q0 % 8 == 0);
         let n_cc = tc.map_or(t, |tc| tc.n_rest);
-        let rest = match tc.and_then(|tc| tc.rest.as_ref()) {
-            Some(r) => {
-                let (s, l) = r.storage_and_layout();
-                Some((s, contiguous(l, "rest tokens")?))
-            }
-            None => None,
-        };
-        let rest = match &rest {
-            Some((s, (a, b))) => Some(cuda_of(s)?.as_cuda_slice::<u32>()?.slice(*a..*b)),
-            None => None,
-        };
-        let tiles = match tc {
-            Some(tc) => {
-                let (s, l) = tc.tiles.storage_and_layout();
-                Some((s, contiguous(l, "query tiles")?))
-            }
-            None => None,
-        };
-        let tiles = match &tiles {
-            Some((s, (a, b))) => Some(cuda_of(s)?.as_cuda_slice::<u32>()?.slice(*a..*b)),
-            None => None,
-        };
+        let rest_g = tc.and_then(|tc| tc.rest.as_ref()).map(|x| guarded(x, "rest tokens")).transpose()?;
+        let tiles_g = tc.map(|tc| guarded(&tc.tiles, "query tiles")).transpose()?;
+        let rest = rest_g.as_ref().map(u32_view).transpose()?;
+        let tiles = tiles_g.as_ref().map(u32_view).transpose()?;
         // The CUDA-core kernel sized for this group: G query heads per kv head rounded up to a power of two.
         let gm = group.next_power_of_two();
         let name = format!("paged_attn_{}_d{d}_g{gm}", sfx_c(qs.dtype())?);

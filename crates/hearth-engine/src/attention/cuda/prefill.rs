@@ -61,9 +61,14 @@ pub struct TcPlan {
     pub group: usize,
 }
 
-/// Tiles of `bq` tokens for the rows of `ctx` with several new tokens ([`BatchContext::query_tiles`]); None
-/// when no row has enough.
-pub fn plan(ctx: &BatchContext, bq: usize, group: usize, dev: &Device) -> Result<Option<TcPlan>> {
+/// The step's query tiles for a layer shape ([`BatchContext::query_tiles`] of [`tile_tokens`] tokens), uploaded to
+/// `dev`; None when the kernel does not serve the shape or the device, or no row has enough new tokens.
+pub fn plan(ctx: &BatchContext, heads: usize, kv_heads: usize, head_dim: usize, dtype: DType, dev: &Device) -> Result<Option<TcPlan>> {
+    let Some(bq) = tile_tokens(heads, kv_heads, head_dim, dtype) else { return Ok(None) };
+    if !device_fits(&dev.as_cuda_device()?.cuda_stream().context(), head_dim) {
+        return Ok(None);
+    }
+    let group = heads / kv_heads;
     let (tiles, rest) = ctx.query_tiles(bq);
     if tiles.is_empty() {
         return Ok(None);
