@@ -65,14 +65,16 @@ pub fn gpu_free_memory(device: &Device) -> Option<u64> {
 /// Optional host-overhead settings for a fresh CUDA device. Both are off by default: a paired A/B on the H200
 /// (docs/benchmarks.md) showed no gain from either, so they stay opt-in levers:
 /// * `HEARTH_CUDA_EVENTS=0` stops candle's per-tensor CUDA event tracking (which only matters with several
-///   streams; hearth runs one stream per device).
+///   streams; hearth runs one stream per device). It is also off whenever PDL launches are on
+///   (`HEARTH_CUDA_PDL`, compute capability 9.0+: `gpu::launch`).
 /// * `HEARTH_CUDA_MEMPOOL=1` makes the driver's default memory pool keep freed memory (release threshold = max)
 ///   instead of returning it at every synchronization.
 #[allow(unused_variables)]
 pub fn tune_cuda(device: &Device) {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(d) = device {
-        if crate::gpu::env_off("HEARTH_CUDA_EVENTS") {
+        // PDL launches (gpu/launch.rs) need consecutive kernels with no event records between them.
+        if crate::gpu::env_off("HEARTH_CUDA_EVENTS") || crate::gpu::launch::pdl_on(&d.cuda_stream()) {
             // SAFETY: hearth issues all work for a device on that device's one stream (candle's default).
             unsafe { d.disable_event_tracking() };
         }

@@ -6,7 +6,8 @@
 //!   dims 64/128/256, GQA, scattered block tables, prefill pieces and decode tokens in one launch, sliding window,
 //!   soft-capping), the tensor-core prompt kernel included (16-bit caches, G a power of two);
 //! * the fused residual add + RMSNorm against a CPU computation;
-//! * the skinny decode matmul (`gpu::gemv`) against a CPU matmul;
+//! * the skinny decode matmuls (`gpu::gemv`: the one-row persistent kernel and the few-row kernel) against a CPU
+//!   matmul;
 //! * greedy sampling on the device (`gpu::argmax`) against the CPU sampler's argmax, ties included;
 //! * SmolLM2 on the GPU through the paged KV (the serving path): the quantized GGUF against llama.cpp's goldens,
 //!   the dequantized weights in f32 against transformers' f32 goldens, and in bf16 against the same goldens
@@ -225,15 +226,17 @@ fn add_rmsnorm_matches_cpu() {
 }
 
 /// The skinny decode matmul (`gpu::gemv`) against a CPU f32 matmul of the same (dtype-rounded) values, for every
-/// row count it takes, output widths that are not a multiple of its 8 columns per block and widths K that are
-/// not a multiple of one pass (32 lanes x 4 loads); poisoned outputs would show as a large error. More than 8
+/// row count it takes, output widths that are not a multiple of its 4 columns per block and widths K that are
+/// not a multiple of one chunk (32 lanes x 16 loads): one row with K <= 4096 (2048 f32) takes the one-row kernel,
+/// the rest the few-row kernel; poisoned outputs would show as a large error. More than 8
 /// rows is not its shape: it must decline (the caller then uses cuBLAS).
 #[test]
 fn gemv_matches_cpu_matmul() {
     let dev = gpu();
     let mut seed = 100;
     for (dtype, tol) in [(DType::F32, 1e-5f64), (DType::BF16, 8e-3), (DType::F16, 2e-3)] {
-        for (n, k) in [(1003usize, 4096usize), (64, 136), (4096, 14336), (7, 8)] {
+        // (5000, 1024): more columns than the one-row kernel's persistent grid has warps (each walks several).
+        for (n, k) in [(1003usize, 4096usize), (64, 136), (4096, 14336), (7, 8), (5000, 1024)] {
             for m in 1..=8usize {
                 seed += 2;
                 let round = |v: Vec<f32>, shape: (usize, usize)| {

@@ -13,7 +13,9 @@ __device__ __forceinline__ bool beats(float v, uint32_t i, float bv, uint32_t bi
 }
 
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
-    argmax_rows_f32(const float *__restrict__ logits, uint32_t *__restrict__ out, int V) {
+    argmax_rows_f32(const float *logits, uint32_t *__restrict__ out, int V) {
+  pdl_trigger();
+  pdl_wait();  // launched with PDL (gpu/launch.rs): the logits are the previous kernel's output
   const float *row = logits + (size_t)blockIdx.x * V;
   float bv = -INFINITY;
   uint32_t bi = 0xffffffffu;

@@ -3,10 +3,11 @@
 //!
 //! On by default on CUDA; `HEARTH_GPU_ARGMAX=0` copies the logits and samples on the host as before.
 
+use super::launch::Launch;
 use super::{contiguous, env_off};
 use crate::Result;
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
 
@@ -51,10 +52,9 @@ impl candle_core::CustomOp1 for Argmax {
         // SAFETY: the kernel writes one id per row.
         let out = unsafe { dev.alloc::<u32>(r)? };
         let vi = v as i32;
-        let mut b = func.builder();
-        b.arg(&x);
-        b.arg(&out);
-        b.arg(&vi);
+        let stream = dev.cuda_stream();
+        let mut b = Launch::new(&stream, &func);
+        b.ptr(&x).ptr(&out).val(&vi);
         // SAFETY: one block per row reads that row's v values.
         unsafe { b.launch(cfg) }.w()?;
         Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from(r)))

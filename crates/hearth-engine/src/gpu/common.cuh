@@ -20,3 +20,22 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
   return v;
 }
+
+// Programmatic dependent launch (gpu/launch.rs; compute capability 9.0+, no-ops elsewhere and when the kernel was
+// launched without the attribute). pdl_trigger: this kernel's successor may launch now (it waits itself before
+// touching what this kernel writes). pdl_wait: every earlier kernel has completed and its writes are visible;
+// call it before reading anything a previous kernel wrote and before any global write. Data a previous kernel
+// wrote must not be read through the read-only (non-coherent) path — __ldg, or `const T *__restrict__`, which lets
+// the compiler emit ld.global.nc: the kernel's lifetime overlaps the writer's, and such reads returned stale values
+// on the H200 (the GEMV's input, docs/design/0002-cuda.md). Use plain pointers or __ldcg for those inputs;
+// weights and host-uploaded step metadata may stay on the read-only path.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}

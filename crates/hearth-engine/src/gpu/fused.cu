@@ -1,5 +1,6 @@
 // Fused elementwise kernels for hearth's CUDA decode path (see src/gpu/mod.rs). Each replaces several candle ops
-// (and their launches, allocations and dtype casts) in the per-layer sequence of a dense model.
+// (and their launches, allocations and dtype casts) in the per-layer sequence of a dense model. Each is launched
+// with programmatic dependent launch where the GPU has it (gpu/launch.rs): pdl_wait() before any global access.
 //
 // * add_rmsnorm_*: h_out = h + a (rounded to T, the residual stream's dtype), y = rmsnorm(h_out) * w, reduced in f32.
 // * silu_mul_* / gelu_mul_*: out[t, i] = act(gu[t, i]) * gu[t, I + i] over a fused gate|up projection.
@@ -13,9 +14,11 @@
 // loop has — that loop cost ~15 us per 4096-wide row on the H200 at batch 1, ~2 launches per layer).
 // Requires ncols <= VPT * blockDim.x.
 template <typename T, int VPT>
-__device__ void add_rmsnorm(const T *__restrict__ h, const T *__restrict__ a, T *__restrict__ h_out,
+__device__ void add_rmsnorm(const T *h, const T *a, T *__restrict__ h_out,
                             T *__restrict__ y, const T *__restrict__ w, int ncols, float eps) {
   __shared__ float partial[32];
+  pdl_trigger();
+  pdl_wait();
   const size_t row = blockIdx.x;
   const T *hr = h + row * ncols;
   const T *ar = a + row * ncols;
@@ -60,7 +63,9 @@ __device__ __forceinline__ float gelu_tanh(float g) {
 }
 
 template <typename T, int ACT>
-__device__ void act_mul(const T *__restrict__ gu, T *__restrict__ out, int inter, size_t n) {
+__device__ void act_mul(const T *gu, T *__restrict__ out, int inter, size_t n) {
+  pdl_trigger();
+  pdl_wait();
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const size_t t = i / inter, c = i % inter;
     const float g = to_f(gu[t * 2 * inter + c]);
@@ -71,9 +76,11 @@ __device__ void act_mul(const T *__restrict__ gu, T *__restrict__ out, int inter
 
 // grid (T, H + 2 KvH), block D / 2 threads: one pair of rotated values each.
 template <typename T>
-__device__ void qkv_rope(const T *__restrict__ qkv, const float *__restrict__ cos_t, const float *__restrict__ sin_t,
+__device__ void qkv_rope(const T *qkv, const float *__restrict__ cos_t, const float *__restrict__ sin_t,
                          T *__restrict__ q_out, T *__restrict__ kc, T *__restrict__ vc,
                          const uint32_t *__restrict__ slots, int H, int KvH, int D, int interleaved) {
+  pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.x, head = blockIdx.y, i = threadIdx.x, half = D / 2;
   if (i >= half) return;
   const T *src = qkv + ((size_t)t * (H + 2 * KvH) + head) * D;

@@ -1,9 +1,10 @@
 //! Fused per-layer kernels (`fused.cu`) for dense models on a CUDA device.
 
+use super::launch::Launch;
 use super::{by_float_dtype, contiguous, cuda_of, sfx_c};
 use crate::Result;
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, Layout, Shape, Tensor};
 
@@ -107,14 +108,9 @@ impl candle_core::CustomOp1 for AddRmsNorm {
                 // SAFETY: the kernel writes all 2 * rows * c outputs.
                 let out = unsafe { dev.alloc::<$ty>(2 * rows * c)? };
                 let (ho, y) = (out.slice(..rows * c), out.slice(rows * c..));
-                let mut b = func.builder();
-                b.arg(&h);
-                b.arg(&a);
-                b.arg(&ho);
-                b.arg(&y);
-                b.arg(&w);
-                b.arg(&ci);
-                b.arg(&eps);
+                let stream = dev.cuda_stream();
+                let mut b = Launch::new(&stream, &func);
+                b.ptr(&h).ptr(&a).ptr(&ho).ptr(&y).ptr(&w).val(&ci).val(&eps);
                 // SAFETY: shapes checked above; one block per row.
                 unsafe { b.launch(cfg) }.w()?;
                 drop((ho, y));
@@ -157,11 +153,9 @@ impl candle_core::CustomOp1 for ActMul {
                 let gu = s.as_cuda_slice::<$ty>()?.slice(s0..s1);
                 // SAFETY: the grid-stride loop writes all n outputs.
                 let out = unsafe { dev.alloc::<$ty>(n)? };
-                let mut b = func.builder();
-                b.arg(&gu);
-                b.arg(&out);
-                b.arg(&ii);
-                b.arg(&nn);
+                let stream = dev.cuda_stream();
+                let mut b = Launch::new(&stream, &func);
+                b.ptr(&gu).ptr(&out).val(&ii).val(&nn);
                 // SAFETY: sizes checked above.
                 unsafe { b.launch(cfg) }.w()?;
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
@@ -221,18 +215,9 @@ impl candle_core::CustomOp1 for QkvRope {
                 let vc = cuda_of(&vs)?.as_cuda_slice::<$ty>()?.slice(v0..v1);
                 // SAFETY: the kernel writes every (t, head, d) of q.
                 let out = unsafe { dev.alloc::<$ty>(t * h * d)? };
-                let mut b = func.builder();
-                b.arg(&qkv);
-                b.arg(&cos);
-                b.arg(&sin);
-                b.arg(&out);
-                b.arg(&kc);
-                b.arg(&vc);
-                b.arg(&slots);
-                b.arg(&hi);
-                b.arg(&ki);
-                b.arg(&di);
-                b.arg(&il);
+                let stream = dev.cuda_stream();
+                let mut b = Launch::new(&stream, &func);
+                b.ptr(&qkv).ptr(&cos).ptr(&sin).ptr(&out).ptr(&kc).ptr(&vc).ptr(&slots).val(&hi).val(&ki).val(&di).val(&il);
                 // SAFETY: the caches are written at rows slots[t] < rows (reserved by the scheduler); one stream
                 // orders this write before the attention that reads them.
                 unsafe { b.launch(cfg) }.w()?;

@@ -1,29 +1,60 @@
-//! Skinny matmul (`gemv.cu`) for the dense linear layers of decode steps with at most [`MAX_ROWS`] rows.
+//! Skinny matmuls (`gemv.cu`) for the dense linear layers of decode steps, launched with programmatic dependent
+//! launch (`gpu::launch`) so that their weight streams start before the previous kernel ends.
 //!
-//! Opt-in (`HEARTH_GPU_GEMV=1`): it lost its paired A/B against cuBLAS on the H200 (docs/benchmarks.md: equal at
-//! one row, 1.3x slower at eight), so dense matmuls go through cuBLAS by default.
+//! * One input row (batch-1 decode) with K up to 4096 bf16/f16 values (2048 f32): the persistent `gemv_row`
+//!   kernel, by default (`HEARTH_GPU_GEMV=0` sends it to cuBLAS). It beat cuBLAS on every such 8B shape in
+//!   bench/gpu/gemv_probe.cu; the 14336-wide down projection stays on cuBLAS (no variant beat it).
+//! * 1..=8 rows, any K: `gemv_*_m{M}`, one warp per column. Not faster than cuBLAS on the 8B shapes
+//!   (docs/benchmarks.md), so the default path uses it for no shape; `HEARTH_GPU_GEMV_ROWS=N` (2..=8) opts decode
+//!   steps of up to N rows into it.
 
-use super::{by_float_dtype, contiguous, cuda_of, env_on, sfx_c};
+use super::launch::Launch;
+use super::{by_float_dtype, contiguous, cuda_of, env_off, sfx_c};
 use crate::Result;
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
+use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, Layout, Shape, Tensor};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/gemv.ptx"));
 const MODULE: &str = "hearth_gemv";
-/// The most input rows one launch takes (kernels are instantiated for 1..=8).
+/// The most input rows one launch takes (the few-row kernels are instantiated for 1..=8).
 pub const MAX_ROWS: usize = 8;
-/// Output columns per block (gemv.cu's WARPS * ROWS).
-const COLS_PER_BLOCK: usize = 8;
+/// Warps (output columns in flight) per block (gemv.cu's WARPS).
+const WARPS: usize = 4;
+/// 16-byte vectors per lane the one-row kernel holds: its K is at most 32 lanes * this many vectors.
+const ROW_CHUNK: usize = 16;
+/// Blocks per multiprocessor of the one-row kernel's persistent grid (4 measured best of 2..6, gemv_probe.cu).
+const ROW_BLOCKS_PER_SM: usize = 4;
 
-fn gemv_on() -> bool {
+/// Whether the one-row kernel is on (`HEARTH_GPU_GEMV=0` turns it off).
+fn row_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| env_on("HEARTH_GPU_GEMV"))
+    *ON.get_or_init(|| !env_off("HEARTH_GPU_GEMV"))
 }
 
-/// x (.., K) with M rows in all · w (N, K)ᵀ through the skinny kernel, or None when it does not apply (not CUDA, M > 8, dtypes
-/// differ, K not a multiple of a 16-byte vector, or w not a plain contiguous matrix): the caller uses cuBLAS.
+/// `HEARTH_GPU_GEMV_PDL=0`: launch the skinny matmuls without programmatic dependent launch (the other kernels
+/// keep it).
+fn gemv_pdl() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !env_off("HEARTH_GPU_GEMV_PDL"))
+}
+
+/// The most rows the few-row kernel takes on the default path: `HEARTH_GPU_GEMV_ROWS` (2..=8), else 0 (none).
+fn rows_on() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| std::env::var("HEARTH_GPU_GEMV_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(0).min(MAX_ROWS))
+}
+
+/// Whether the one-row kernel takes K values of this dtype.
+fn row_fits(k: usize, dtype: candle_core::DType) -> bool {
+    k <= 32 * ROW_CHUNK * (16 / dtype.size_in_bytes())
+}
+
+/// x (.., K) with M rows in all · w (N, K)ᵀ through a skinny kernel (the one-row kernel when M = 1 and K fits it,
+/// else the few-row kernel), or None when neither applies (not CUDA, M > 8, dtypes differ, K not a multiple of a
+/// 16-byte vector, or w not a plain contiguous matrix): the caller uses cuBLAS.
 pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
     if !x.device().is_cuda() || x.dtype() != w.dtype() || x.rank() < 2 || w.rank() != 2 {
         return Ok(None);
@@ -46,9 +77,13 @@ pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
     Ok(Some(x.apply_op1_no_bwd(&Gemv { w: w.clone() })?.reshape(out_dims)?))
 }
 
-/// [`matmul`] when `HEARTH_GPU_GEMV=1` asks for it; None otherwise (the caller uses cuBLAS).
+/// The default path's choice: [`matmul`] for one row whose K fits the one-row kernel (unless `HEARTH_GPU_GEMV=0`),
+/// or for up to `HEARTH_GPU_GEMV_ROWS` rows when that opts in; None otherwise (the caller uses cuBLAS).
 pub fn matmul_if_on(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
-    if !gemv_on() {
+    let k = x.dim(candle_core::D::Minus1)?;
+    let m = x.elem_count() / k.max(1);
+    let take = (m == 1 && row_on() && row_fits(k, x.dtype())) || (m >= 2 && m <= rows_on());
+    if !take {
         return Ok(None);
     }
     matmul(x, w)
@@ -77,8 +112,19 @@ impl candle_core::CustomOp1 for Gemv {
         let (ws, wl) = self.w.storage_and_layout();
         let (w0, w1) = contiguous(wl, "w")?;
         let dev = xs.device().clone();
-        let func = dev.get_or_load_custom_func(&format!("gemv_{}_m{m}", sfx_c(xs.dtype())?), MODULE, PTX)?;
-        let cfg = LaunchConfig { grid_dim: (n.div_ceil(COLS_PER_BLOCK) as u32, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        let stream = dev.cuda_stream();
+        let threads = (WARPS * 32) as u32;
+        let (name, grid) = if m == 1 && row_fits(k, xs.dtype()) {
+            static SMS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+            let sms = *SMS.get_or_init(|| {
+                stream.context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_or(132, |v| v.max(1) as usize)
+            });
+            (format!("gemv_row_{}", sfx_c(xs.dtype())?), n.div_ceil(WARPS).min(sms * ROW_BLOCKS_PER_SM))
+        } else {
+            (format!("gemv_{}_m{m}", sfx_c(xs.dtype())?), n.div_ceil(WARPS))
+        };
+        let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
+        let cfg = LaunchConfig { grid_dim: (grid as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
         let (ni, ki) = (n as i32, k as i32);
         macro_rules! launch {
             ($ty:ty) => {{
@@ -86,13 +132,11 @@ impl candle_core::CustomOp1 for Gemv {
                 let w = cuda_of(&ws)?.as_cuda_slice::<$ty>()?.slice(w0..w1);
                 // SAFETY: the kernel writes all m * n outputs.
                 let out = unsafe { dev.alloc::<$ty>(m * n)? };
-                let mut b = func.builder();
-                b.arg(&x);
-                b.arg(&w);
-                b.arg(&out);
-                b.arg(&ni);
-                b.arg(&ki);
-                // SAFETY: shapes checked above; `matmul` checked K and the offsets against the 16-byte vectors.
+                let mut b = Launch::new(&stream, &func);
+                b.plain(!gemv_pdl());
+                b.ptr(&x).ptr(&w).ptr(&out).val(&ni).val(&ki);
+                // SAFETY: shapes checked above; `matmul` checked K and the offsets against the 16-byte vectors (and
+                // the one-row kernel's K limit); the kernels read only weights before their pdl_wait.
                 unsafe { b.launch(cfg) }.w()?;
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             }};

@@ -1,11 +1,12 @@
 //! hearth's own CUDA kernels (the `cuda` feature): the paged attention (`attention::cuda`), the fused per-layer
-//! kernels of the dense decode path ([`fused`]), the skinny matmul of decode steps ([`gemv`]) and greedy sampling
-//! on the device ([`argmax`]). `build.rs` compiles the `.cu` files to PTX with the CUDA toolchain's nvcc; candle
+//! kernels of the dense decode path ([`fused`]), the skinny matmuls of decode steps ([`gemv`]) and greedy sampling
+//! on the device ([`argmax`]), launched with programmatic dependent launch on Hopper ([`launch`]). `build.rs` compiles the `.cu` files to PTX with the CUDA toolchain's nvcc; candle
 //! loads each module once per device.
 
 pub mod argmax;
 pub mod fused;
 pub mod gemv;
+pub mod launch;
 pub mod profile;
 
 /// `$launch!(T)` for the float element type of a CUDA storage (f32, bf16, f16); any other dtype fails naming `$op`.

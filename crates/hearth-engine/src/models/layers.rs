@@ -125,7 +125,8 @@ impl Linear {
 }
 
 impl Linear {
-    /// candle's matmul, or (opt-in, `HEARTH_GPU_GEMV=1`) hearth's skinny GPU kernel for a dense matrix and a decode-sized batch.
+    /// hearth's skinny GPU kernel for a dense matrix and a one-row (batch-1 decode) input (`gpu::gemv`), else
+    /// candle's matmul.
     fn dense_forward(&self, x: &Tensor) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
         if let QMatMul::Tensor(w) = &self.w {

@@ -7,6 +7,7 @@
 //!
 //! The PTX is built by `build.rs` with the CUDA toolchain's `nvcc` (scripts/build-cuda).
 
+use crate::gpu::launch::Launch;
 use crate::gpu::{by_float_dtype, contiguous, cuda_of, sfx_c};
 use crate::{Error, Result};
 use candle_core::backend::BackendStorage;
@@ -270,8 +271,6 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
             }
             None => None,
         };
-        // Null device pointers for what a launch does not use.
-        let null: u64 = 0;
         macro_rules! launch {
             ($ty:ty) => {{
                 let q = qs.as_cuda_slice::<$ty>()?.slice(q0..q1);
@@ -283,36 +282,27 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
                 // The arguments both attention kernels start with (q .. softcap).
                 macro_rules! attn_args {
                     ($b:ident) => {
-                        $b.arg(&q);
-                        $b.arg(&k);
-                        $b.arg(&v);
-                        $b.arg(&tables);
-                        $b.arg(&rows);
-                        $b.arg(&pos);
-                        $b.arg(&out);
-                        $b.arg(&hh);
-                        $b.arg(&kvh);
-                        $b.arg(&bs);
-                        $b.arg(&mb);
-                        $b.arg(&win);
-                        $b.arg(&p.scale);
-                        $b.arg(&p.softcap);
+                        $b.ptr(&q).ptr(&k).ptr(&v).ptr(&tables).ptr(&rows).ptr(&pos).ptr(&out);
+                        $b.val(&hh).val(&kvh).val(&bs).val(&mb).val(&win).val(&p.scale).val(&p.softcap);
                     };
                 }
+                // Both kernels are launched with PDL where the GPU has it (gpu::launch): they wait before reading
+                // q/k/v.
+                let stream = dev.cuda_stream();
                 if n_cc > 0 {
-                    let mut b = func.builder();
+                    let mut b = Launch::new(&stream, &func);
                     attn_args!(b);
-                    b.arg(&split_i);
+                    b.val(&split_i);
                     // Without a split the kernel never touches `part`: no allocation per layer.
                     match &merge {
-                        Some((_, part)) => b.arg(part),
-                        None => b.arg(&null),
+                        Some((_, part)) => b.ptr(part),
+                        None => b.null(),
                     };
                     let batched = pv_batched() as i32;
-                    b.arg(&batched);
+                    b.val(&batched);
                     match &rest {
-                        Some(r) => b.arg(r),
-                        None => b.arg(&null),
+                        Some(r) => b.ptr(r),
+                        None => b.null(),
                     };
                     // SAFETY: tables hold valid block ids for every visible position (the scheduler reserved them);
                     // rest lists n_cc packed token indices < t.
@@ -320,24 +310,21 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
                     if let Some((merge, part)) = &merge {
                         let zi = z as i32;
                         let mcfg = LaunchConfig { grid_dim: (n_cc as u32, h as u32, 1), block_dim: (d as u32, 1, 1), shared_mem_bytes: 0 };
-                        let mut mb = merge.builder();
-                        mb.arg(part);
-                        mb.arg(&out);
-                        mb.arg(&hh);
-                        mb.arg(&zi);
+                        let mut m = Launch::new(&stream, merge);
+                        m.ptr(part).ptr(&out).val(&hh).val(&zi);
                         match &rest {
-                            Some(r) => mb.arg(r),
-                            None => mb.arg(&null),
+                            Some(r) => m.ptr(r),
+                            None => m.null(),
                         };
                         // SAFETY: part holds n_cc * h * z partials of d + 2 floats; the merge writes those tokens' outputs.
-                        unsafe { mb.launch(mcfg) }.w()?;
+                        unsafe { m.launch(mcfg) }.w()?;
                     }
                 }
                 if let (Some((f, bytes)), Some(tc), Some(tiles)) = (&tc_func, tc, &tiles) {
                     let tcfg = LaunchConfig { grid_dim: (tc.n_tiles as u32, p.kv_heads as u32, 1), block_dim: (prefill::THREADS, 1, 1), shared_mem_bytes: *bytes };
-                    let mut b = f.builder();
+                    let mut b = Launch::new(&stream, f);
                     attn_args!(b);
-                    b.arg(tiles);
+                    b.ptr(tiles);
                     // SAFETY: tiles hold [first, count] of consecutive packed tokens of one row each (< t); the
                     // block table covers their positions.
                     unsafe { b.launch(tcfg) }.w()?;

@@ -13,7 +13,10 @@
 //                [max(0, p + 1 - window), p] (window 0 = unlimited). Latency, not bandwidth, bounds it at
 //                small batches, so each tile's block-table entries are loaded one tile ahead, a key row's loads
 //                are all issued before its FMAs, and PV loads 8 value rows at a time (HEARTH_CUDA_PV_BATCH=0:
-//                one at a time).
+//                one at a time). (Issuing a tile's value rows before its softmax — 128 bytes a lane — lost its A/B
+//                at 8 and 32 streams: fewer blocks fit a multiprocessor; not kept.)
+// Launched with programmatic dependent launch (gpu/launch.rs): the step metadata (host uploads, complete before
+// any kernel of the step starts) is read before pdl_wait(), q and the caches (earlier kernels' writes) after it.
 #include "../../gpu/common.cuh"
 
 #define NWARPS 8
@@ -59,7 +62,7 @@ __device__ void write_kv(T *__restrict__ cache, const T *__restrict__ src, const
 
 // q: (T, H, D); kc, vc: (rows, KvH, D); tables: (R, max_blocks); tok_row, tok_pos: (T,); out: (T, H, D).
 template <typename T, int D, int GMAX>
-__device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
+__device__ void paged_attn(const T *q, const T *kc, const T *vc,
                            const uint32_t *__restrict__ tables, const uint32_t *__restrict__ tok_row,
                            const uint32_t *__restrict__ tok_pos, T *__restrict__ out, int H, int KvH, int bs,
                            int max_blocks, int window, float scale, float softcap, int split_keys,
@@ -76,6 +79,7 @@ __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, co
   __shared__ float part_acc[NWARPS][GMAX * D];  // per-warp unnormalized outputs
   __shared__ float part_m[NWARPS][GMAX], part_l[NWARPS][GMAX];
 
+  pdl_trigger();
   const int p = (int)tok_pos[t];
   const int start = window > 0 ? max(0, p + 1 - window) : 0;
   const uint32_t *table = tables + (size_t)tok_row[t] * max_blocks;
@@ -93,6 +97,7 @@ __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, co
     return off < n_keys ? table[(start + off) / bs] : 0u;
   };
   uint32_t blk_next = table_entry(k_lo / 32 + warp);
+  pdl_wait();  // q and this step's k/v rows are the previous kernels' writes
 
   const T *qt = q + ((size_t)t * H + (size_t)g * G) * D;
   for (int i = threadIdx.x; i < G * D; i += blockDim.x) qs[i] = to_f(qt[i]) * scale;
@@ -238,8 +243,10 @@ __device__ void paged_attn(const T *__restrict__ q, const T *__restrict__ kc, co
 // Every split's (max, sum) is loaded at once into shared memory, then each thread sums its d over the splits
 // with the loads unrolled (no chain of dependent loads per split).
 template <typename T, int D>
-__device__ void paged_attn_merge(const float *__restrict__ part, T *__restrict__ out, int H, int Z,
+__device__ void paged_attn_merge(const float *part, T *__restrict__ out, int H, int Z,
                                  const uint32_t *__restrict__ tok_idx) {
+  pdl_trigger();
+  pdl_wait();
   const int b = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   const int t = tok_idx != nullptr ? (int)tok_idx[b] : b;
   const float *pp = part + ((size_t)b * H + h) * Z * (D + 2);

@@ -53,7 +53,7 @@ __device__ __forceinline__ void stage_rows(T *dst, int ld, F src_row) {
 }
 
 template <typename T, int D>
-__device__ void prefill_tc(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
+__device__ void prefill_tc(const T *q, const T *kc, const T *vc,
                            const uint32_t *__restrict__ tables, const uint32_t *__restrict__ tok_row,
                            const uint32_t *__restrict__ tok_pos, T *__restrict__ out, int H, int KvH, int bs,
                            int max_blocks, int window, float scale, float softcap,
@@ -70,6 +70,8 @@ __device__ void prefill_tc(const T *__restrict__ q, const T *__restrict__ kc, co
   float *row_l = row_m + TC_M;
   float *row_c = row_l + TC_M;
 
+  pdl_trigger();
+  pdl_wait();  // launched with PDL (gpu/launch.rs): q and the caches are earlier kernels' writes
   const int g = blockIdx.y, G = H / KvH;
   const int t0 = (int)tiles[2 * blockIdx.x], n_tok = (int)tiles[2 * blockIdx.x + 1];
   const int p0 = (int)tok_pos[t0];

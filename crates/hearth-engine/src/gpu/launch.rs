@@ -1,0 +1,131 @@
+//! Kernel launches for hearth's own decode-path kernels, with programmatic dependent launch (PDL).
+//!
+//! On compute capability 9.0+ (Hopper) a kernel launched with the *programmatic stream serialization* attribute
+//! may start while the kernel before it in the stream is still running. Each of hearth's kernels launched this way
+//! calls `pdl_trigger()` first (its own successor may then launch) and `pdl_wait()` (`griddepcontrol.wait`: the
+//! predecessor has completed and its writes are visible) before it reads anything a previous kernel wrote or writes
+//! anything at all. What a kernel does before the wait only reads data that no kernel writes — the GEMV streams its
+//! weight rows — so a decode step's ~300 small launches overlap their launch latency, ramp-up and tails instead of
+//! paying them one after the other. Kernels of candle and cuBLAS are launched normally and serialize as before.
+//!
+//! Safety of the chain: a kernel's wait returns only after its predecessor completed, and the predecessor
+//! completed only after its own wait returned, so every earlier kernel is complete when a kernel passes its wait.
+//!
+//! `HEARTH_CUDA_PDL=0` launches them normally (the waits are then no-ops). With PDL on, candle's per-tensor event
+//! tracking is switched off at device creation (`device::tune_cuda`): its event records between two launches would
+//! sit between the kernels that PDL overlaps; hearth runs every kernel of a device on that device's one stream.
+
+use candle_core::cuda_backend::cudarc::driver::sys;
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, DevicePtr, DeviceRepr, DriverError, LaunchConfig, SyncOnDrop};
+use std::ffi::c_void;
+
+/// The most device-pointer arguments one launch takes.
+const MAX_PTRS: usize = 16;
+
+/// Whether PDL launches are on: `HEARTH_CUDA_PDL` not `0`, and the device (the first one asked about) has compute
+/// capability 9.0 or newer.
+pub fn pdl_on(stream: &CudaStream) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        if super::env_off("HEARTH_CUDA_PDL") {
+            return false;
+        }
+        let major = stream.context().attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap_or(0);
+        major >= 9
+    })
+}
+
+/// A launch of one kernel: arguments in the kernel's order, then [`Launch::launch`].
+pub struct Launch<'a> {
+    stream: &'a CudaStream,
+    func: &'a CudaFunction,
+    /// Device pointers, at stable addresses that `args` points into.
+    ptrs: Box<[u64; MAX_PTRS]>,
+    n_ptrs: usize,
+    args: Vec<*mut c_void>,
+    /// Event bookkeeping of the pointer arguments (records after the launch, when candle tracks events).
+    guards: Vec<SyncOnDrop<'a>>,
+    overflow: bool,
+    /// Launch without the PDL attribute even where PDL is on.
+    plain: bool,
+}
+
+impl<'a> Launch<'a> {
+    pub fn new(stream: &'a CudaStream, func: &'a CudaFunction) -> Self {
+        Self { stream, func, ptrs: Box::new([0; MAX_PTRS]), n_ptrs: 0, args: Vec::with_capacity(24), guards: Vec::new(), overflow: false, plain: false }
+    }
+
+    /// Launch this kernel without the PDL attribute (it then starts after the previous kernel has completed).
+    pub fn plain(&mut self, plain: bool) -> &mut Self {
+        self.plain = plain;
+        self
+    }
+
+    /// A device buffer argument (a slice or a view of one).
+    pub fn ptr<T, P: DevicePtr<T>>(&mut self, p: &'a P) -> &mut Self {
+        let (ptr, guard) = p.device_ptr(self.stream);
+        self.guards.push(guard);
+        self.raw_ptr(ptr)
+    }
+
+    /// A null device pointer (an optional buffer the kernel does not use).
+    pub fn null(&mut self) -> &mut Self {
+        self.raw_ptr(0)
+    }
+
+    fn raw_ptr(&mut self, ptr: u64) -> &mut Self {
+        if self.n_ptrs == MAX_PTRS {
+            self.overflow = true;
+            return self;
+        }
+        self.ptrs[self.n_ptrs] = ptr;
+        let at = &mut self.ptrs[self.n_ptrs] as *mut u64 as *mut c_void;
+        self.n_ptrs += 1;
+        self.args.push(at);
+        self
+    }
+
+    /// A scalar argument (i32, f32, ...), passed by value.
+    pub fn val<T: DeviceRepr>(&mut self, v: &'a T) -> &mut Self {
+        self.args.push(v as *const T as *mut c_void);
+        self
+    }
+
+    /// Launch on the stream, with the PDL attribute when [`pdl_on`].
+    ///
+    /// # Safety
+    /// The arguments must match the kernel's parameters in number, order and type, and the kernel must stay inside
+    /// its buffers. With PDL on, the kernel must call `pdl_wait()` before it reads data written by an earlier
+    /// kernel and before any write.
+    pub unsafe fn launch(mut self, cfg: LaunchConfig) -> Result<(), DriverError> {
+        if self.overflow {
+            return Err(DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE));
+        }
+        self.stream.context().bind_to_thread()?;
+        // SAFETY: a zeroed attribute is a valid value of this plain C union; id and value are set below.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let pdl = pdl_on(self.stream) && !self.plain;
+        let lc = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: if pdl { &mut attr } else { std::ptr::null_mut() },
+            numAttrs: pdl as u32,
+        };
+        // SAFETY: `args` points at live values (the boxed pointer array, the caller's scalars) for the call; the
+        // caller vouches for the kernel's signature and bounds.
+        let r = unsafe { sys::cuLaunchKernelEx(&lc, self.func.cu_function(), self.args.as_mut_ptr(), std::ptr::null_mut()) };
+        drop(std::mem::take(&mut self.guards));
+        match r {
+            sys::CUresult::CUDA_SUCCESS => Ok(()),
+            e => Err(DriverError(e)),
+        }
+    }
+}
