@@ -12,6 +12,9 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     println!("cargo:rerun-if-changed=src/gpu/common.cuh");
+    // The compute capability the PTX targets: gpu/launch.rs enables PDL only when the kernels' griddepcontrol
+    // instructions are compiled in (sm_90+), whatever GPU the binary later runs on.
+    println!("cargo:rustc-env=HEARTH_PTX_CAP={}", std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "90".into()));
     for src in ["src/attention/cuda/paged_attention.cu", "src/attention/cuda/prefill_tc.cu", "src/gpu/fused.cu", "src/gpu/gemv.cu", "src/gpu/argmax.cu"] {
         ptx(src);
     }

@@ -74,7 +74,9 @@ __device__ void act_mul(const T *gu, T *__restrict__ out, int inter, size_t n) {
   }
 }
 
-// grid (T, H + 2 KvH), block D / 2 threads: one pair of rotated values each.
+// grid (T, H + 2 KvH), block D / 2 threads: one pair of rotated values each. cos_t / sin_t may stay on the read-only
+// path (__restrict__): candle's gather writes them with a normal launch before the first layer, so they are complete
+// before any kernel that reads them starts.
 template <typename T>
 __device__ void qkv_rope(const T *qkv, const float *__restrict__ cos_t, const float *__restrict__ sin_t,
                          T *__restrict__ q_out, T *__restrict__ kc, T *__restrict__ vc,

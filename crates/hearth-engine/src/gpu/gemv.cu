@@ -5,8 +5,9 @@
 // * gemv_row_*: one input row (batch-1 decode), K <= 32 * ROW_CHUNK 16-byte vectors. A persistent grid (a few
 //   blocks per multiprocessor): each warp keeps x in registers and walks output columns n = warp, warp + warps,
 //   ..., loading the next column's whole weight row while it reduces the current one. Measured against cuBLAS on
-//   the H200 (bench/gpu/gemv_probe.cu, back-to-back launches with PDL, Llama-3.1-8B shapes): q|k|v 14.7 vs 16.5 us,
-//   o_proj 10.9 vs 16.3, gate|up 55.3 vs 56.8, lm_head 91.6 vs 96.9. A long K (the 14336-wide down projection) is
+//   the H200 (bench/gpu/gemv_probe.cu's gemv_persist — the same kernel reading x with __ldg; both compile to 224
+//   registers — back-to-back launches with PDL, Llama-3.1-8B shapes): q|k|v 14.7 vs 16.5 us, o_proj 10.9 vs 16.3,
+//   gate|up 55.3 vs 56.8, lm_head 91.6 vs 96.9. A long K (the 14336-wide down projection) is
 //   not its shape (cuBLAS was faster than every variant tried there).
 // * gemv_*_m{M}: 1 <= M <= 8 rows, any K (a multiple of the vector): one warp per output column, CHUNK 16-byte
 //   loads per lane in flight, the M input rows read through L1. Slower than cuBLAS on the 8B shapes (equal or

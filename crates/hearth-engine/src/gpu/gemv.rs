@@ -25,7 +25,9 @@ pub const MAX_ROWS: usize = 8;
 const WARPS: usize = 4;
 /// 16-byte vectors per lane the one-row kernel holds: its K is at most 32 lanes * this many vectors.
 const ROW_CHUNK: usize = 16;
-/// Blocks per multiprocessor of the one-row kernel's persistent grid (4 measured best of 2..6, gemv_probe.cu).
+/// Blocks per multiprocessor of the one-row kernel's persistent grid (4 measured best of 4 and 6 blocks of 4 warps
+/// and 2 of 8, gemv_probe.cu). The kernel takes 224 registers (x is held unpacked), so 2 blocks are resident per
+/// multiprocessor and the grid runs in two rounds — as in the probe, whose kernel compiles to the same count.
 const ROW_BLOCKS_PER_SM: usize = 4;
 
 /// Whether the one-row kernel is on (`HEARTH_GPU_GEMV=0` turns it off).
@@ -47,16 +49,22 @@ fn rows_on() -> usize {
     *ROWS.get_or_init(|| std::env::var("HEARTH_GPU_GEMV_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(0).min(MAX_ROWS))
 }
 
+/// The dtypes the kernels are built for.
+fn float_dtype(dtype: candle_core::DType) -> bool {
+    use candle_core::DType::{BF16, F16, F32};
+    matches!(dtype, F32 | BF16 | F16)
+}
+
 /// Whether the one-row kernel takes K values of this dtype.
 fn row_fits(k: usize, dtype: candle_core::DType) -> bool {
-    k <= 32 * ROW_CHUNK * (16 / dtype.size_in_bytes())
+    float_dtype(dtype) && k <= 32 * ROW_CHUNK * (16 / dtype.size_in_bytes())
 }
 
 /// x (.., K) with M rows in all · w (N, K)ᵀ through a skinny kernel (the one-row kernel when M = 1 and K fits it,
 /// else the few-row kernel), or None when neither applies (not CUDA, M > 8, dtypes differ, K not a multiple of a
 /// 16-byte vector, or w not a plain contiguous matrix): the caller uses cuBLAS.
 pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
-    if !x.device().is_cuda() || x.dtype() != w.dtype() || x.rank() < 2 || w.rank() != 2 {
+    if !x.device().is_cuda() || !float_dtype(x.dtype()) || x.dtype() != w.dtype() || x.rank() < 2 || w.rank() != 2 {
         return Ok(None);
     }
     let (k, (n, wk)) = (x.dim(candle_core::D::Minus1)?, w.dims2()?);
@@ -115,10 +123,8 @@ impl candle_core::CustomOp1 for Gemv {
         let stream = dev.cuda_stream();
         let threads = (WARPS * 32) as u32;
         let (name, grid) = if m == 1 && row_fits(k, xs.dtype()) {
-            static SMS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-            let sms = *SMS.get_or_init(|| {
-                stream.context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_or(132, |v| v.max(1) as usize)
-            });
+            // A cheap driver query (no GPU work), per launch so that each device of a process gets its own.
+            let sms = stream.context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_or(132, |v| v.max(1) as usize);
             (format!("gemv_row_{}", sfx_c(xs.dtype())?), n.div_ceil(WARPS).min(sms * ROW_BLOCKS_PER_SM))
         } else {
             (format!("gemv_{}_m{m}", sfx_c(xs.dtype())?), n.div_ceil(WARPS))

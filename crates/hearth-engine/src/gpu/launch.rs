@@ -11,7 +11,8 @@
 //! Safety of the chain: a kernel's wait returns only after its predecessor completed, and the predecessor
 //! completed only after its own wait returned, so every earlier kernel is complete when a kernel passes its wait.
 //!
-//! `HEARTH_CUDA_PDL=0` launches them normally (the waits are then no-ops). With PDL on, candle's per-tensor event
+//! `HEARTH_CUDA_PDL=0` launches them normally (the waits are then no-ops); so does a build whose PTX targets a
+//! compute capability below 9.0 (`CUDA_COMPUTE_CAP`), where the waits are compiled out. With PDL on, candle's per-tensor event
 //! tracking is switched off at device creation (`device::tune_cuda`): its event records between two launches would
 //! sit between the kernels that PDL overlaps; hearth runs every kernel of a device on that device's one stream.
 
@@ -22,17 +23,17 @@ use std::ffi::c_void;
 /// The most device-pointer arguments one launch takes.
 const MAX_PTRS: usize = 16;
 
-/// Whether PDL launches are on: `HEARTH_CUDA_PDL` not `0`, and the device (the first one asked about) has compute
-/// capability 9.0 or newer.
+/// The compute capability hearth's PTX was built for (build.rs, `CUDA_COMPUTE_CAP`).
+const PTX_CAP: &str = env!("HEARTH_PTX_CAP");
+
+/// Whether PDL launches are on for this stream's device: `HEARTH_CUDA_PDL` not `0`, the PTX built for compute
+/// capability 9.0+ (below that `pdl_wait` compiles to nothing, and a kernel launched with the attribute could read
+/// its predecessor's output too early), and the device 9.0 or newer.
 pub fn pdl_on(stream: &CudaStream) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        if super::env_off("HEARTH_CUDA_PDL") {
-            return false;
-        }
-        let major = stream.context().attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap_or(0);
-        major >= 9
-    })
+    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let allowed = *ALLOWED.get_or_init(|| !super::env_off("HEARTH_CUDA_PDL") && PTX_CAP.trim().parse::<u32>().is_ok_and(|c| c >= 90));
+    // One cheap driver query per launch (no GPU work): correct for every device of a multi-GPU process.
+    allowed && stream.context().attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap_or(0) >= 9
 }
 
 /// A launch of one kernel: arguments in the kernel's order, then [`Launch::launch`].
