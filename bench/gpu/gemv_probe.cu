@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "../../crates/hearth-engine/src/gpu/common.cuh"
+// The shipped kernels (gemv_row_bf16, gemv_row_split_bf16_s2/_s4, ...), measured as they are.
+#include "../../crates/hearth-engine/src/gpu/gemv.cu"
 
 #define CK(x)                                                                 \
   do {                                                                        \
@@ -267,6 +269,8 @@ int main() {
       {"stream_c4_w4_x4", gemv_stream<4, 4>, 0, 128, 4},
       {"stream_c16_w4_x2", gemv_stream<16, 4>, 0, 128, 2},
       {"stream_c16_w4_x3", gemv_stream<16, 4>, 0, 128, 3},
+      {"shipped_gemv_row", gemv_row_bf16, 0, 128, 4},
+      {"shipped_gemv_row_split4", gemv_row_split_bf16_s4, 0, 128, 4},
   };
   const int reps = 40;
   for (const Shape &s : shapes) {
@@ -301,7 +305,8 @@ int main() {
     CK(cudaStreamSynchronize(st));
     CK(cudaMemcpy(hr.data(), yref, s.n * sizeof(T), cudaMemcpyDeviceToHost));
     for (const V &v : vars) {
-      if (v.k == (Kern)gemv_persist<16, 4> && s.k > 16 * 32 * 8) continue;
+      if ((v.k == (Kern)gemv_persist<16, 4> || v.k == (Kern)gemv_row_bf16) && s.k > 16 * 32 * 8) continue;
+      if (v.k == (Kern)gemv_row_split_bf16_s4 && s.k <= 16 * 32 * 8) continue;  // only where gemv_row cannot go
       for (int pdl = 0; pdl < 2; pdl++) {
         us = time_it([&](int c) {
           const T *w = pool + (size_t)c * s.n * s.k;

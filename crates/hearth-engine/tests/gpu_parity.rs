@@ -228,15 +228,17 @@ fn add_rmsnorm_matches_cpu() {
 /// The skinny decode matmul (`gpu::gemv`) against a CPU f32 matmul of the same (dtype-rounded) values, for every
 /// row count it takes, output widths that are not a multiple of its 4 columns per block and widths K that are
 /// not a multiple of one chunk (32 lanes x 16 loads): one row with K <= 4096 (2048 f32) takes the one-row kernel,
-/// the rest the few-row kernel; poisoned outputs would show as a large error. More than 8
+/// one row with K up to 4x that its split form, the rest the few-row kernel; poisoned outputs would show as a large error. More than 8
 /// rows is not its shape: it must decline (the caller then uses cuBLAS).
 #[test]
 fn gemv_matches_cpu_matmul() {
     let dev = gpu();
     let mut seed = 100;
     for (dtype, tol) in [(DType::F32, 1e-5f64), (DType::BF16, 8e-3), (DType::F16, 2e-3)] {
-        // (5000, 1024): more columns than the one-row kernel's persistent grid has warps (each walks several).
-        for (n, k) in [(1003usize, 4096usize), (64, 136), (4096, 14336), (7, 8), (5000, 1024)] {
+        // (5000, 1024): more columns than the one-row kernel's persistent grid has warps (each walks several);
+        // (4096, 14336) and (301, 6000): one row splits each column over 4 or 2 warps (16-bit) or 4 (f32 6000), an
+        // odd column count leaving a block's last slot empty.
+        for (n, k) in [(1003usize, 4096usize), (64, 136), (4096, 14336), (7, 8), (5000, 1024), (301, 6000)] {
             for m in 1..=8usize {
                 seed += 2;
                 let round = |v: Vec<f32>, shape: (usize, usize)| {

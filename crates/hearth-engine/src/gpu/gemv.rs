@@ -3,7 +3,9 @@
 //!
 //! * One input row (batch-1 decode) with K up to 4096 bf16/f16 values (2048 f32): the persistent `gemv_row`
 //!   kernel, by default (`HEARTH_GPU_GEMV=0` sends it to cuBLAS). It beat cuBLAS on every such 8B shape in
-//!   bench/gpu/gemv_probe.cu; the 14336-wide down projection stays on cuBLAS (no variant beat it).
+//!   bench/gpu/gemv_probe.cu; the 14336-wide down projection stays on cuBLAS (no variant tried beat it) unless
+//!   `HEARTH_GPU_GEMV_SPLIT=1` sends K up to 4x longer to `gemv_row_split` (each column over 2 or 4 warps; built
+//!   and covered by the GPU test, not yet run or measured on a GPU).
 //! * 1..=8 rows, any K: `gemv_*_m{M}`, one warp per column. Not faster than cuBLAS on the 8B shapes
 //!   (docs/benchmarks.md), so the default path uses it for no shape; `HEARTH_GPU_GEMV_ROWS=N` (2..=8) opts decode
 //!   steps of up to N rows into it.
@@ -55,13 +57,30 @@ fn float_dtype(dtype: candle_core::DType) -> bool {
     matches!(dtype, F32 | BF16 | F16)
 }
 
-/// Whether the one-row kernel takes K values of this dtype.
-fn row_fits(k: usize, dtype: candle_core::DType) -> bool {
-    float_dtype(dtype) && k <= 32 * ROW_CHUNK * (16 / dtype.size_in_bytes())
+/// How many warps the one-row kernels split a column over for K values of this dtype: 1 (`gemv_row`), 2 or 4
+/// (`gemv_row_split`), or None when even a quarter of K exceeds what a warp holds.
+fn row_split(k: usize, dtype: candle_core::DType) -> Option<usize> {
+    if !float_dtype(dtype) {
+        return None;
+    }
+    let per_warp = 32 * ROW_CHUNK; // 16-byte vectors a warp holds
+    let vectors = k / (16 / dtype.size_in_bytes());
+    [1usize, 2, 4].into_iter().find(|s| vectors.div_ceil(*s) <= per_warp)
 }
 
-/// x (.., K) with M rows in all · w (N, K)ᵀ through a skinny kernel (the one-row kernel when M = 1 and K fits it,
-/// else the few-row kernel), or None when neither applies (not CUDA, M > 8, dtypes differ, K not a multiple of a
+/// Whether the default path sends one row of K values to the one-row kernels: `gemv_row` always (unless
+/// `HEARTH_GPU_GEMV=0`), `gemv_row_split` only when `HEARTH_GPU_GEMV_SPLIT=1` opts in (not yet measured on a GPU).
+fn row_fits(k: usize, dtype: candle_core::DType) -> bool {
+    static SPLIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    match row_split(k, dtype) {
+        Some(1) => true,
+        Some(_) => *SPLIT.get_or_init(|| super::env_on("HEARTH_GPU_GEMV_SPLIT")),
+        None => false,
+    }
+}
+
+/// x (.., K) with M rows in all · w (N, K)ᵀ through a skinny kernel (for M = 1 the one-row kernel, its column split
+/// over 2 or 4 warps for K up to 4x longer; else the few-row kernel), or None when neither applies (not CUDA, M > 8, dtypes differ, K not a multiple of a
 /// 16-byte vector, or w not a plain contiguous matrix): the caller uses cuBLAS.
 pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
     if !x.device().is_cuda() || !float_dtype(x.dtype()) || x.dtype() != w.dtype() || x.rank() < 2 || w.rank() != 2 {
@@ -122,12 +141,17 @@ impl candle_core::CustomOp1 for Gemv {
         let dev = xs.device().clone();
         let stream = dev.cuda_stream();
         let threads = (WARPS * 32) as u32;
-        let (name, grid) = if m == 1 && row_fits(k, xs.dtype()) {
-            // A cheap driver query (no GPU work), per launch so that each device of a process gets its own.
-            let sms = stream.context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_or(132, |v| v.max(1) as usize);
-            (format!("gemv_row_{}", sfx_c(xs.dtype())?), n.div_ceil(WARPS).min(sms * ROW_BLOCKS_PER_SM))
-        } else {
-            (format!("gemv_{}_m{m}", sfx_c(xs.dtype())?), n.div_ceil(WARPS))
+        let split = if m == 1 { row_split(k, xs.dtype()) } else { None };
+        let (name, grid) = match split {
+            Some(s) => {
+                // A cheap driver query (no GPU work), per launch so that each device of a process gets its own.
+                let sms = stream.context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_or(132, |v| v.max(1) as usize);
+                // Columns a block takes per step: WARPS / s.
+                let grid = n.div_ceil(WARPS / s).min(sms * ROW_BLOCKS_PER_SM);
+                let name = if s == 1 { format!("gemv_row_{}", sfx_c(xs.dtype())?) } else { format!("gemv_row_split_{}_s{s}", sfx_c(xs.dtype())?) };
+                (name, grid)
+            }
+            None => (format!("gemv_{}_m{m}", sfx_c(xs.dtype())?), n.div_ceil(WARPS)),
         };
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
         let cfg = LaunchConfig { grid_dim: (grid as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
