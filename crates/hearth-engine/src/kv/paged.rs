@@ -118,6 +118,7 @@ impl PagedKv {
             tables: Tensor::from_vec(flat, (tabs.len(), max_blocks), dev)?,
             max_blocks,
             max_keys,
+            merge_counters: crate::attention::cuda::merge_counters(dev)?,
             tc: crate::attention::cuda::prefill::plan(ctx, heads, kv_heads, head_dim, dtype, dev)?,
         })
     }

@@ -38,6 +38,8 @@ pub struct StepMeta {
     pub max_blocks: usize,
     /// The most keys any token of the step sees (its position + 1).
     pub max_keys: usize,
+    /// Zeroed per-(token, kv head) counters for the folded split merge (`HEARTH_CUDA_MERGE_FOLD=1`), else None.
+    pub merge_counters: Option<Tensor>,
     /// Query tiles for the tensor-core prompt kernel ([`prefill`]), when the step has prompt pieces and the
     /// kernel serves the model's shape.
     pub tc: Option<prefill::TcPlan>,
@@ -133,6 +135,22 @@ fn split_on() -> bool {
 fn pv_batched() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| !crate::gpu::env_off("HEARTH_CUDA_PV_BATCH"))
+}
+
+/// `HEARTH_CUDA_MERGE_FOLD=1` (opt-in, not yet measured on a GPU): the last split block of each (token, kv head)
+/// merges the splits itself, so no merge kernel follows a split attention launch.
+fn merge_fold() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| crate::gpu::env_on("HEARTH_CUDA_MERGE_FOLD"))
+}
+
+/// The folded merge's zeroed counters for one step (one per (token, kv head) block of a split launch: fewer than
+/// the split threshold), or None when the fold is off.
+pub fn merge_counters(dev: &candle_core::Device) -> Result<Option<Tensor>> {
+    if !merge_fold() {
+        return Ok(None);
+    }
+    Ok(Some(Tensor::zeros(split_below(), DType::U32, dev)?))
 }
 
 /// The most splits one token's keys are cut into (MAX_Z in the kernel: the merge's shared arrays).
@@ -254,6 +272,13 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         let (hh, kvh, bs, mb, win) = (h as i32, p.kv_heads as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
         let split_i = split.unwrap_or(0) as i32;
         // Split mode: per (token, head, split) an unnormalized partial of D + 2 floats, merged by a second launch.
+        // Folded merge: the attention's last split block per (token, kv head) merges; counters sized for every
+        // split launch (n_cc * kv_heads < split_below()).
+        let counters_g = match (&self.meta.merge_counters, split) {
+            (Some(c), Some(_)) if n_cc * p.kv_heads <= c.elem_count() => Some(guarded(c, "merge counters")?),
+            _ => None,
+        };
+        let counters = counters_g.as_ref().map(u32_view).transpose()?;
         let merge = match split {
             Some(_) if n_cc > 0 => {
                 let f = dev.get_or_load_custom_func(&format!("paged_attn_{}_d{d}_merge", sfx_c(qs.dtype())?), MODULE, PTX)?;
@@ -304,10 +329,15 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
                         Some(r) => b.ptr(r),
                         None => b.null(),
                     };
+                    match &counters {
+                        Some(c) => b.ptr(c),
+                        None => b.null(),
+                    };
                     // SAFETY: tables hold valid block ids for every visible position (the scheduler reserved them);
-                    // rest lists n_cc packed token indices < t.
+                    // rest lists n_cc packed token indices < t; counters (when given) hold n_cc * kv_heads zeros,
+                    // which the kernel's last blocks reset.
                     unsafe { b.launch(cfg) }.w()?;
-                    if let Some((merge, part)) = &merge {
+                    if let (Some((merge, part)), None) = (&merge, &counters) {
                         let zi = z as i32;
                         let mcfg = LaunchConfig { grid_dim: (n_cc as u32, h as u32, 1), block_dim: (d as u32, 1, 1), shared_mem_bytes: 0 };
                         let mut m = Launch::new(&stream, merge);
