@@ -50,7 +50,8 @@ fn kernel_case(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol:
 }
 
 /// `kernel_case` with prompts of `lens` tokens: long ones (hundreds of keys) make the decode tokens of step 2
-/// take the split (flash-decoding) path, whose partials a second launch merges.
+/// take the split (flash-decoding) path, whose partials a second launch merges (or, with HEARTH_CUDA_MERGE_FOLD=1,
+/// the last split block). Each step runs two layers on the same inputs, which must agree bit for bit.
 fn kernel_case_len(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol: f32, lens: [usize; 3]) {
     let dev = gpu();
     let bs = 16;
@@ -61,7 +62,7 @@ fn kernel_case_len(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, 
     for i in (1..ids.len()).rev() {
         ids.swap(i, (i * 7919 + 13) % (i + 1));
     }
-    let mut kv = PagedKv::new(1, total, bs, kvh, d, dtype, &dev).unwrap();
+    let mut kv = PagedKv::new(2, total, bs, kvh, d, dtype, &dev).unwrap();
     let mut at = 0;
     let tables: Vec<Vec<u32>> = need.iter().map(|&n| { at += n; ids[at - n..at].to_vec() }).collect();
     for (slot, t) in tables.iter().enumerate() {
@@ -84,8 +85,14 @@ fn kernel_case_len(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, 
         let (qc, kc, vc) = (round(q, (t, h, d)), round(k, (t, kvh, d)), round(v, (t, kvh, d)));
         let ctx = BatchContext::new(&step, false, &dev).unwrap();
         let to_dev = |x: &Tensor| x.to_dtype(dtype).unwrap().to_device(&dev).unwrap();
-        let out = kv.attend(0, &to_dev(&qc), &to_dev(&kc), &to_dev(&vc), &ctx, &p).unwrap();
+        let (qd, kd, vd) = (to_dev(&qc), to_dev(&kc), to_dev(&vc));
+        let out = kv.attend(0, &qd, &kd, &vd, &ctx, &p).unwrap();
         let out: Vec<Vec<f32>> = out.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
+        // A second layer with the same inputs must give the same bits: its launches reuse the step's metadata
+        // (with HEARTH_CUDA_MERGE_FOLD=1, the merge counters that the first layer's last blocks must have reset).
+        let out1 = kv.attend(1, &qd, &kd, &vd, &ctx, &p).unwrap();
+        let out1: Vec<Vec<f32>> = out1.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
+        assert_eq!(out, out1, "h{h} kv{kvh} d{d} {dtype:?} {p:?}: layer 1 differs from layer 0");
         let mut start = 0;
         for &(slot, pos0, len) in &step {
             hist_k[slot].extend(kc.narrow(0, start, len).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap());
@@ -236,9 +243,10 @@ fn gemv_matches_cpu_matmul() {
     let mut seed = 100;
     for (dtype, tol) in [(DType::F32, 1e-5f64), (DType::BF16, 8e-3), (DType::F16, 2e-3)] {
         // (5000, 1024): more columns than the one-row kernel's persistent grid has warps (each walks several);
-        // (4096, 14336) and (301, 6000): one row splits each column over 4 or 2 warps (16-bit) or 4 (f32 6000), an
-        // odd column count leaving a block's last slot empty.
-        for (n, k) in [(1003usize, 4096usize), (64, 136), (4096, 14336), (7, 8), (5000, 1024), (301, 6000)] {
+        // (4096, 14336), (301, 6000), (3001, 6000), (700, 8200), (700, 4104): one row splits each column over 2 or
+        // 4 warps (routing asserted below), odd column counts leave a block's last slot empty, 3001 columns make the
+        // split grid loop, K 8200 (16-bit) and 4104 (f32) split into unequal parts.
+        for (n, k) in [(1003usize, 4096usize), (64, 136), (4096, 14336), (7, 8), (5000, 1024), (301, 6000), (3001, 6000), (700, 8200), (700, 4104)] {
             for m in 1..=8usize {
                 seed += 2;
                 let round = |v: Vec<f32>, shape: (usize, usize)| {
@@ -263,6 +271,11 @@ fn gemv_matches_cpu_matmul() {
     let x = Tensor::zeros((9, 64), DType::F32, &dev).unwrap();
     let w = Tensor::zeros((16, 64), DType::F32, &dev).unwrap();
     assert!(hearth_engine::gpu::gemv::matmul(&x, &w).unwrap().is_none(), "9 rows must go to cuBLAS");
+    // Which one-row kernel the cases above took: warps per column (1 = gemv_row), None = the few-row kernel.
+    use hearth_engine::gpu::gemv::one_row_split as split;
+    assert_eq!((split(4096, DType::BF16), split(14336, DType::BF16), split(14336, DType::F16)), (Some(1), Some(4), Some(4)));
+    assert_eq!((split(6000, DType::BF16), split(6000, DType::F32), split(8200, DType::BF16)), (Some(2), Some(4), Some(4)));
+    assert_eq!((split(4104, DType::F32), split(14336, DType::F32), split(2048, DType::F32)), (Some(4), None, Some(1)));
 }
 
 /// Last-position logits and `n` greedy tokens through the paged KV, one sequence, blocks in reverse order.

@@ -58,8 +58,8 @@ fn float_dtype(dtype: candle_core::DType) -> bool {
 }
 
 /// How many warps the one-row kernels split a column over for K values of this dtype: 1 (`gemv_row`), 2 or 4
-/// (`gemv_row_split`), or None when even a quarter of K exceeds what a warp holds.
-fn row_split(k: usize, dtype: candle_core::DType) -> Option<usize> {
+/// (`gemv_row_split`), or None when even a quarter of K exceeds what a warp holds (the few-row kernel then).
+pub fn one_row_split(k: usize, dtype: candle_core::DType) -> Option<usize> {
     if !float_dtype(dtype) {
         return None;
     }
@@ -72,7 +72,7 @@ fn row_split(k: usize, dtype: candle_core::DType) -> Option<usize> {
 /// `HEARTH_GPU_GEMV=0`), `gemv_row_split` only when `HEARTH_GPU_GEMV_SPLIT=1` opts in (not yet measured on a GPU).
 fn row_fits(k: usize, dtype: candle_core::DType) -> bool {
     static SPLIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    match row_split(k, dtype) {
+    match one_row_split(k, dtype) {
         Some(1) => true,
         Some(_) => *SPLIT.get_or_init(|| super::env_on("HEARTH_GPU_GEMV_SPLIT")),
         None => false,
@@ -141,7 +141,7 @@ impl candle_core::CustomOp1 for Gemv {
         let dev = xs.device().clone();
         let stream = dev.cuda_stream();
         let threads = (WARPS * 32) as u32;
-        let split = if m == 1 { row_split(k, xs.dtype()) } else { None };
+        let split = if m == 1 { one_row_split(k, xs.dtype()) } else { None };
         let (name, grid) = match split {
             Some(s) => {
                 // A cheap driver query (no GPU work), per launch so that each device of a process gets its own.
