@@ -14,7 +14,6 @@ use super::launch::Launch;
 use super::{by_float_dtype, contiguous, cuda_of, env_off, sfx_c};
 use crate::Result;
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
 use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, Layout, Shape, Tensor};
@@ -144,8 +143,7 @@ impl candle_core::CustomOp1 for Gemv {
         let split = if m == 1 { one_row_split(k, xs.dtype()) } else { None };
         let (name, grid) = match split {
             Some(s) => {
-                // A cheap driver query (no GPU work), per launch so that each device of a process gets its own.
-                let sms = stream.context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_or(132, |v| v.max(1) as usize);
+                let sms = super::launch::device_props(&stream).sms;
                 // Columns a block takes per step: WARPS / s.
                 let grid = n.div_ceil(WARPS / s).min(sms * ROW_BLOCKS_PER_SM);
                 let name = if s == 1 { format!("gemv_row_{}", sfx_c(xs.dtype())?) } else { format!("gemv_row_split_{}_s{s}", sfx_c(xs.dtype())?) };

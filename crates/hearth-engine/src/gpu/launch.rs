@@ -26,14 +26,40 @@ const MAX_PTRS: usize = 16;
 /// The compute capability hearth's PTX was built for (build.rs, `CUDA_COMPUTE_CAP`).
 const PTX_CAP: &str = env!("HEARTH_PTX_CAP");
 
+/// What the launchers need to know of a device, read once per device (not per launch: ~330 launches a step).
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceProps {
+    /// Compute capability 9.0+ (Hopper): programmatic dependent launch exists.
+    pub hopper: bool,
+    /// Multiprocessors (for persistent grids).
+    pub sms: usize,
+}
+
+/// The devices a process caches properties for; a higher ordinal is queried at every call (still correct).
+const CACHED_DEVICES: usize = 16;
+
+/// This stream's device's [`DeviceProps`], cached per device ordinal.
+pub fn device_props(stream: &CudaStream) -> DeviceProps {
+    static CACHE: [std::sync::OnceLock<DeviceProps>; CACHED_DEVICES] = [const { std::sync::OnceLock::new() }; CACHED_DEVICES];
+    let ctx = stream.context();
+    let query = || {
+        let major = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap_or(0);
+        let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_or(132, |v| v.max(1) as usize);
+        DeviceProps { hopper: major >= 9, sms }
+    };
+    match CACHE.get(ctx.ordinal()) {
+        Some(cell) => *cell.get_or_init(query),
+        None => query(),
+    }
+}
+
 /// Whether PDL launches are on for this stream's device: `HEARTH_CUDA_PDL` not `0`, the PTX built for compute
 /// capability 9.0+ (below that `pdl_wait` compiles to nothing, and a kernel launched with the attribute could read
 /// its predecessor's output too early), and the device 9.0 or newer.
 pub fn pdl_on(stream: &CudaStream) -> bool {
     static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let allowed = *ALLOWED.get_or_init(|| !super::env_off("HEARTH_CUDA_PDL") && PTX_CAP.trim().parse::<u32>().is_ok_and(|c| c >= 90));
-    // One cheap driver query per launch (no GPU work): correct for every device of a multi-GPU process.
-    allowed && stream.context().attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap_or(0) >= 9
+    allowed && device_props(stream).hopper
 }
 
 /// A launch of one kernel: arguments in the kernel's order, then [`Launch::launch`].
