@@ -13,18 +13,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "probe_common.cuh"
 #include "../../crates/hearth-engine/src/gpu/common.cuh"
 // The shipped kernels (gemv_row_bf16, gemv_row_split_bf16_s2/_s4, ...), measured as they are.
 #include "../../crates/hearth-engine/src/gpu/gemv.cu"
 
-#define CK(x)                                                                 \
-  do {                                                                        \
-    cudaError_t e = (x);                                                      \
-    if (e != cudaSuccess) {                                                   \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      exit(1);                                                                \
-    }                                                                         \
-  } while (0)
 
 typedef __nv_bfloat16 T;
 
@@ -247,9 +240,6 @@ int main() {
   cudaStream_t st;
   CK(cudaStreamCreate(&st));
   cublasSetStream(h, st);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
   struct V {
     const char *name;
     Kern k;
@@ -276,22 +266,7 @@ int main() {
   for (const Shape &s : shapes) {
     const size_t wbytes = (size_t)s.n * s.k * sizeof(T);
     const int copies = std::max<size_t>(2, pool_bytes / wbytes);
-    auto time_it = [&](auto launch) {
-      for (int i = 0; i < 5; i++) launch(i % copies);
-      CK(cudaStreamSynchronize(st));
-      std::vector<float> ts;
-      for (int rep = 0; rep < 5; rep++) {
-        cudaEventRecord(e0, st);
-        for (int i = 0; i < reps; i++) launch((rep * reps + i) % copies);
-        cudaEventRecord(e1, st);
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        ts.push_back(ms * 1000.f / reps);
-      }
-      std::sort(ts.begin(), ts.end());
-      return ts[ts.size() / 2];
-    };
+    auto time_it = [&](auto launch) { return time_median_us(st, reps, copies, launch); };
     const float alpha = 1.f, beta = 0.f;
     float us = time_it([&](int c) {
       const T *w = pool + (size_t)c * s.n * s.k;

@@ -7,7 +7,8 @@
 //!   soft-capping), the tensor-core prompt kernel included (16-bit caches, G a power of two);
 //! * the fused residual add + RMSNorm against a CPU computation;
 //! * the skinny decode matmuls (`gpu::gemv`: the one-row persistent kernel and the few-row kernel) against a CPU
-//!   matmul;
+//!   matmul, and the one-row kernel that computes its input from the residual add + RMSNorm against the separate
+//!   kernels it replaces;
 //! * greedy sampling on the device (`gpu::argmax`) against the CPU sampler's argmax, ties included;
 //! * SmolLM2 on the GPU through the paged KV (the serving path): the quantized GGUF against llama.cpp's goldens,
 //!   the dequantized weights in f32 against transformers' f32 goldens, and in bf16 against the same goldens
@@ -276,6 +277,89 @@ fn gemv_matches_cpu_matmul() {
     assert_eq!((split(4096, DType::BF16), split(14336, DType::BF16), split(14336, DType::F16)), (Some(1), Some(4), Some(4)));
     assert_eq!((split(6000, DType::BF16), split(6000, DType::F32), split(8200, DType::BF16)), (Some(2), Some(4), Some(4)));
     assert_eq!((split(4104, DType::F32), split(14336, DType::F32), split(2048, DType::F32)), (Some(4), None, Some(1)));
+}
+
+/// The one-row kernel that computes its own input row from the residual add + RMSNorm (`gemv::matmul_add_norm`),
+/// against the separate kernels it replaces: h + a bit for bit as `fused::add_rms_norm` writes it, and y against
+/// `add_rms_norm` then the plain kernel within a stated tolerance (the norm's sum of squares is added in another
+/// order, which can move a normalized value by one rounding step of the dtype); without the addend, against
+/// candle's RMSNorm then the plain kernel. Its gated-activation epilogue on a fused gate|up matrix against the same
+/// kernel's plain output through `fused::act_mul`: bit for bit.
+#[test]
+fn gemv_add_norm_matches_separate_kernels() {
+    use hearth_engine::gpu::{fused, gemv};
+    let dev = gpu();
+    let mut seed = 900;
+    let f = |t: &Tensor| -> Vec<f32> { t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap() };
+    // y tolerance (relative RMS) for the norm-fused kernel: f32 the sum order only; 16-bit values may move a step.
+    for (dtype, tol) in [(DType::F32, 1e-5f64), (DType::BF16, 8e-3), (DType::F16, 2e-3)] {
+        let mk = |v: Vec<f32>, shape: (usize, usize)| Tensor::from_vec(v, shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_device(&dev).unwrap();
+        // The norm-fused kernel holds the whole row per warp: K up to 4096 (2048 f32). 576 = SmolLM2's hidden size.
+        for (n, k) in [(6144usize, 4096usize), (1000, 2048), (49, 576), (7, 8)] {
+            if gemv::one_row_split(k, dtype) != Some(1) {
+                continue;
+            }
+            seed += 4;
+            let h = mk(noise(k, seed), (1, k));
+            let a = mk(noise(k, seed + 1), (1, k));
+            let wn = (mk(noise(k, seed + 2), (1, k)).reshape(k).unwrap() + 1.0).unwrap();
+            let w = mk(noise(n * k, seed + 3), (n, k));
+            let eps = 1e-5;
+            let (h_want, x_want) = fused::add_rms_norm(&h, &a, &wn, eps).unwrap();
+            let y_want = gemv::matmul(&x_want, &w).unwrap().expect("one row");
+            let (h_got, y_got) = gemv::matmul_add_norm(&h, Some(&a), &wn, eps, &w).unwrap().expect("one row takes the norm-fused kernel");
+            assert_eq!((h_got.dims(), y_got.dims()), (&[1usize, k][..], &[1usize, n][..]));
+            let (hg, hw) = (f(&h_got), f(&h_want));
+            assert!(hg.iter().zip(&hw).all(|(a, b)| a.to_bits() == b.to_bits()), "{dtype:?} n{n} k{k}: h + a differs");
+            let rel = |got: &[f32], want: &[f32]| {
+                assert!(got.iter().all(|v| v.is_finite()), "{dtype:?} n{n} k{k}: non-finite output");
+                let err: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
+                err / want.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt()
+            };
+            let e = rel(&f(&y_got), &f(&y_want));
+            assert!(e < tol, "{dtype:?} n{n} k{k}: add+norm+gemv relative error {e} against the separate kernels");
+            // No addend (the first layer's input norm): h comes back as it is.
+            let x_plain = candle_nn::ops::rms_norm(&h, &wn, eps).unwrap();
+            let y_plain = gemv::matmul(&x_plain, &w).unwrap().expect("one row");
+            let (h_same, y_got) = gemv::matmul_add_norm(&h, None, &wn, eps, &w).unwrap().expect("one row takes the norm-fused kernel");
+            assert_eq!(f(&h_same), f(&h));
+            let e = rel(&f(&y_got), &f(&y_plain));
+            assert!(e < tol, "{dtype:?} n{n} k{k}: norm+gemv relative error {e} against candle's rms_norm + gemv");
+        }
+    }
+    // The gated epilogue, against the norm-fused kernel's own output run through act_mul: the same column sums
+    // rounded the same way, so the same bits.
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        let mk = |v: Vec<f32>, shape: (usize, usize)| Tensor::from_vec(v, shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_device(&dev).unwrap();
+        let same = |got: &Tensor, want: &Tensor, what: &str| {
+            let (g, w) = (f(got), f(want));
+            assert_eq!(g.len(), w.len(), "{dtype:?} {what}: sizes");
+            assert!(g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits()), "{dtype:?} {what}: differs by up to {}", max_abs_diff(&g, &w));
+        };
+        let eps = 1e-5;
+        // Gated activation over a fused gate|up matrix (2I, K).
+        for (i, k) in [(1536usize, 576usize), (300, 2048), (3, 8)] {
+            seed += 5;
+            let h = mk(noise(k, seed), (1, k));
+            let a = mk(noise(k, seed + 1), (1, k));
+            let wn = (mk(noise(k, seed + 2), (1, k)).reshape(k).unwrap() + 1.0).unwrap();
+            let w = (mk(noise(2 * i * k, seed + 3), (2 * i, k)) * 3.0).unwrap();
+            let (_, gu) = gemv::matmul_add_norm(&h, Some(&a), &wn, eps, &w).unwrap().expect("one row");
+            for act in [fused::Act::Silu, fused::Act::GeluTanh] {
+                let want = fused::act_mul(&gu, act).unwrap();
+                let (h_got, got) = gemv::matmul_add_norm_gated(&h, Some(&a), &wn, eps, &w, act).unwrap().expect("one row takes the gated epilogue");
+                assert_eq!(got.dims(), &[1, i]);
+                same(&got, &want, &format!("gated {act:?} i{i} k{k}"));
+                same(&h_got, &(h.to_dtype(DType::F32).unwrap() + a.to_dtype(DType::F32).unwrap()).unwrap().to_dtype(dtype).unwrap(), "gated h + a");
+            }
+        }
+    }
+    // Shapes the fused kernel does not take: declined, not an error (the caller runs the separate kernels).
+    let t = |shape: (usize, usize)| Tensor::zeros(shape, DType::BF16, &dev).unwrap();
+    let wn = Tensor::ones(8192, DType::BF16, &dev).unwrap();
+    assert!(gemv::matmul_add_norm(&t((1, 8192)), None, &wn, 1e-5, &t((16, 8192))).unwrap().is_none(), "K beyond one warp's row");
+    let wn = Tensor::ones(64, DType::BF16, &dev).unwrap();
+    assert!(gemv::matmul_add_norm(&t((3, 64)), None, &wn, 1e-5, &t((16, 64))).unwrap().is_none(), "three rows");
 }
 
 /// Last-position logits and `n` greedy tokens through the paged KV, one sequence, blocks in reverse order.

@@ -57,11 +57,6 @@ __device__ void add_rmsnorm(const T *h, const T *a, T *__restrict__ h_out,
   }
 }
 
-__device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
-__device__ __forceinline__ float gelu_tanh(float g) {
-  return 0.5f * g * (1.f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
-}
-
 template <typename T, int ACT>
 __device__ void act_mul(const T *gu, T *__restrict__ out, int inter, size_t n) {
   pdl_trigger();

@@ -1,15 +1,20 @@
 //! Skinny matmuls (`gemv.cu`) for the dense linear layers of decode steps, launched with programmatic dependent
 //! launch (`gpu::launch`) so that their weight streams start before the previous kernel ends.
 //!
-//! * One input row (batch-1 decode) with K up to 4096 bf16/f16 values (2048 f32): the persistent `gemv_row`
-//!   kernel, by default (`HEARTH_GPU_GEMV=0` sends it to cuBLAS). It beat cuBLAS on every such 8B shape in
-//!   bench/gpu/gemv_probe.cu; the 14336-wide down projection stays on cuBLAS (no variant tried beat it) unless
-//!   `HEARTH_GPU_GEMV_SPLIT=1` sends K up to 4x longer to `gemv_row_split` (each column over 2 or 4 warps; built
-//!   and covered by the GPU test, not yet run or measured on a GPU).
+//! * One input row (batch-1 decode): the persistent one-row kernels, by default (`HEARTH_GPU_GEMV=0` sends every
+//!   shape to cuBLAS). K up to 4096 bf16/f16 values (2048 f32) takes `gemv_row`; K up to 4x longer (the 8B shape's
+//!   14336-wide down projection) splits each column over 2 or 4 warps (`HEARTH_GPU_GEMV_SPLIT=0` sends those to
+//!   cuBLAS). Both beat cuBLAS on every 8B shape in bench/gpu/gemv_probe.cu (docs/benchmarks.md).
+//! * [`matmul_add_norm`]: the one-row kernel that computes its input row itself from the residual add and RMSNorm
+//!   before it (the q|k|v and gate|up projections and the LM head: no `add_rmsnorm` launch, 64 a step fewer on the
+//!   8B shape; `HEARTH_GPU_GEMV_NORM=0` turns it off). Batch 1 on the 8B shape: 219 tok/s against 210 without it
+//!   (docs/benchmarks.md, sixth session). The same with the gated activation before the down projection lost
+//!   (52 us against 32 for the two kernels) and was removed.
 //! * 1..=8 rows, any K: `gemv_*_m{M}`, one warp per column. Not faster than cuBLAS on the 8B shapes
 //!   (docs/benchmarks.md), so the default path uses it for no shape; `HEARTH_GPU_GEMV_ROWS=N` (2..=8) opts decode
 //!   steps of up to N rows into it.
 
+use super::fused::Act;
 use super::launch::Launch;
 use super::{by_float_dtype, contiguous, cuda_of, env_off, sfx_c};
 use crate::Result;
@@ -30,6 +35,15 @@ const ROW_CHUNK: usize = 16;
 /// and 2 of 8, gemv_probe.cu). The kernel takes 224 registers (x is held unpacked), so 2 blocks are resident per
 /// multiprocessor and the grid runs in two rounds — as in the probe, whose kernel compiles to the same count.
 const ROW_BLOCKS_PER_SM: usize = 4;
+
+/// The one-row kernels' blocks per multiprocessor: `HEARTH_GPU_GEMV_BLOCKS` (1..=8, a tuning knob for A/B runs),
+/// else [`ROW_BLOCKS_PER_SM`].
+fn row_blocks_per_sm() -> usize {
+    static B: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *B.get_or_init(|| {
+        std::env::var("HEARTH_GPU_GEMV_BLOCKS").ok().and_then(|v| v.parse().ok()).filter(|b| (1..=8).contains(b)).unwrap_or(ROW_BLOCKS_PER_SM)
+    })
+}
 
 /// Whether the one-row kernel is on (`HEARTH_GPU_GEMV=0` turns it off).
 fn row_on() -> bool {
@@ -68,55 +82,165 @@ pub fn one_row_split(k: usize, dtype: candle_core::DType) -> Option<usize> {
 }
 
 /// Whether the default path sends one row of K values to the one-row kernels: `gemv_row` always (unless
-/// `HEARTH_GPU_GEMV=0`), `gemv_row_split` only when `HEARTH_GPU_GEMV_SPLIT=1` opts in (not yet measured on a GPU).
+/// `HEARTH_GPU_GEMV=0`), `gemv_row_split` unless `HEARTH_GPU_GEMV_SPLIT=0`.
 fn row_fits(k: usize, dtype: candle_core::DType) -> bool {
     static SPLIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    match one_row_split(k, dtype) {
-        Some(1) => true,
-        Some(_) => *SPLIT.get_or_init(|| super::env_on("HEARTH_GPU_GEMV_SPLIT")),
-        None => false,
-    }
+    row_on()
+        && match one_row_split(k, dtype) {
+            Some(1) => true,
+            Some(_) => *SPLIT.get_or_init(|| !env_off("HEARTH_GPU_GEMV_SPLIT")),
+            None => false,
+        }
 }
 
-/// x (.., K) with M rows in all · w (N, K)ᵀ through a skinny kernel (for M = 1 the one-row kernel, its column split
-/// over 2 or 4 warps for K up to 4x longer; else the few-row kernel), or None when neither applies (not CUDA, M > 8, dtypes differ, K not a multiple of a
-/// 16-byte vector, or w not a plain contiguous matrix): the caller uses cuBLAS.
-pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
+/// Whether the add+RMSNorm-fused one-row kernel is on (`HEARTH_GPU_GEMV_NORM=0` turns it off).
+fn norm_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !env_off("HEARTH_GPU_GEMV_NORM"))
+}
+
+/// Whether the gated-activation epilogue is on (`HEARTH_GPU_GEMV_GATED=0` turns it off).
+fn gated_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !env_off("HEARTH_GPU_GEMV_GATED"))
+}
+
+/// The shared checks: a CUDA float x of K values per row matching w (N, K) contiguous, 16-byte vectors and aligned
+/// starts. Returns (rows, K) or None.
+fn fits(x: &Tensor, w: &Tensor, k: usize) -> Result<Option<usize>> {
     if !x.device().is_cuda() || !float_dtype(x.dtype()) || x.dtype() != w.dtype() || x.rank() < 2 || w.rank() != 2 {
         return Ok(None);
     }
-    let (k, (n, wk)) = (x.dim(candle_core::D::Minus1)?, w.dims2()?);
-    let m = x.elem_count() / k.max(1);
+    let (n, wk) = w.dims2()?;
+    let m = x.elem_count() / x.dim(candle_core::D::Minus1)?.max(1);
     let vec = 16 / x.dtype().size_in_bytes();
-    if m == 0 || m > MAX_ROWS || k != wk || k % vec != 0 || !w.is_contiguous() {
+    if n == 0 || m == 0 || k != wk || k % vec != 0 || !w.is_contiguous() || w.layout().start_offset() % vec != 0 {
         return Ok(None);
     }
-    if w.layout().start_offset() % vec != 0 {
-        return Ok(None);
-    }
-    let mut out_dims = x.dims().to_vec();
-    *out_dims.last_mut().expect("rank >= 2") = n;
-    let x = x.contiguous()?.reshape((m, k))?;
-    if x.layout().start_offset() % vec != 0 {
-        return Ok(None);
-    }
-    Ok(Some(x.apply_op1_no_bwd(&Gemv { w: w.clone() })?.reshape(out_dims)?))
+    Ok(Some(m))
 }
 
-/// The default path's choice: [`matmul`] for one row whose K fits the one-row kernel (unless `HEARTH_GPU_GEMV=0`),
-/// or for up to `HEARTH_GPU_GEMV_ROWS` rows when that opts in; None otherwise (the caller uses cuBLAS).
+/// x reshaped to (rows, width), contiguous, or None when its start is not 16-byte aligned.
+fn rows_of(x: &Tensor, m: usize) -> Result<Option<Tensor>> {
+    let width = x.dim(candle_core::D::Minus1)?;
+    let x = x.contiguous()?.reshape((m, width))?;
+    Ok((x.layout().start_offset() % (16 / x.dtype().size_in_bytes()) == 0).then_some(x))
+}
+
+/// x's dims with the last one replaced by `n`.
+fn dims_with_last(x: &Tensor, n: usize) -> Vec<usize> {
+    let mut d = x.dims().to_vec();
+    if let Some(l) = d.last_mut() {
+        *l = n;
+    }
+    d
+}
+
+/// x (.., K) with M rows in all · w (N, K)ᵀ through a skinny kernel (for M = 1 the one-row kernel, its column split
+/// over 2 or 4 warps for K up to 4x longer; else the few-row kernel), or None when neither applies (not CUDA, M > 8,
+/// dtypes differ, K not a multiple of a 16-byte vector, or w not a plain contiguous matrix): the caller uses cuBLAS.
+pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
+    let k = x.dim(candle_core::D::Minus1)?;
+    let Some(m) = fits(x, w, k)? else { return Ok(None) };
+    if m > MAX_ROWS {
+        return Ok(None);
+    }
+    let Some(x2) = rows_of(x, m)? else { return Ok(None) };
+    let n = w.dim(0)?;
+    Ok(Some(x2.apply_op1_no_bwd(&Gemv { w: w.clone(), input: Input::Plain })?.reshape(dims_with_last(x, n))?))
+}
+
+/// The default path's choice: [`matmul`] for one row whose K fits the one-row kernels (unless `HEARTH_GPU_GEMV=0` /
+/// `HEARTH_GPU_GEMV_SPLIT=0`), or for up to `HEARTH_GPU_GEMV_ROWS` rows when that opts in; None otherwise (the
+/// caller uses cuBLAS).
 pub fn matmul_if_on(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
     let k = x.dim(candle_core::D::Minus1)?;
     let m = x.elem_count() / k.max(1);
-    let take = (m == 1 && row_on() && row_fits(k, x.dtype())) || (m >= 2 && m <= rows_on());
+    let take = (m == 1 && row_fits(k, x.dtype())) || (m >= 2 && m <= rows_on());
     if !take {
         return Ok(None);
     }
     matmul(x, w)
 }
 
+/// For one row: (h + a, rmsnorm(h + a) * wn · w (N, K)ᵀ), the add and the norm done by the one-row kernel while it
+/// loads its input (`fused::add_rms_norm`'s per-value arithmetic; its sum of squares in another order). Without
+/// `a`, the norm of h alone (h is returned as is). None when the default path would not take this shape with
+/// `gemv_row` (K beyond one warp's row, `HEARTH_GPU_GEMV=0`), when `HEARTH_GPU_GEMV_NORM=0`, or when the inputs
+/// are not one row of K in w's dtype: the caller runs the norm and the matmul.
+pub fn matmul_add_norm(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+    add_norm(h, a, wn, eps, w, Epilogue::None)
+}
+
+/// [`matmul_add_norm`] over a fused gate|up matrix w (2I, K) with the gated activation as its epilogue: (h + a,
+/// act(gate) * up), (.., I) — the values `fused::act_mul` makes of the matmul's output, without its launch. None
+/// also when `HEARTH_GPU_GEMV_GATED=0` or 2I is odd.
+pub fn matmul_add_norm_gated(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor, act: Act) -> Result<Option<(Tensor, Tensor)>> {
+    if !gated_on() || w.dim(0)? % 2 != 0 {
+        return Ok(None);
+    }
+    add_norm(h, a, wn, eps, w, Epilogue::Gated(act))
+}
+
+/// What the norm-fused kernel does with its column sums.
+#[derive(Clone, Copy)]
+enum Epilogue {
+    None,
+    Gated(Act),
+}
+
+fn add_norm(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor, epi: Epilogue) -> Result<Option<(Tensor, Tensor)>> {
+    let k = h.dim(candle_core::D::Minus1)?;
+    if !norm_on() || !row_on() || one_row_split(k, h.dtype()) != Some(1) {
+        return Ok(None);
+    }
+    match fits(h, w, k)? {
+        Some(1) => {}
+        _ => return Ok(None),
+    }
+    if wn.dtype() != h.dtype() || wn.elem_count() != k || a.is_some_and(|a| a.dtype() != h.dtype() || a.elem_count() != k) {
+        return Ok(None);
+    }
+    let Some(h2) = rows_of(h, 1)? else { return Ok(None) };
+    let a2 = match a {
+        Some(a) => match rows_of(a, 1)? {
+            Some(a2) => Some(a2),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    let wn = wn.contiguous()?;
+    if wn.layout().start_offset() % (16 / wn.dtype().size_in_bytes()) != 0 {
+        return Ok(None);
+    }
+    let n = w.dim(0)?;
+    let width = match epi {
+        Epilogue::None => n,
+        Epilogue::Gated(_) => n / 2,
+    };
+    let with_h = a2.is_some();
+    let gated = match epi {
+        Epilogue::Gated(act) => Some(act),
+        _ => None,
+    };
+    let out = h2.apply_op1_no_bwd(&Gemv { w: w.clone(), input: Input::AddNorm { a: a2, wn, eps, gated } })?;
+    // The output row: [h + a (K values, when a was given)][the epilogue's `width` values].
+    let (h_new, y) = if with_h { (out.narrow(1, 0, k)?.reshape(h.dims())?, out.narrow(1, k, width)?) } else { (h.clone(), out) };
+    Ok(Some((h_new, y.reshape(dims_with_last(h, width))?)))
+}
+
+/// Where the one-row kernel's input comes from (gemv.cu's MODE).
+enum Input {
+    /// x itself.
+    Plain,
+    /// The residual add (a, when given) and RMSNorm (weight wn) of h (one row only), with the gated-activation
+    /// epilogue when given.
+    AddNorm { a: Option<Tensor>, wn: Tensor, eps: f32, gated: Option<Act> },
+}
+
 struct Gemv {
     w: Tensor,
+    input: Input,
 }
 
 impl candle_core::CustomOp1 for Gemv {
@@ -129,10 +253,11 @@ impl candle_core::CustomOp1 for Gemv {
     }
 
     fn cuda_fwd(&self, xs: &CudaStorage, xl: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
-        let (m, k) = xl.shape().dims2()?;
-        let (n, wk) = self.w.dims2()?;
-        if wk != k || m == 0 || m > MAX_ROWS {
-            candle_core::bail!("hearth-gemv: x ({m}, {k}) does not fit w ({n}, {wk})");
+        let (m, width) = xl.shape().dims2()?;
+        let (n, k) = self.w.dims2()?;
+        let one_row = !matches!(self.input, Input::Plain);
+        if width != k || m == 0 || m > MAX_ROWS || (one_row && m != 1) {
+            candle_core::bail!("hearth-gemv: x ({m}, {width}) does not fit w ({n}, {k})");
         }
         let (x0, x1) = contiguous(xl, "x")?;
         let (ws, wl) = self.w.storage_and_layout();
@@ -141,15 +266,28 @@ impl candle_core::CustomOp1 for Gemv {
         let stream = dev.cuda_stream();
         let threads = (WARPS * 32) as u32;
         let split = if m == 1 { one_row_split(k, xs.dtype()) } else { None };
+        let sfx = sfx_c(xs.dtype())?;
         let (name, grid) = match split {
             Some(s) => {
                 let sms = super::launch::device_props(&stream).sms;
-                // Columns a block takes per step: WARPS / s.
-                let grid = n.div_ceil(WARPS / s).min(sms * ROW_BLOCKS_PER_SM);
-                let name = if s == 1 { format!("gemv_row_{}", sfx_c(xs.dtype())?) } else { format!("gemv_row_split_{}_s{s}", sfx_c(xs.dtype())?) };
+                // Columns (pairs, with a paired epilogue) a block takes per step: WARPS / s.
+                let items = match &self.input {
+                    Input::AddNorm { gated: Some(_), .. } => n / 2,
+                    _ => n,
+                };
+                let grid = items.div_ceil(WARPS / s).min(sms * row_blocks_per_sm()).max(1);
+                let name = match &self.input {
+                    Input::Plain if s == 1 => format!("gemv_row_{sfx}"),
+                    Input::Plain => format!("gemv_row_split_{sfx}_s{s}"),
+                    Input::AddNorm { gated: Some(Act::Silu), .. } if s == 1 => format!("gemv_row_addnorm_silu_{sfx}"),
+                    Input::AddNorm { gated: Some(Act::GeluTanh), .. } if s == 1 => format!("gemv_row_addnorm_gelu_{sfx}"),
+                    Input::AddNorm { .. } if s == 1 => format!("gemv_row_addnorm_{sfx}"),
+                    Input::AddNorm { .. } => candle_core::bail!("hearth-gemv: the add+norm kernel holds rows of K <= {} only", k / s),
+                };
                 (name, grid)
             }
-            None => (format!("gemv_{}_m{m}", sfx_c(xs.dtype())?), n.div_ceil(WARPS)),
+            None if !one_row => (format!("gemv_{sfx}_m{m}"), n.div_ceil(WARPS)),
+            None => candle_core::bail!("hearth-gemv: K = {k} is too long for the one-row kernels"),
         };
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
         let cfg = LaunchConfig { grid_dim: (grid as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
@@ -158,18 +296,66 @@ impl candle_core::CustomOp1 for Gemv {
             ($ty:ty) => {{
                 let x = xs.as_cuda_slice::<$ty>()?.slice(x0..x1);
                 let w = cuda_of(&ws)?.as_cuda_slice::<$ty>()?.slice(w0..w1);
-                // SAFETY: the kernel writes all m * n outputs.
-                let out = unsafe { dev.alloc::<$ty>(m * n)? };
-                let mut b = Launch::new(&stream, &func);
-                b.plain(!gemv_pdl());
-                b.ptr(&x).ptr(&w).ptr(&out).val(&ni).val(&ki);
-                // SAFETY: shapes checked above; `matmul` checked K and the offsets against the 16-byte vectors (and
-                // the one-row kernel's K limit); the kernels read only weights before their pdl_wait.
-                unsafe { b.launch(cfg) }.w()?;
-                CudaStorage::wrap_cuda_slice(out, dev.clone())
+                let (out, width) = match &self.input {
+                    Input::AddNorm { a, wn, eps, gated } => {
+                        let h_len = if a.is_some() { k } else { 0 };
+                        let width = if gated.is_some() { n / 2 } else { n };
+                        // SAFETY: the kernel writes all `width` outputs and, with a, the k values of h + a before them.
+                        let out = unsafe { dev.alloc::<$ty>(h_len + width)? };
+                        let (wns, wnl) = wn.storage_and_layout();
+                        let (n0, n1) = contiguous(wnl, "norm weight")?;
+                        if n1 - n0 != k {
+                            candle_core::bail!("hearth-gemv: the norm weight has {} values, not {k}", n1 - n0);
+                        }
+                        let wn = cuda_of(&wns)?.as_cuda_slice::<$ty>()?.slice(n0..n1);
+                        let (h_out, y) = (out.slice(..h_len), out.slice(h_len..));
+                        let a_guard = match a {
+                            Some(a) => Some(a.storage_and_layout()),
+                            None => None,
+                        };
+                        let a_slice = match &a_guard {
+                            Some((as_, al)) => {
+                                let (a0, a1) = contiguous(al, "a")?;
+                                if a1 - a0 != k {
+                                    candle_core::bail!("hearth-gemv: the residual has {} values, not {k}", a1 - a0);
+                                }
+                                Some(cuda_of(as_)?.as_cuda_slice::<$ty>()?.slice(a0..a1))
+                            }
+                            None => None,
+                        };
+                        let mut b = Launch::new(&stream, &func);
+                        b.plain(!gemv_pdl()).ptr(&x);
+                        match &a_slice {
+                            Some(a) => b.ptr(a),
+                            None => b.null(),
+                        };
+                        b.ptr(&wn);
+                        if h_len > 0 { b.ptr(&h_out) } else { b.null() };
+                        b.val(eps).ptr(&w).ptr(&y).val(&ni).val(&ki);
+                        // SAFETY: one row of k (checked by `add_norm` and above: K fits one warp's row, 16-byte
+                        // aligned starts; a gated epilogue writes n / 2 values); the kernel reads only weights before
+                        // its pdl_wait.
+                        unsafe { b.launch(cfg) }.w()?;
+                        drop((h_out, y));
+                        (out, h_len + width)
+                    }
+                    _ => {
+                        // SAFETY: the kernel writes all m * n outputs.
+                        let out = unsafe { dev.alloc::<$ty>(m * n)? };
+                        let mut b = Launch::new(&stream, &func);
+                        b.plain(!gemv_pdl()).ptr(&x).ptr(&w).ptr(&out).val(&ni).val(&ki);
+                        // SAFETY: shapes checked above; `matmul` checked K and the offsets against the
+                        // 16-byte vectors (and the one-row kernels' K limit); the kernels read only weights before
+                        // their pdl_wait.
+                        unsafe { b.launch(cfg) }.w()?;
+                        (out, n)
+                    }
+                };
+                (CudaStorage::wrap_cuda_slice(out, dev.clone()), width)
             }};
         }
-        let out = by_float_dtype!(xs, "hearth-gemv", launch);
-        Ok((out, Shape::from((m, n))))
+        let (out, width) = by_float_dtype!(xs, "hearth-gemv", launch);
+        Ok((out, Shape::from((m, width))))
     }
 }
+

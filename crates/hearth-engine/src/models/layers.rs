@@ -117,10 +117,7 @@ impl Linear {
             Some(f) => f.forward(x)?,
             None => self.dense_forward(x)?,
         };
-        Ok(match &self.b {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        })
+        self.add_bias(y)
     }
 }
 
@@ -135,6 +132,38 @@ impl Linear {
             }
         }
         Ok(self.w.forward(x)?)
+    }
+
+    /// This layer applied to rmsnorm(h + a) (to rmsnorm(h) without `a`): (h + a, y). On the GPU a one-row input
+    /// takes one kernel for the add, the norm and the matmul (`gpu::gemv::matmul_add_norm`); anything else runs
+    /// the norm (with its fused add where there is one), then this layer.
+    pub fn forward_add_norm(&self, h: &Tensor, a: Option<&Tensor>, norm: &RmsNorm) -> Result<(Tensor, Tensor)> {
+        #[cfg(feature = "cuda")]
+        if let (QMatMul::Tensor(w), Some(wn)) = (&self.w, norm.w_act.as_ref()) {
+            if let Some((h, y)) = crate::gpu::gemv::matmul_add_norm(h, a, wn, norm.eps, w)? {
+                return Ok((h, self.add_bias(y)?));
+            }
+        }
+        let (h, x) = norm.forward_opt_add(h, a)?;
+        Ok((h, self.forward(&x)?))
+    }
+
+    /// [`Linear::forward_add_norm`] for a fused gate|up matrix with the gated activation in the same GPU kernel:
+    /// (h + a, act(gate) * up). None where that kernel does not apply (not one row on the GPU, a bias, a quantized
+    /// matrix, `HEARTH_GPU_GEMV_GATED=0`): the caller runs the separate kernels.
+    #[cfg(feature = "cuda")]
+    pub fn forward_add_norm_gated(&self, h: &Tensor, a: Option<&Tensor>, norm: &RmsNorm, act: crate::gpu::fused::Act) -> Result<Option<(Tensor, Tensor)>> {
+        match (&self.w, &self.b, norm.w_act.as_ref()) {
+            (QMatMul::Tensor(w), None, Some(wn)) => crate::gpu::gemv::matmul_add_norm_gated(h, a, wn, norm.eps, w, act),
+            _ => Ok(None),
+        }
+    }
+
+    fn add_bias(&self, y: Tensor) -> Result<Tensor> {
+        Ok(match &self.b {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
     }
 }
 
@@ -166,6 +195,14 @@ impl RmsNorm {
         let h = (h + a)?;
         let y = self.forward(&h)?;
         Ok((h, y))
+    }
+
+    /// [`RmsNorm::forward_add`] when there is an addend, else (h, norm(h)).
+    pub fn forward_opt_add(&self, h: &Tensor, a: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+        match a {
+            Some(a) => self.forward_add(h, a),
+            None => Ok((h.clone(), self.forward(h)?)),
+        }
     }
 }
 
@@ -292,9 +329,38 @@ impl Mlp {
                 };
                 (g * up.forward(x)?)?
             }
-            GateUp::Fused(f) => fused_act_mul(&f.forward(x)?, self.act)?,
+            GateUp::Fused(f) => return self.down_act(&f.forward(x)?),
         };
         self.down.forward(&h)
+    }
+
+    /// The MLP of rmsnorm(h + a) (of rmsnorm(h) without `a`): (h + a, mlp(..)), the add and the norm fused into the
+    /// gate|up projection where the GPU can (`Linear::forward_add_norm`).
+    pub fn forward_add_norm(&self, h: &Tensor, a: Option<&Tensor>, norm: &RmsNorm) -> Result<(Tensor, Tensor)> {
+        match &self.gate_up {
+            GateUp::Fused(f) => {
+                #[cfg(feature = "cuda")]
+                {
+                    use crate::gpu::fused::Act;
+                    let act = if self.act == Activation::Silu { Act::Silu } else { Act::GeluTanh };
+                    if let Some((h, x)) = f.forward_add_norm_gated(h, a, norm, act)? {
+                        return Ok((h, self.down.forward(&x)?));
+                    }
+                }
+                let (h, gu) = f.forward_add_norm(h, a, norm)?;
+                Ok((h, self.down_act(&gu)?))
+            }
+            GateUp::Split { .. } => {
+                let (h, x) = norm.forward_opt_add(h, a)?;
+                Ok((h, self.forward(&x)?))
+            }
+        }
+    }
+
+    /// down(act(gu[.., :I]) * gu[.., I:]) of a fused gate|up output (the activation in its own fused kernel: the
+    /// down projection computing it while loading its input lost, docs/benchmarks.md sixth session).
+    fn down_act(&self, gu: &Tensor) -> Result<Tensor> {
+        self.down.forward(&fused_act_mul(gu, self.act)?)
     }
 }
 

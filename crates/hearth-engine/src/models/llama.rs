@@ -52,18 +52,25 @@ impl Attention {
         })
     }
 
-    fn forward(&self, x: &Tensor, layer: usize, rope: &RopeAt, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
+    /// Attention over rmsnorm(h + a) (`norm` is the layer's input norm; no `a` before the first layer): returns the
+    /// residual stream h + a and the attention's output projection.
+    #[allow(clippy::too_many_arguments)]
+    fn forward(&self, h: &Tensor, a: Option<&Tensor>, norm: &RmsNorm, layer: usize, rope: &RopeAt, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<(Tensor, Tensor)> {
+        // 0. the residual add and the input norm (fused into the q|k|v projection where the GPU can)
         // 1. project to per-head q, k, v (fused: rotate, store and attend in the KV store's kernels when it can)
-        let (q, k, v) = match &self.qkv {
-            Qkv::Split { q, k, v } => (q.forward(x)?, k.forward(x)?, v.forward(x)?),
+        let (h, (q, k, v)) = match &self.qkv {
+            Qkv::Split { q, k, v } => {
+                let (h, x) = norm.forward_opt_add(h, a)?;
+                (h, (q.forward(&x)?, k.forward(&x)?, v.forward(&x)?))
+            }
             Qkv::Fused(f) => {
-                let qkv = f.forward(x)?;
+                let (h, qkv) = f.forward_add_norm(h, a, norm)?;
                 let heads = Heads { q: self.heads, kv: self.kv_heads, dim: self.head_dim };
                 if let Some(out) = kv.attend_qkv(layer, &qkv, &rope.tables(), heads, ctx, &self.params)? {
-                    return self.o_proj.forward(&out);
+                    return Ok((h, self.o_proj.forward(&out)?));
                 }
                 let (nq, nk) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
-                (qkv.narrow(1, 0, nq)?.contiguous()?, qkv.narrow(1, nq, nk)?.contiguous()?, qkv.narrow(1, nq + nk, nk)?.contiguous()?)
+                (h, (qkv.narrow(1, 0, nq)?.contiguous()?, qkv.narrow(1, nq, nk)?.contiguous()?, qkv.narrow(1, nq + nk, nk)?.contiguous()?))
             }
         };
         let q = split_heads(&q, self.heads, self.head_dim)?;
@@ -80,7 +87,7 @@ impl Attention {
         // 4. attend through the KV store (appends k/v for each row)
         let out = kv.attend(layer, &q, &k, &v, ctx, &self.params)?;
         // 5. output projection
-        self.o_proj.forward(&out)
+        Ok((h, self.o_proj.forward(&out)?))
     }
 }
 
@@ -138,19 +145,24 @@ impl Model for Llama {
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
         let mut h = self.embed_tokens.lookup(tokens, self.dtype)?;
         let rope = self.rope.at(&ctx.positions)?;
-        // Each residual add is fused with the norm that follows it (the next layer's input norm, the final norm).
-        let Some(first) = self.layers.first() else {
+        // Each residual add stays pending (`a`) until the norm that follows it — the next layer's input norm, the
+        // final norm — applies it, fused with that norm (and on the GPU with the projection after it).
+        if self.layers.is_empty() {
             return Err(crate::Error::InvalidModel("the model has no layers".into()));
-        };
-        let mut x = first.input_layernorm.forward(&h)?;
-        for (i, b) in self.layers.iter().enumerate() {
-            let a = b.attn.forward(&x, i, &rope, ctx, kv)?;
-            let (h2, x2) = b.post_attention_layernorm.forward_add(&h, &a)?;
-            let m = b.mlp.forward(&x2)?;
-            let next = self.layers.get(i + 1).map_or(&self.norm, |n| &n.input_layernorm);
-            (h, x) = next.forward_add(&h2, &m)?;
         }
-        let x = select_rows(&x, &ctx.logit_indices())?;
-        finish_logits(self.lm_head.forward(&x)?, self.cfg.final_logit_softcapping)
+        let mut a: Option<Tensor> = None;
+        for (i, b) in self.layers.iter().enumerate() {
+            let (h1, att) = b.attn.forward(&h, a.as_ref(), &b.input_layernorm, i, &rope, ctx, kv)?;
+            let (h2, m) = b.mlp.forward_add_norm(&h1, Some(&att), &b.post_attention_layernorm)?;
+            (h, a) = (h2, Some(m));
+        }
+        let rows = ctx.logit_indices();
+        let logits = if rows.len() == h.dim(0)? {
+            self.lm_head.forward_add_norm(&h, a.as_ref(), &self.norm)?.1
+        } else {
+            let (_, x) = self.norm.forward_opt_add(&h, a.as_ref())?;
+            self.lm_head.forward(&select_rows(&x, &rows)?)?
+        };
+        finish_logits(logits, self.cfg.final_logit_softcapping)
     }
 }

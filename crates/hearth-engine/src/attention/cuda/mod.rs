@@ -137,8 +137,9 @@ fn pv_batched() -> bool {
     *ON.get_or_init(|| !crate::gpu::env_off("HEARTH_CUDA_PV_BATCH"))
 }
 
-/// `HEARTH_CUDA_MERGE_FOLD=1` (opt-in, not yet measured on a GPU): the last split block of each (token, kv head)
-/// merges the splits itself, so no merge kernel follows a split attention launch.
+/// `HEARTH_CUDA_MERGE_FOLD=1` (opt-in: no gain at 1, 8 or 32 streams in the H200 A/B, docs/benchmarks.md sixth
+/// session): the last split block of each (token, kv head) merges the splits itself, so no merge kernel follows a
+/// split attention launch.
 fn merge_fold() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| crate::gpu::env_on("HEARTH_CUDA_MERGE_FOLD"))
@@ -168,7 +169,16 @@ fn split_below() -> usize {
     *N.get_or_init(|| std::env::var("HEARTH_CUDA_SPLIT_FILL").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(256))
 }
 
-/// Keys per split block (a multiple of 32, at least 64) when a step has too few (token, kv head) blocks to fill the
+/// The fewest keys a split block takes: `HEARTH_CUDA_SPLIT_KEYS` (a multiple of 32, 32..=4096; a tuning knob for
+/// A/B runs), else 64.
+fn split_min_keys() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("HEARTH_CUDA_SPLIT_KEYS").ok().and_then(|v| v.parse().ok()).filter(|&n: &usize| (32..=4096).contains(&n) && n % 32 == 0).unwrap_or(64)
+    })
+}
+
+/// Keys per split block (a multiple of 32, at least `split_min_keys`) when a step has too few (token, kv head) blocks to fill the
 /// GPU — decode steps of few rows — or None: one block per (token, kv head) then sees all its keys.
 pub fn split_keys(tokens: usize, kv_heads: usize, max_keys: usize) -> Option<usize> {
     let blocks = tokens * kv_heads;
@@ -176,7 +186,7 @@ pub fn split_keys(tokens: usize, kv_heads: usize, max_keys: usize) -> Option<usi
         return None;
     }
     let want = FILL_BLOCKS.div_ceil(blocks);
-    let per = max_keys.div_ceil(want.min(MAX_SPLITS)).div_ceil(32).max(2) * 32;
+    let per = max_keys.div_ceil(want.min(MAX_SPLITS)).div_ceil(32).max(split_min_keys() / 32) * 32;
     (max_keys.div_ceil(per) > 1).then_some(per)
 }
 

@@ -60,7 +60,7 @@ __device__ void write_kv(T *__restrict__ cache, const T *__restrict__ src, const
   for (int i = threadIdx.x; i < row_elems; i += blockDim.x) cache[dst + i] = src[s + i];
 }
 
-// Folded split merge (HEARTH_CUDA_MERGE_FOLD=1, opt-in, not yet measured): the split block of (b, g) that finishes
+// Folded split merge (HEARTH_CUDA_MERGE_FOLD=1, opt-in: no gain measured): the split block of (b, g) that finishes
 // last merges every split's partial for the G heads of g, with paged_attn_merge's arithmetic and order (the same
 // bits), so no merge launch follows the attention. The classic last-block pattern: each block makes its partials
 // visible (__threadfence) before it is counted; the last one reads them through L2 (__ldcg) and resets its
