@@ -4,7 +4,8 @@
 //!
 //! * the paged-attention kernels against the portable f32 attention on random data (f32 and bf16 caches, head
 //!   dims 64/128/256, GQA, scattered block tables, prefill pieces and decode tokens in one launch, sliding window,
-//!   soft-capping), the tensor-core prompt kernel included (16-bit caches, G a power of two);
+//!   soft-capping), the tensor-core prompt kernel included (16-bit caches, G a power of two), and the prefetching
+//!   decode kernel (decode-only steps) against the default one bit for bit;
 //! * the fused residual add + RMSNorm against a CPU computation;
 //! * the skinny decode matmuls (`gpu::gemv`: the one-row persistent kernel and the few-row kernel) against a CPU
 //!   matmul, and the one-row kernel that computes its input from the residual add + RMSNorm against the separate
@@ -54,10 +55,19 @@ fn kernel_case(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol:
 /// take the split (flash-decoding) path, whose partials a second launch merges (or, with HEARTH_CUDA_MERGE_FOLD=1,
 /// the last split block). Each step runs two layers on the same inputs, which must agree bit for bit.
 fn kernel_case_len(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol: f32, lens: [usize; 3]) {
+    kernel_case_steps(h, kvh, d, dtype, p, tol, lens, [1, 6, 1], false);
+}
+
+/// `kernel_case_len` with step 2's token counts `next` (all 1: a decode-only step) and, with `prefetch_layer1`, the
+/// second layer of each step forced through the prefetching decode kernel where it applies (the first forced off):
+/// the two must still agree bit for bit.
+#[allow(clippy::too_many_arguments)]
+fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol: f32, lens: [usize; 3], next: [usize; 3], prefetch_layer1: bool) {
+    use hearth_engine::attention::cuda::set_decode_prefetch;
     let dev = gpu();
     let bs = 16;
     // Scattered tables: block ids taken from a fixed permutation of the pool.
-    let need: Vec<usize> = lens.iter().zip([1, 6, 1]).map(|(l, extra)| (l + extra).div_ceil(bs)).collect();
+    let need: Vec<usize> = lens.iter().zip(next).map(|(l, extra)| (l + extra).div_ceil(bs)).collect();
     let total: usize = need.iter().sum::<usize>() + 3;
     let mut ids: Vec<u32> = (0..total as u32).collect();
     for i in (1..ids.len()).rev() {
@@ -73,7 +83,8 @@ fn kernel_case_len(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, 
     let mut hist_v: Vec<Vec<f32>> = vec![Vec::new(); 3];
     let mut seed = 1;
     let [a, b, c] = lens;
-    for step in [[(0usize, 0usize, a), (1, 0, b), (2, 0, c)], [(0, a, 1), (1, b, 6), (2, c, 1)]] {
+    let [na, nb, nc] = next;
+    for step in [[(0usize, 0usize, a), (1, 0, b), (2, 0, c)], [(0, a, na), (1, b, nb), (2, c, nc)]] {
         let t: usize = step.iter().map(|r| r.2).sum();
         let q = noise(t * h * d, seed);
         let k = noise(t * kvh * d, seed + 1);
@@ -87,11 +98,19 @@ fn kernel_case_len(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, 
         let ctx = BatchContext::new(&step, false, &dev).unwrap();
         let to_dev = |x: &Tensor| x.to_dtype(dtype).unwrap().to_device(&dev).unwrap();
         let (qd, kd, vd) = (to_dev(&qc), to_dev(&kc), to_dev(&vc));
+        if prefetch_layer1 {
+            set_decode_prefetch(Some(false));
+        }
         let out = kv.attend(0, &qd, &kd, &vd, &ctx, &p).unwrap();
         let out: Vec<Vec<f32>> = out.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
         // A second layer with the same inputs must give the same bits: its launches reuse the step's metadata
-        // (with HEARTH_CUDA_MERGE_FOLD=1, the merge counters that the first layer's last blocks must have reset).
+        // (with HEARTH_CUDA_MERGE_FOLD=1, the merge counters that the first layer's last blocks must have reset;
+        // with `prefetch_layer1`, another kernel with the same arithmetic).
+        if prefetch_layer1 {
+            set_decode_prefetch(Some(true));
+        }
         let out1 = kv.attend(1, &qd, &kd, &vd, &ctx, &p).unwrap();
+        set_decode_prefetch(None);
         let out1: Vec<Vec<f32>> = out1.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
         assert_eq!(out, out1, "h{h} kv{kvh} d{d} {dtype:?} {p:?}: layer 1 differs from layer 0");
         let mut start = 0;
@@ -151,6 +170,16 @@ fn paged_kernel_matches_portable_attention() {
     kernel_case(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(20), softcap: Some(5.0) }, 1.6e-2);
     kernel_case_len(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) }, 1.6e-2, [700, 333, 150]);
     kernel_case(32, 8, 128, DType::F16, plain, 2e-3);
+    // The prefetching decode kernel (HEARTH_CUDA_DECODE_PREFETCH): decode-only steps, 16-bit caches, D <= 128,
+    // against the default kernel on the same inputs (bit for bit) and the CPU: short contexts (no split), hundreds
+    // of keys (split), G = 1, 3 (rounded to 4), 4 and 8, a window with soft-capping, decode positions 1, 32 (the
+    // newest key alone in its tile) and 63 (the last of a full tile).
+    for (h, kvh, d, dtype, tol) in [(32, 8, 128, DType::BF16, 1.6e-2), (9, 3, 64, DType::F16, 2e-3), (8, 8, 128, DType::BF16, 1.6e-2), (16, 2, 128, DType::F16, 2e-3)] {
+        kernel_case_steps(h, kvh, d, dtype, plain, tol, [37, 51, 5], [1, 1, 1], true);
+        kernel_case_steps(h, kvh, d, dtype, plain, tol, [700, 333, 150], [1, 1, 1], true);
+        kernel_case_steps(h, kvh, d, dtype, plain, tol, [1, 32, 63], [1, 1, 1], true);
+    }
+    kernel_case_steps(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) }, 1.6e-2, [700, 333, 150], [1, 1, 1], true);
     // One token of one kv head over a very long context: the split count stays within the merge's 256.
     let per = hearth_engine::attention::cuda::split_keys(1, 1, 100_000).expect("a lone long row splits");
     assert!(100_000usize.div_ceil(per) <= 256, "{per} keys per split");

@@ -43,6 +43,7 @@ __device__ void addnorm_row(const T *h, const T *a, const T *__restrict__ wn, T 
                             uint4 *xv) {
   constexpr int V = Vec16<T>::N;
   constexpr int NV = ROW_CHUNK / WARPS;  // vectors per thread: the block holds the row's 32 * ROW_CHUNK
+  static_assert(ROW_CHUNK % WARPS == 0, "the block's threads cover the whole row");
   __shared__ uint4 xs[32 * ROW_CHUNK];
   __shared__ float part[WARPS];
   const int kv = K / V, t = threadIdx.x, lane = t % 32, warp = t / 32;

@@ -282,7 +282,7 @@ impl candle_core::CustomOp1 for Gemv {
                     Input::AddNorm { gated: Some(Act::Silu), .. } if s == 1 => format!("gemv_row_addnorm_silu_{sfx}"),
                     Input::AddNorm { gated: Some(Act::GeluTanh), .. } if s == 1 => format!("gemv_row_addnorm_gelu_{sfx}"),
                     Input::AddNorm { .. } if s == 1 => format!("gemv_row_addnorm_{sfx}"),
-                    Input::AddNorm { .. } => candle_core::bail!("hearth-gemv: the add+norm kernel holds rows of K <= {} only", k / s),
+                    Input::AddNorm { .. } => candle_core::bail!("hearth-gemv: the add+norm kernel holds rows of at most {} values", 32 * ROW_CHUNK * (16 / xs.dtype().size_in_bytes())),
                 };
                 (name, grid)
             }
@@ -298,6 +298,9 @@ impl candle_core::CustomOp1 for Gemv {
                 let w = cuda_of(&ws)?.as_cuda_slice::<$ty>()?.slice(w0..w1);
                 let (out, width) = match &self.input {
                     Input::AddNorm { a, wn, eps, gated } => {
+                        if gated.is_some() && n % 2 != 0 {
+                            candle_core::bail!("hearth-gemv: a gated epilogue needs an even gate|up width, not {n}");
+                        }
                         let h_len = if a.is_some() { k } else { 0 };
                         let width = if gated.is_some() { n / 2 } else { n };
                         // SAFETY: the kernel writes all `width` outputs and, with a, the k values of h + a before them.

@@ -119,6 +119,7 @@ impl PagedKv {
             max_blocks,
             max_keys,
             merge_counters: crate::attention::cuda::merge_counters(dev)?,
+            decode_only: ctx.rows.iter().all(|r| r.len == 1),
             tc: crate::attention::cuda::prefill::plan(ctx, heads, kv_heads, head_dim, dtype, dev)?,
         })
     }

@@ -40,6 +40,9 @@ pub struct StepMeta {
     pub max_keys: usize,
     /// Zeroed per-(token, kv head) counters for the folded split merge (`HEARTH_CUDA_MERGE_FOLD=1`), else None.
     pub merge_counters: Option<Tensor>,
+    /// Every packed token is its row's only token of the step (a decode-only step): the prefetching decode
+    /// kernel may read every key but each token's own before its `pdl_wait`.
+    pub decode_only: bool,
     /// Query tiles for the tensor-core prompt kernel ([`prefill`]), when the step has prompt pieces and the
     /// kernel serves the model's shape.
     pub tc: Option<prefill::TcPlan>,
@@ -152,6 +155,34 @@ pub fn merge_counters(dev: &candle_core::Device) -> Result<Option<Tensor>> {
         return Ok(None);
     }
     Ok(Some(Tensor::zeros(split_below(), DType::U32, dev)?))
+}
+
+/// The prefetching decode kernel (`paged_attn_pf`): 0 = as `HEARTH_CUDA_DECODE_PREFETCH` says (opt-in: built, not
+/// yet run on a GPU), 1 = forced on for every step it can serve, 2 = forced off (`set_decode_prefetch`, for tests).
+static DECODE_PREFETCH: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Force the prefetching decode kernel on or off for every later launch (None: back to the environment), e.g. to
+/// run one layer with it and one without in a test.
+pub fn set_decode_prefetch(on: Option<bool>) {
+    let v = match on {
+        None => 0,
+        Some(true) => 1,
+        Some(false) => 2,
+    };
+    DECODE_PREFETCH.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether this launch takes the prefetching decode kernel: a decode-only step, 16-bit caches with D <= 128, no
+/// tensor-core tiles; by default (`HEARTH_CUDA_DECODE_PREFETCH=1`) only when the launch is one wave of one block per
+/// multiprocessor (the kernel's register budget), forced by [`set_decode_prefetch`] for any size.
+fn use_prefetch(decode_only: bool, dtype: DType, d: usize, blocks: usize, sms: usize) -> bool {
+    static ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let eligible = decode_only && matches!(dtype, DType::BF16 | DType::F16) && d <= 128 && blocks > 0;
+    match DECODE_PREFETCH.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => eligible,
+        2 => false,
+        _ => eligible && blocks <= sms && *ENV.get_or_init(|| crate::gpu::env_on("HEARTH_CUDA_DECODE_PREFETCH")),
+    }
 }
 
 /// The most splits one token's keys are cut into (MAX_Z in the kernel: the merge's shared arrays).
@@ -273,11 +304,13 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         let tiles = tiles_g.as_ref().map(u32_view).transpose()?;
         // The CUDA-core kernel sized for this group: G query heads per kv head rounded up to a power of two.
         let gm = group.next_power_of_two();
-        let name = format!("paged_attn_{}_d{d}_g{gm}", sfx_c(qs.dtype())?);
-        let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
         let visible = if p.window > 0 { self.meta.max_keys.min(p.window) } else { self.meta.max_keys };
         let split = split_keys(n_cc, p.kv_heads, visible);
         let z = split.map_or(1, |k| visible.div_ceil(k));
+        let sms = crate::gpu::launch::device_props(&dev.cuda_stream()).sms;
+        let prefetch = tc.is_none() && n_cc == t && use_prefetch(self.meta.decode_only, qs.dtype(), d, n_cc * p.kv_heads * z, sms);
+        let name = if prefetch { format!("paged_attn_{}_d{d}_pf_g{gm}", sfx_c(qs.dtype())?) } else { format!("paged_attn_{}_d{d}_g{gm}", sfx_c(qs.dtype())?) };
+        let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
         let cfg = LaunchConfig { grid_dim: (n_cc as u32, p.kv_heads as u32, z as u32), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
         let (hh, kvh, bs, mb, win) = (h as i32, p.kv_heads as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
         let split_i = split.unwrap_or(0) as i32;
@@ -333,19 +366,26 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
                         Some((_, part)) => b.ptr(part),
                         None => b.null(),
                     };
+                    // The prefetching kernel takes neither the PV mode (it loads a tile's value rows at once) nor a
+                    // token list (it serves steps with no tensor-core tiles: every token).
                     let batched = pv_batched() as i32;
-                    b.val(&batched);
-                    match &rest {
-                        Some(r) => b.ptr(r),
-                        None => b.null(),
-                    };
+                    if !prefetch {
+                        b.val(&batched);
+                        match &rest {
+                            Some(r) => b.ptr(r),
+                            None => b.null(),
+                        };
+                    }
                     match &counters {
                         Some(c) => b.ptr(c),
                         None => b.null(),
                     };
                     // SAFETY: tables hold valid block ids for every visible position (the scheduler reserved them);
                     // rest lists n_cc packed token indices < t; counters (when given) hold n_cc * kv_heads zeros,
-                    // which the kernel's last blocks reset.
+                    // which the kernel's last blocks reset. The prefetching kernel reads before its pdl_wait only
+                    // cache rows of positions before each token's own: in a decode-only step those were written by
+                    // earlier steps (a block copy at the step's start is a plain launch, complete before any PDL
+                    // kernel of the step starts).
                     unsafe { b.launch(cfg) }.w()?;
                     if let (Some((merge, part)), None) = (&merge, &counters) {
                         let zi = z as i32;
