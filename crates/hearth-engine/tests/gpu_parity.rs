@@ -55,15 +55,27 @@ fn kernel_case(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol:
 /// take the split (flash-decoding) path, whose partials a second launch merges (or, with HEARTH_CUDA_MERGE_FOLD=1,
 /// the last split block). Each step runs two layers on the same inputs, which must agree bit for bit.
 fn kernel_case_len(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol: f32, lens: [usize; 3]) {
-    kernel_case_steps(h, kvh, d, dtype, p, tol, lens, [1, 6, 1], false);
+    kernel_case_steps(h, kvh, d, dtype, p, tol, lens, [1, 6, 1], Steps::default());
 }
 
-/// `kernel_case_len` with step 2's token counts `next` (all 1: a decode-only step) and, with `prefetch_layer1`, the
-/// second layer of each step forced through the prefetching decode kernel where it applies (the first forced off):
-/// the two must still agree bit for bit.
+/// How `kernel_case_steps` runs its layers.
+#[derive(Clone, Copy, Default)]
+struct Steps {
+    /// The second layer of each step forced through the prefetching decode kernel where it applies (the first
+    /// forced off): the two must still agree bit for bit.
+    prefetch_layer1: bool,
+    /// Through the store's fused path (`attend_qkv`: q|k|v in one tensor, rotated by the rope kernel — identity
+    /// tables here, so the CPU reference is unchanged — and k/v written by it under PDL) instead of `attend`
+    /// (k/v written by write_kv, a plain launch).
+    fused: bool,
+}
+
+/// `kernel_case_len` with step 2's token counts `next` (all 1: a decode-only step), run as `how` says.
 #[allow(clippy::too_many_arguments)]
-fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol: f32, lens: [usize; 3], next: [usize; 3], prefetch_layer1: bool) {
-    use hearth_engine::attention::cuda::set_decode_prefetch;
+fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol: f32, lens: [usize; 3], next: [usize; 3], how: Steps) {
+    use hearth_engine::attention::cuda::{set_decode_prefetch, DecodePrefetchGuard};
+    use hearth_engine::attention::{Heads, RopeTables};
+    let _reset = DecodePrefetchGuard;
     let dev = gpu();
     let bs = 16;
     // Scattered tables: block ids taken from a fixed permutation of the pool.
@@ -98,21 +110,31 @@ fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams
         let ctx = BatchContext::new(&step, false, &dev).unwrap();
         let to_dev = |x: &Tensor| x.to_dtype(dtype).unwrap().to_device(&dev).unwrap();
         let (qd, kd, vd) = (to_dev(&qc), to_dev(&kc), to_dev(&vc));
-        if prefetch_layer1 {
+        let mut run = |layer: usize| -> Vec<Vec<f32>> {
+            let out = if how.fused {
+                let qkv = Tensor::cat(&[qd.reshape((t, h * d)).unwrap(), kd.reshape((t, kvh * d)).unwrap(), vd.reshape((t, kvh * d)).unwrap()], 1).unwrap();
+                let (cos, sin) = (Tensor::ones((t, d / 2), DType::F32, &dev).unwrap(), Tensor::zeros((t, d / 2), DType::F32, &dev).unwrap());
+                let rope = RopeTables { cos: &cos, sin: &sin, interleaved: false };
+                kv.attend_qkv(layer, &qkv, &rope, Heads { q: h, kv: kvh, dim: d }, &ctx, &p).unwrap().expect("the paged store's fused path")
+            } else {
+                kv.attend(layer, &qd, &kd, &vd, &ctx, &p).unwrap()
+            };
+            out.to_dtype(DType::F32).unwrap().to_vec2().unwrap()
+        };
+        if how.prefetch_layer1 {
             set_decode_prefetch(Some(false));
         }
-        let out = kv.attend(0, &qd, &kd, &vd, &ctx, &p).unwrap();
-        let out: Vec<Vec<f32>> = out.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
+        let out = run(0);
         // A second layer with the same inputs must give the same bits: its launches reuse the step's metadata
         // (with HEARTH_CUDA_MERGE_FOLD=1, the merge counters that the first layer's last blocks must have reset;
         // with `prefetch_layer1`, another kernel with the same arithmetic).
-        if prefetch_layer1 {
+        if how.prefetch_layer1 {
             set_decode_prefetch(Some(true));
         }
-        let out1 = kv.attend(1, &qd, &kd, &vd, &ctx, &p).unwrap();
+        let out1 = run(1);
         set_decode_prefetch(None);
-        let out1: Vec<Vec<f32>> = out1.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
-        assert_eq!(out, out1, "h{h} kv{kvh} d{d} {dtype:?} {p:?}: layer 1 differs from layer 0");
+        let bits = |o: &Vec<Vec<f32>>| o.iter().flatten().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        assert!(bits(&out) == bits(&out1), "h{h} kv{kvh} d{d} {dtype:?} {p:?}: layer 1 differs from layer 0 (max-abs {})", max_abs_diff(&out.concat(), &out1.concat()));
         let mut start = 0;
         for &(slot, pos0, len) in &step {
             hist_k[slot].extend(kc.narrow(0, start, len).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap());
@@ -174,12 +196,23 @@ fn paged_kernel_matches_portable_attention() {
     // against the default kernel on the same inputs (bit for bit) and the CPU: short contexts (no split), hundreds
     // of keys (split), G = 1, 3 (rounded to 4), 4 and 8, a window with soft-capping, decode positions 1, 32 (the
     // newest key alone in its tile) and 63 (the last of a full tile).
+    let pf = Steps { prefetch_layer1: true, fused: false };
     for (h, kvh, d, dtype, tol) in [(32, 8, 128, DType::BF16, 1.6e-2), (9, 3, 64, DType::F16, 2e-3), (8, 8, 128, DType::BF16, 1.6e-2), (16, 2, 128, DType::F16, 2e-3)] {
-        kernel_case_steps(h, kvh, d, dtype, plain, tol, [37, 51, 5], [1, 1, 1], true);
-        kernel_case_steps(h, kvh, d, dtype, plain, tol, [700, 333, 150], [1, 1, 1], true);
-        kernel_case_steps(h, kvh, d, dtype, plain, tol, [1, 32, 63], [1, 1, 1], true);
+        kernel_case_steps(h, kvh, d, dtype, plain, tol, [37, 51, 5], [1, 1, 1], pf);
+        kernel_case_steps(h, kvh, d, dtype, plain, tol, [700, 333, 150], [1, 1, 1], pf);
+        kernel_case_steps(h, kvh, d, dtype, plain, tol, [1, 32, 63], [1, 1, 1], pf);
     }
-    kernel_case_steps(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) }, 1.6e-2, [700, 333, 150], [1, 1, 1], true);
+    kernel_case_steps(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) }, 1.6e-2, [700, 333, 150], [1, 1, 1], pf);
+    // 3 tokens x 128 kv heads: too many blocks to split, so each block walks all ~700 keys — several tiles per
+    // warp, the newest key in a later tile than the warp's first.
+    assert!(hearth_engine::attention::cuda::split_keys(3, 128, 701).is_none());
+    kernel_case_steps(128, 128, 64, DType::BF16, plain, 1.6e-2, [700, 333, 150], [1, 1, 1], pf);
+    // Through the fused path, where the rope kernel writes each token's own k/v row under PDL while the attention
+    // kernel may already be loading the older rows: the case the prefetch's "own row after the wait" is for.
+    let fused_pf = Steps { prefetch_layer1: true, fused: true };
+    kernel_case_steps(32, 8, 128, DType::BF16, plain, 1.6e-2, [700, 333, 150], [1, 1, 1], fused_pf);
+    kernel_case_steps(32, 8, 128, DType::BF16, plain, 1.6e-2, [1, 32, 63], [1, 1, 1], fused_pf);
+    kernel_case_steps(9, 3, 64, DType::F16, plain, 2e-3, [37, 51, 5], [1, 1, 1], fused_pf);
     // One token of one kv head over a very long context: the split count stays within the merge's 256.
     let per = hearth_engine::attention::cuda::split_keys(1, 1, 100_000).expect("a lone long row splits");
     assert!(100_000usize.div_ceil(per) <= 256, "{per} keys per split");

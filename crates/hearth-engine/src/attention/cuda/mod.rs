@@ -161,8 +161,9 @@ pub fn merge_counters(dev: &candle_core::Device) -> Result<Option<Tensor>> {
 /// yet run on a GPU), 1 = forced on for every step it can serve, 2 = forced off (`set_decode_prefetch`, for tests).
 static DECODE_PREFETCH: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
-/// Force the prefetching decode kernel on or off for every later launch (None: back to the environment), e.g. to
-/// run one layer with it and one without in a test.
+/// Force the prefetching decode kernel on (with the default split) or off for every later launch of the process
+/// (None: back to the environment), e.g. to run one layer with it and one without in a test. Prefer
+/// [`DecodePrefetchGuard`], which undoes it even when the test panics.
 pub fn set_decode_prefetch(on: Option<bool>) {
     let v = match on {
         None => 0,
@@ -172,16 +173,38 @@ pub fn set_decode_prefetch(on: Option<bool>) {
     DECODE_PREFETCH.store(v, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Whether this launch takes the prefetching decode kernel: a decode-only step, 16-bit caches with D <= 128, no
-/// tensor-core tiles; by default (`HEARTH_CUDA_DECODE_PREFETCH=1`) only when the launch is one wave of one block per
-/// multiprocessor (the kernel's register budget), forced by [`set_decode_prefetch`] for any size.
-fn use_prefetch(decode_only: bool, dtype: DType, d: usize, blocks: usize, sms: usize) -> bool {
+/// How a launch uses the prefetching decode kernel.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Prefetch {
+    /// The default kernel.
+    Off,
+    /// The prefetching kernel with the default split (forced by [`set_decode_prefetch`]: same partition, so the
+    /// test can require the default kernel's bits).
+    Forced,
+    /// The prefetching kernel with its keys split for one wave of one block per multiprocessor
+    /// (`HEARTH_CUDA_DECODE_PREFETCH=1`: the kernel's register budget allows one block per multiprocessor).
+    OneWave,
+}
+
+/// The prefetching decode kernel serves decode-only steps (each token's only new key is its own), 16-bit caches
+/// with D <= 128, no tensor-core tiles, the batched PV order (it reproduces that order; `HEARTH_CUDA_PV_BATCH=0`
+/// keeps the default kernel).
+fn prefetch_mode(decode_only: bool, dtype: DType, d: usize, has_tiles: bool) -> Prefetch {
     static ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let eligible = decode_only && matches!(dtype, DType::BF16 | DType::F16) && d <= 128 && blocks > 0;
+    let eligible = decode_only && matches!(dtype, DType::BF16 | DType::F16) && d <= 128 && !has_tiles && pv_batched();
     match DECODE_PREFETCH.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => eligible,
-        2 => false,
-        _ => eligible && blocks <= sms && *ENV.get_or_init(|| crate::gpu::env_on("HEARTH_CUDA_DECODE_PREFETCH")),
+        1 if eligible => Prefetch::Forced,
+        0 if eligible && *ENV.get_or_init(|| crate::gpu::env_on("HEARTH_CUDA_DECODE_PREFETCH")) => Prefetch::OneWave,
+        _ => Prefetch::Off,
+    }
+}
+
+/// Resets [`set_decode_prefetch`] to the environment when dropped.
+pub struct DecodePrefetchGuard;
+
+impl Drop for DecodePrefetchGuard {
+    fn drop(&mut self) {
+        set_decode_prefetch(None);
     }
 }
 
@@ -212,11 +235,15 @@ fn split_min_keys() -> usize {
 /// Keys per split block (a multiple of 32, at least `split_min_keys`) when a step has too few (token, kv head) blocks to fill the
 /// GPU — decode steps of few rows — or None: one block per (token, kv head) then sees all its keys.
 pub fn split_keys(tokens: usize, kv_heads: usize, max_keys: usize) -> Option<usize> {
+    split_keys_toward(tokens, kv_heads, max_keys, FILL_BLOCKS.div_ceil((tokens * kv_heads).max(1)))
+}
+
+/// [`split_keys`] aiming for `want` splits per (token, kv head) block.
+fn split_keys_toward(tokens: usize, kv_heads: usize, max_keys: usize, want: usize) -> Option<usize> {
     let blocks = tokens * kv_heads;
-    if !split_on() || blocks == 0 || blocks >= split_below() || max_keys <= 64 {
+    if !split_on() || blocks == 0 || blocks >= split_below() || max_keys <= 64 || want < 2 {
         return None;
     }
-    let want = FILL_BLOCKS.div_ceil(blocks);
     let per = max_keys.div_ceil(want.min(MAX_SPLITS)).div_ceil(32).max(split_min_keys() / 32) * 32;
     (max_keys.div_ceil(per) > 1).then_some(per)
 }
@@ -305,10 +332,23 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         // The CUDA-core kernel sized for this group: G query heads per kv head rounded up to a power of two.
         let gm = group.next_power_of_two();
         let visible = if p.window > 0 { self.meta.max_keys.min(p.window) } else { self.meta.max_keys };
-        let split = split_keys(n_cc, p.kv_heads, visible);
+        let mut mode = prefetch_mode(self.meta.decode_only, qs.dtype(), d, tc.is_some());
+        let split = match mode {
+            // At most one block per multiprocessor: as many splits per (token, kv head) as fit one wave.
+            Prefetch::OneWave => {
+                let sms = crate::gpu::launch::device_props(&dev.cuda_stream()).sms;
+                let blocks = n_cc * p.kv_heads;
+                if blocks > sms {
+                    mode = Prefetch::Off; // more than one wave without splitting: not this kernel's case
+                    split_keys(n_cc, p.kv_heads, visible)
+                } else {
+                    split_keys_toward(n_cc, p.kv_heads, visible, sms / blocks.max(1))
+                }
+            }
+            _ => split_keys(n_cc, p.kv_heads, visible),
+        };
         let z = split.map_or(1, |k| visible.div_ceil(k));
-        let sms = crate::gpu::launch::device_props(&dev.cuda_stream()).sms;
-        let prefetch = tc.is_none() && n_cc == t && use_prefetch(self.meta.decode_only, qs.dtype(), d, n_cc * p.kv_heads * z, sms);
+        let prefetch = mode != Prefetch::Off;
         let name = if prefetch { format!("paged_attn_{}_d{d}_pf_g{gm}", sfx_c(qs.dtype())?) } else { format!("paged_attn_{}_d{d}_g{gm}", sfx_c(qs.dtype())?) };
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
         let cfg = LaunchConfig { grid_dim: (n_cc as u32, p.kv_heads as u32, z as u32), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
@@ -383,9 +423,12 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
                     // SAFETY: tables hold valid block ids for every visible position (the scheduler reserved them);
                     // rest lists n_cc packed token indices < t; counters (when given) hold n_cc * kv_heads zeros,
                     // which the kernel's last blocks reset. The prefetching kernel reads before its pdl_wait only
-                    // cache rows of positions before each token's own: in a decode-only step those were written by
-                    // earlier steps (a block copy at the step's start is a plain launch, complete before any PDL
-                    // kernel of the step starts).
+                    // cache rows of positions before each token's own. That is sound while (1) the host syncs on a
+                    // step's result before it issues the next step (the engine's loop does), (2) within a step only
+                    // the tokens' own rows (`slots`) are written (write_kv, qkv_rope; a decode-only step has one new
+                    // row per token), and (3) rows shared between sequences are full prompt blocks, copied on
+                    // fork by the scheduler between steps (`PagedKv::copy_block`). Speculative rollback, an in-step
+                    // prefix fill or a PDL copy kernel would break it: they must keep this kernel off.
                     unsafe { b.launch(cfg) }.w()?;
                     if let (Some((merge, part)), None) = (&merge, &counters) {
                         let zi = z as i32;

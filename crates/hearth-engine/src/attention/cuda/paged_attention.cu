@@ -243,7 +243,7 @@ __device__ void paged_attn(const T *q, const T *kc, const T *vc,
 
   pdl_trigger();
   const KeyRange range = key_range(tables, tok_row, tok_pos, t, max_blocks, window, split_keys);
-  const int p = range.p, start = range.start, k_lo = range.k_lo, n_keys = range.n_keys;
+  const int start = range.start, k_lo = range.k_lo, n_keys = range.n_keys;
   const uint32_t *table = range.table;
   const size_t row_stride = (size_t)KvH * D;
   // This lane's block-table entry for a tile, loaded one tile ahead of its use (the first one before the
