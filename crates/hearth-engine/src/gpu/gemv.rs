@@ -32,8 +32,8 @@ const WARPS: usize = 4;
 /// 16-byte vectors per lane the one-row kernel holds: its K is at most 32 lanes * this many vectors.
 const ROW_CHUNK: usize = 16;
 /// Blocks per multiprocessor of the one-row kernel's persistent grid (4 measured best of 4 and 6 blocks of 4 warps
-/// and 2 of 8, gemv_probe.cu). The kernel takes 224 registers (x is held unpacked), so 2 blocks are resident per
-/// multiprocessor and the grid runs in two rounds — as in the probe, whose kernel compiles to the same count.
+/// and 2 of 8, gemv_probe.cu; 2 gave no gain in the sixth session's serving A/B). The kernels take ~220 registers
+/// (x is held in registers), so 2 blocks are resident per multiprocessor and the grid runs in two rounds.
 const ROW_BLOCKS_PER_SM: usize = 4;
 
 /// The one-row kernels' blocks per multiprocessor: `HEARTH_GPU_GEMV_BLOCKS` (1..=8, a tuning knob for A/B runs),
@@ -169,7 +169,7 @@ pub fn matmul_if_on(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
 /// `gemv_row` (K beyond one warp's row, `HEARTH_GPU_GEMV=0`), when `HEARTH_GPU_GEMV_NORM=0`, or when the inputs
 /// are not one row of K in w's dtype: the caller runs the norm and the matmul.
 pub fn matmul_add_norm(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
-    add_norm(h, a, wn, eps, w, Epilogue::None)
+    add_norm(h, a, wn, eps, w, None)
 }
 
 /// [`matmul_add_norm`] over a fused gate|up matrix w (2I, K) with the gated activation as its epilogue: (h + a,
@@ -179,17 +179,11 @@ pub fn matmul_add_norm_gated(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f
     if !gated_on() || w.dim(0)? % 2 != 0 {
         return Ok(None);
     }
-    add_norm(h, a, wn, eps, w, Epilogue::Gated(act))
+    add_norm(h, a, wn, eps, w, Some(act))
 }
 
-/// What the norm-fused kernel does with its column sums.
-#[derive(Clone, Copy)]
-enum Epilogue {
-    None,
-    Gated(Act),
-}
-
-fn add_norm(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor, epi: Epilogue) -> Result<Option<(Tensor, Tensor)>> {
+/// [`matmul_add_norm`], with the gated-activation epilogue when `gated` names the activation.
+fn add_norm(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor, gated: Option<Act>) -> Result<Option<(Tensor, Tensor)>> {
     let k = h.dim(candle_core::D::Minus1)?;
     if !norm_on() || !row_on() || one_row_split(k, h.dtype()) != Some(1) {
         return Ok(None);
@@ -213,20 +207,22 @@ fn add_norm(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor, e
     if wn.layout().start_offset() % (16 / wn.dtype().size_in_bytes()) != 0 {
         return Ok(None);
     }
-    let n = w.dim(0)?;
-    let width = match epi {
-        Epilogue::None => n,
-        Epilogue::Gated(_) => n / 2,
-    };
+    let width = out_columns(w.dim(0)?, gated);
     let with_h = a2.is_some();
-    let gated = match epi {
-        Epilogue::Gated(act) => Some(act),
-        _ => None,
-    };
     let out = h2.apply_op1_no_bwd(&Gemv { w: w.clone(), input: Input::AddNorm { a: a2, wn, eps, gated } })?;
     // The output row: [h + a (K values, when a was given)][the epilogue's `width` values].
     let (h_new, y) = if with_h { (out.narrow(1, 0, k)?.reshape(h.dims())?, out.narrow(1, k, width)?) } else { (h.clone(), out) };
     Ok(Some((h_new, y.reshape(dims_with_last(h, width))?)))
+}
+
+/// The output columns of a one-row launch over n matrix columns: n, or n / 2 with the gated epilogue (one per
+/// gate|up pair).
+fn out_columns(n: usize, gated: Option<Act>) -> usize {
+    if gated.is_some() {
+        n / 2
+    } else {
+        n
+    }
 }
 
 /// Where the one-row kernel's input comes from (gemv.cu's MODE).
@@ -267,15 +263,19 @@ impl candle_core::CustomOp1 for Gemv {
         let threads = (WARPS * 32) as u32;
         let split = if m == 1 { one_row_split(k, xs.dtype()) } else { None };
         let sfx = sfx_c(xs.dtype())?;
+        let gated = match &self.input {
+            Input::AddNorm { gated, .. } => *gated,
+            Input::Plain => None,
+        };
+        if gated.is_some() && n % 2 != 0 {
+            candle_core::bail!("hearth-gemv: a gated epilogue needs an even gate|up width, not {n}");
+        }
+        let cols = out_columns(n, gated);
         let (name, grid) = match split {
             Some(s) => {
                 let sms = super::launch::device_props(&stream).sms;
-                // Columns (pairs, with a paired epilogue) a block takes per step: WARPS / s.
-                let items = match &self.input {
-                    Input::AddNorm { gated: Some(_), .. } => n / 2,
-                    _ => n,
-                };
-                let grid = items.div_ceil(WARPS / s).min(sms * row_blocks_per_sm()).max(1);
+                // Output columns (gate|up pairs, with the gated epilogue) a block takes per step: WARPS / s.
+                let grid = cols.div_ceil(WARPS / s).min(sms * row_blocks_per_sm()).max(1);
                 let name = match &self.input {
                     Input::Plain if s == 1 => format!("gemv_row_{sfx}"),
                     Input::Plain => format!("gemv_row_split_{sfx}_s{s}"),
@@ -297,14 +297,10 @@ impl candle_core::CustomOp1 for Gemv {
                 let x = xs.as_cuda_slice::<$ty>()?.slice(x0..x1);
                 let w = cuda_of(&ws)?.as_cuda_slice::<$ty>()?.slice(w0..w1);
                 let (out, width) = match &self.input {
-                    Input::AddNorm { a, wn, eps, gated } => {
-                        if gated.is_some() && n % 2 != 0 {
-                            candle_core::bail!("hearth-gemv: a gated epilogue needs an even gate|up width, not {n}");
-                        }
+                    Input::AddNorm { a, wn, eps, .. } => {
                         let h_len = if a.is_some() { k } else { 0 };
-                        let width = if gated.is_some() { n / 2 } else { n };
-                        // SAFETY: the kernel writes all `width` outputs and, with a, the k values of h + a before them.
-                        let out = unsafe { dev.alloc::<$ty>(h_len + width)? };
+                        // SAFETY: the kernel writes all `cols` outputs and, with a, the k values of h + a before them.
+                        let out = unsafe { dev.alloc::<$ty>(h_len + cols)? };
                         let (wns, wnl) = wn.storage_and_layout();
                         let (n0, n1) = contiguous(wnl, "norm weight")?;
                         if n1 - n0 != k {
@@ -312,10 +308,7 @@ impl candle_core::CustomOp1 for Gemv {
                         }
                         let wn = cuda_of(&wns)?.as_cuda_slice::<$ty>()?.slice(n0..n1);
                         let (h_out, y) = (out.slice(..h_len), out.slice(h_len..));
-                        let a_guard = match a {
-                            Some(a) => Some(a.storage_and_layout()),
-                            None => None,
-                        };
+                        let a_guard = a.as_ref().map(|a| a.storage_and_layout());
                         let a_slice = match &a_guard {
                             Some((as_, al)) => {
                                 let (a0, a1) = contiguous(al, "a")?;
@@ -340,7 +333,7 @@ impl candle_core::CustomOp1 for Gemv {
                         // its pdl_wait.
                         unsafe { b.launch(cfg) }.w()?;
                         drop((h_out, y));
-                        (out, h_len + width)
+                        (out, h_len + cols)
                     }
                     _ => {
                         // SAFETY: the kernel writes all m * n outputs.

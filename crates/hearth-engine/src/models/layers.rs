@@ -340,12 +340,8 @@ impl Mlp {
         match &self.gate_up {
             GateUp::Fused(f) => {
                 #[cfg(feature = "cuda")]
-                {
-                    use crate::gpu::fused::Act;
-                    let act = if self.act == Activation::Silu { Act::Silu } else { Act::GeluTanh };
-                    if let Some((h, x)) = f.forward_add_norm_gated(h, a, norm, act)? {
-                        return Ok((h, self.down.forward(&x)?));
-                    }
+                if let Some((h, x)) = f.forward_add_norm_gated(h, a, norm, gpu_act(self.act))? {
+                    return Ok((h, self.down.forward(&x)?));
                 }
                 let (h, gu) = f.forward_add_norm(h, a, norm)?;
                 Ok((h, self.down_act(&gu)?))
@@ -364,10 +360,20 @@ impl Mlp {
     }
 }
 
+/// The GPU kernels' name for a gated activation.
+#[cfg(feature = "cuda")]
+fn gpu_act(act: Activation) -> crate::gpu::fused::Act {
+    use crate::gpu::fused::Act;
+    if act == Activation::Silu {
+        Act::Silu
+    } else {
+        Act::GeluTanh
+    }
+}
+
 #[cfg(feature = "cuda")]
 fn fused_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
-    use crate::gpu::fused::{act_mul, Act};
-    act_mul(gu, if act == Activation::Silu { Act::Silu } else { Act::GeluTanh })
+    crate::gpu::fused::act_mul(gu, gpu_act(act))
 }
 
 #[cfg(not(feature = "cuda"))]
