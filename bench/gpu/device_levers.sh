@@ -12,7 +12,7 @@ for t in .gpu/tests/*.xz; do n=$(basename "$t" .xz); xz -dc "$t" > "/tmp/hbin/$n
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 ( python3 bench/gpu/make_llama8b.py /tmp/llama8b > "$OUT/make.log" 2>&1 ) &
 MK=$!
-K="paged_kernel argmax add_rmsnorm gemv"
+K="paged_kernel decode_cluster argmax add_rmsnorm gemv"
 HEARTH_REPO_ROOT=$PWD timeout 200 /tmp/hbin/gpu_parity --test-threads 1 $K > "$OUT/kernel_tests.log" 2>&1
 HEARTH_CUDA_PDL=0 HEARTH_REPO_ROOT=$PWD timeout 200 /tmp/hbin/gpu_parity --test-threads 1 $K \
   > "$OUT/kernel_tests_nopdl.log" 2>&1

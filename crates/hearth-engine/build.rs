@@ -1,4 +1,4 @@
-//! With the `cuda` feature: compile hearth's CUDA kernels (src/attention/cuda/{paged_attention,prefill_tc}.cu, src/gpu/fused.cu,
+//! With the `cuda` feature: compile hearth's CUDA kernels (src/attention/cuda/{paged_attention,prefill_tc,decode_cluster}.cu, src/gpu/fused.cu,
 //! src/gpu/gemv.cu, src/gpu/argmax.cu) to PTX with the CUDA toolchain's nvcc
 //! (`$CUDA_HOME/bin/nvcc`, else `nvcc` on PATH) for `CUDA_COMPUTE_CAP` (default 90). scripts/build-cuda sets both.
 use std::path::PathBuf;
@@ -12,10 +12,11 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     println!("cargo:rerun-if-changed=src/gpu/common.cuh");
+    println!("cargo:rerun-if-changed=src/attention/cuda/attn_common.cuh");
     // The compute capability the PTX targets: gpu/launch.rs enables PDL only when the kernels' griddepcontrol
     // instructions are compiled in (sm_90+), whatever GPU the binary later runs on.
     println!("cargo:rustc-env=HEARTH_PTX_CAP={}", std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "90".into()));
-    for src in ["src/attention/cuda/paged_attention.cu", "src/attention/cuda/prefill_tc.cu", "src/gpu/fused.cu", "src/gpu/gemv.cu", "src/gpu/argmax.cu"] {
+    for src in ["src/attention/cuda/paged_attention.cu", "src/attention/cuda/prefill_tc.cu", "src/attention/cuda/decode_cluster.cu", "src/gpu/fused.cu", "src/gpu/gemv.cu", "src/gpu/argmax.cu"] {
         ptx(src);
     }
 }

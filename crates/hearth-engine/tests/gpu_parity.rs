@@ -4,8 +4,8 @@
 //!
 //! * the paged-attention kernels against the portable f32 attention on random data (f32 and bf16 caches, head
 //!   dims 64/128/256, GQA, scattered block tables, prefill pieces and decode tokens in one launch, sliding window,
-//!   soft-capping), the tensor-core prompt kernel included (16-bit caches, G a power of two), and the prefetching
-//!   decode kernel (decode-only steps) against the default one bit for bit;
+//!   soft-capping), the tensor-core prompt kernel included (16-bit caches, G a power of two), and the cluster decode
+//!   kernel (decode-only steps: rope, attention and split merge in one launch) against the default path;
 //! * the fused residual add + RMSNorm against a CPU computation;
 //! * the skinny decode matmuls (`gpu::gemv`: the one-row persistent kernel and the few-row kernel) against a CPU
 //!   matmul, and the one-row kernel that computes its input from the residual add + RMSNorm against the separate
@@ -61,9 +61,10 @@ fn kernel_case_len(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, 
 /// How `kernel_case_steps` runs its layers.
 #[derive(Clone, Copy, Default)]
 struct Steps {
-    /// The second layer of each step forced through the prefetching decode kernel where it applies (the first
-    /// forced off): the two must still agree bit for bit.
-    prefetch_layer1: bool,
+    /// The second layer of each step forced through the cluster decode kernel where it applies (the first forced
+    /// off; fused path only): the two must agree within `tol` (their key splits differ, so their sums' order does),
+    /// and both match the CPU.
+    cluster_layer1: bool,
     /// Through the store's fused path (`attend_qkv`: q|k|v in one tensor, rotated by the rope kernel — identity
     /// tables here, so the CPU reference is unchanged — and k/v written by it under PDL) instead of `attend`
     /// (k/v written by write_kv, a plain launch).
@@ -73,9 +74,9 @@ struct Steps {
 /// `kernel_case_len` with step 2's token counts `next` (all 1: a decode-only step), run as `how` says.
 #[allow(clippy::too_many_arguments)]
 fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol: f32, lens: [usize; 3], next: [usize; 3], how: Steps) {
-    use hearth_engine::attention::cuda::{set_decode_prefetch, DecodePrefetchGuard};
+    use hearth_engine::attention::cuda::decode::{set_decode_cluster, ClusterGuard};
     use hearth_engine::attention::{Heads, RopeTables};
-    let _reset = DecodePrefetchGuard;
+    let _reset = ClusterGuard;
     let dev = gpu();
     let bs = 16;
     // Scattered tables: block ids taken from a fixed permutation of the pool.
@@ -121,20 +122,25 @@ fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams
             };
             out.to_dtype(DType::F32).unwrap().to_vec2().unwrap()
         };
-        if how.prefetch_layer1 {
-            set_decode_prefetch(Some(false));
+        if how.cluster_layer1 {
+            set_decode_cluster(Some(false));
         }
         let out = run(0);
         // A second layer with the same inputs must give the same bits: its launches reuse the step's metadata
         // (with HEARTH_CUDA_MERGE_FOLD=1, the merge counters that the first layer's last blocks must have reset;
-        // with `prefetch_layer1`, another kernel with the same arithmetic).
-        if how.prefetch_layer1 {
-            set_decode_prefetch(Some(true));
+        // with `cluster_layer1`, the cluster kernel where it applies: then within tol).
+        if how.cluster_layer1 {
+            set_decode_cluster(Some(true));
         }
         let out1 = run(1);
-        set_decode_prefetch(None);
+        set_decode_cluster(None);
         let bits = |o: &Vec<Vec<f32>>| o.iter().flatten().map(|x| x.to_bits()).collect::<Vec<u32>>();
-        assert!(bits(&out) == bits(&out1), "h{h} kv{kvh} d{d} {dtype:?} {p:?}: layer 1 differs from layer 0 (max-abs {})", max_abs_diff(&out.concat(), &out1.concat()));
+        if how.cluster_layer1 {
+            let diff = max_abs_diff(&out.concat(), &out1.concat());
+            assert!(diff < tol, "h{h} kv{kvh} d{d} {dtype:?} {p:?}: the cluster kernel's layer differs by {diff}");
+        } else {
+            assert!(bits(&out) == bits(&out1), "h{h} kv{kvh} d{d} {dtype:?} {p:?}: layer 1 differs from layer 0 (max-abs {})", max_abs_diff(&out.concat(), &out1.concat()));
+        }
         let mut start = 0;
         for &(slot, pos0, len) in &step {
             hist_k[slot].extend(kc.narrow(0, start, len).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap());
@@ -148,8 +154,10 @@ fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams
             let want = cpu::attend_row(&qc.narrow(0, start, len).unwrap(), &kr, &vr, pos0, kv_pos0, &p).unwrap();
             let want: Vec<Vec<f32>> = want.to_vec2().unwrap();
             for i in 0..len {
-                let diff = max_abs_diff(&out[start + i], &want[i]);
-                assert!(diff < tol, "h{h} kv{kvh} d{d} {dtype:?} {p:?}: slot {slot} position {}: max-abs {diff}", pos0 + i);
+                for (layer, o) in [&out, &out1].into_iter().enumerate() {
+                    let diff = max_abs_diff(&o[start + i], &want[i]);
+                    assert!(diff < tol, "h{h} kv{kvh} d{d} {dtype:?} {p:?}: layer {layer} slot {slot} position {}: max-abs {diff}", pos0 + i);
+                }
             }
             start += len;
         }
@@ -192,30 +200,77 @@ fn paged_kernel_matches_portable_attention() {
     kernel_case(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(20), softcap: Some(5.0) }, 1.6e-2);
     kernel_case_len(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) }, 1.6e-2, [700, 333, 150]);
     kernel_case(32, 8, 128, DType::F16, plain, 2e-3);
-    // The prefetching decode kernel (HEARTH_CUDA_DECODE_PREFETCH): decode-only steps, 16-bit caches, D <= 128,
-    // against the default kernel on the same inputs (bit for bit) and the CPU: short contexts (no split), hundreds
-    // of keys (split), G = 1, 3 (rounded to 4), 4 and 8, a window with soft-capping, decode positions 1, 32 (the
-    // newest key alone in its tile) and 63 (the last of a full tile).
-    let pf = Steps { prefetch_layer1: true, fused: false };
-    for (h, kvh, d, dtype, tol) in [(32, 8, 128, DType::BF16, 1.6e-2), (9, 3, 64, DType::F16, 2e-3), (8, 8, 128, DType::BF16, 1.6e-2), (16, 2, 128, DType::F16, 2e-3)] {
-        kernel_case_steps(h, kvh, d, dtype, plain, tol, [37, 51, 5], [1, 1, 1], pf);
-        kernel_case_steps(h, kvh, d, dtype, plain, tol, [700, 333, 150], [1, 1, 1], pf);
-        kernel_case_steps(h, kvh, d, dtype, plain, tol, [1, 32, 63], [1, 1, 1], pf);
+    // The cluster decode kernel (HEARTH_CUDA_DECODE_CLUSTER; fused path, decode-only steps) against the default
+    // path and the CPU: short contexts (one split), hundreds of keys (several splits, some past a short row's last
+    // key), G = 1, 3 (rounded to 4), 4, 8 and 16, f32/bf16/f16, a window with soft-capping, decode positions 1, 32
+    // (the newest key alone in its tile) and 63 (the last of a full tile), and 128 kv heads (one split each).
+    let cl = Steps { cluster_layer1: true, fused: true };
+    for (h, kvh, d, dtype, tol) in [(32, 8, 128, DType::BF16, 1.6e-2), (9, 3, 64, DType::F16, 2e-3), (8, 8, 128, DType::BF16, 1.6e-2), (16, 1, 64, DType::F32, 2e-5), (4, 1, 256, DType::BF16, 1.6e-2)] {
+        kernel_case_steps(h, kvh, d, dtype, plain, tol, [37, 51, 5], [1, 1, 1], cl);
+        kernel_case_steps(h, kvh, d, dtype, plain, tol, [700, 333, 150], [1, 1, 1], cl);
+        kernel_case_steps(h, kvh, d, dtype, plain, tol, [1, 32, 63], [1, 1, 1], cl);
     }
-    kernel_case_steps(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) }, 1.6e-2, [700, 333, 150], [1, 1, 1], pf);
-    // 3 tokens x 128 kv heads: too many blocks to split, so each block walks all ~700 keys — several tiles per
-    // warp, the newest key in a later tile than the warp's first.
-    assert!(hearth_engine::attention::cuda::split_keys(3, 128, 701).is_none());
-    kernel_case_steps(128, 128, 64, DType::BF16, plain, 1.6e-2, [700, 333, 150], [1, 1, 1], pf);
-    // Through the fused path, where the rope kernel writes each token's own k/v row under PDL while the attention
-    // kernel may already be loading the older rows: the case the prefetch's "own row after the wait" is for.
-    let fused_pf = Steps { prefetch_layer1: true, fused: true };
-    kernel_case_steps(32, 8, 128, DType::BF16, plain, 1.6e-2, [700, 333, 150], [1, 1, 1], fused_pf);
-    kernel_case_steps(32, 8, 128, DType::BF16, plain, 1.6e-2, [1, 32, 63], [1, 1, 1], fused_pf);
-    kernel_case_steps(9, 3, 64, DType::F16, plain, 2e-3, [37, 51, 5], [1, 1, 1], fused_pf);
+    kernel_case_steps(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) }, 1.6e-2, [700, 333, 150], [1, 1, 1], cl);
+    kernel_case_steps(128, 128, 64, DType::BF16, plain, 1.6e-2, [700, 333, 150], [1, 1, 1], cl);
     // One token of one kv head over a very long context: the split count stays within the merge's 256.
     let per = hearth_engine::attention::cuda::split_keys(1, 1, 100_000).expect("a lone long row splits");
     assert!(100_000usize.div_ceil(per) <= 256, "{per} keys per split");
+}
+
+/// The cluster decode kernel's rotary embedding against `qkv_rope`'s, with random (non-identity) rope tables in both
+/// layouts: three steps over three sequences (a prefill, then two decode-only steps), layer 0 through `qkv_rope` and
+/// the split attention, layer 1 through the cluster kernel, on the same inputs. Step 2's outputs compare q's
+/// rotation and the own key's; step 3's also read the k/v rows that step 2 wrote (layer 1: the cluster kernel's).
+#[test]
+fn decode_cluster_rope_matches_qkv_rope() {
+    use hearth_engine::attention::cuda::decode::{set_decode_cluster, ClusterGuard};
+    use hearth_engine::attention::{Heads, RopeTables};
+    let _reset = ClusterGuard;
+    let dev = gpu();
+    let plain = AttnParams { scale: 0.125, window: None, softcap: None };
+    for (h, kvh, d, dtype, tol) in [(32usize, 8usize, 128usize, DType::F32, 2e-5f32), (32, 8, 128, DType::BF16, 1.6e-2), (9, 3, 64, DType::F16, 2e-3)] {
+        for interleaved in [false, true] {
+            let bs = 16;
+            let lens = [700usize, 40, 5];
+            let need: Vec<usize> = lens.iter().map(|l| (l + 2).div_ceil(bs)).collect();
+            let total: usize = need.iter().sum();
+            let mut kv = PagedKv::new(2, total, bs, kvh, d, dtype, &dev).unwrap();
+            let mut at = 0u32;
+            for (slot, &n) in need.iter().enumerate() {
+                kv.set_table(slot, &(at..at + n as u32).rev().collect::<Vec<u32>>());
+                at += n as u32;
+            }
+            let mut seed = 7000;
+            let mut pos = [0usize; 3];
+            for step in 0..3 {
+                let rows: Vec<(usize, usize, usize)> = (0..3).map(|r| (r, pos[r], if step == 0 { lens[r] } else { 1 })).collect();
+                let t: usize = rows.iter().map(|r| r.2).sum();
+                let ctx = BatchContext::new(&rows, false, &dev).unwrap();
+                let mk = |n: usize, shape: (usize, usize), seed: u64, dt: DType| Tensor::from_vec(noise(n, seed), shape, &Device::Cpu).unwrap().to_dtype(dt).unwrap().to_device(&dev).unwrap();
+                let qkv = mk(t * (h + 2 * kvh) * d, (t, (h + 2 * kvh) * d), seed, dtype);
+                // Angles of a unit circle: cos² + sin² = 1, as rope tables are.
+                let ang = mk(t * d / 2, (t, d / 2), seed + 1, DType::F32);
+                let ang = (ang * 3.0).unwrap();
+                let (cos, sin) = (ang.cos().unwrap(), ang.sin().unwrap());
+                seed += 2;
+                let rope = RopeTables { cos: &cos, sin: &sin, interleaved };
+                let heads = Heads { q: h, kv: kvh, dim: d };
+                let mut run = |layer: usize, cluster: bool| -> Vec<f32> {
+                    set_decode_cluster(Some(cluster));
+                    let out = kv.attend_qkv(layer, &qkv, &rope, heads, &ctx, &plain).unwrap().expect("the paged store's fused path");
+                    set_decode_cluster(None);
+                    out.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+                };
+                let (a, b) = (run(0, false), run(1, true));
+                assert!(a.iter().chain(&b).all(|v| v.is_finite()), "{dtype:?} step {step}: non-finite output");
+                let diff = max_abs_diff(&a, &b);
+                assert!(diff < tol, "h{h} kv{kvh} d{d} {dtype:?} interleaved {interleaved} step {step}: cluster vs qkv_rope + split attention max-abs {diff}");
+                for (r, row) in rows.iter().enumerate() {
+                    pos[r] += row.2;
+                }
+            }
+        }
+    }
 }
 
 /// Greedy sampling on the device (`gpu::argmax`) against the CPU sampler's argmax: random rows of the vocabulary

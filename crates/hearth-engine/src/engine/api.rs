@@ -119,6 +119,12 @@ pub struct EngineStats {
     pub step_issue_ms_total: f64,
     pub step_wait_ms_total: f64,
     pub step_sample_ms_total: f64,
+    /// With `HEARTH_CUDA_STEP_TIMING=1` (CUDA builds): the device's time from a step's first upload to its last
+    /// kernel (CUDA events), and the time from one step's last kernel to the next step's first upload, summed over
+    /// `step_gaps_total` consecutive pairs (the device idles there unless the host queued work). 0 when off.
+    pub step_device_ms_total: f64,
+    pub step_gap_ms_total: f64,
+    pub step_gaps_total: u64,
 }
 
 /// Engine sizing.

@@ -19,6 +19,12 @@ __device__ __forceinline__ float gelu_tanh(float g) {
   return 0.5f * g * (1.f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
 }
 
+// One rotary pair (x0, x1) at angle (c, s) = (cos, sin), with explicit roundings so that every kernel that rotates
+// (fused.cu's qkv_rope, decode_cluster.cu) makes the same bits.
+__device__ __forceinline__ float2 rope_pair(float x0, float x1, float c, float s) {
+  return make_float2(__fmaf_rn(x0, c, -__fmul_rn(x1, s)), __fmaf_rn(x1, c, __fmul_rn(x0, s)));
+}
+
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
   return v;

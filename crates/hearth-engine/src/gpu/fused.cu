@@ -91,8 +91,9 @@ __device__ void qkv_rope(const T *qkv, const float *__restrict__ cos_t, const fl
   const int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
   const float x0 = to_f(src[i0]), x1 = to_f(src[i1]);
   T *dst = head < H ? q_out + ((size_t)t * H + head) * D : kc + ((size_t)slots[t] * KvH + (head - H)) * D;
-  dst[i0] = from_f<T>(x0 * c - x1 * s);
-  dst[i1] = from_f<T>(x1 * c + x0 * s);
+  const float2 r = rope_pair(x0, x1, c, s);
+  dst[i0] = from_f<T>(r.x);
+  dst[i1] = from_f<T>(r.y);
 }
 
 #define ADD_RMSNORM(SFX, T, VPT)                                                                               \

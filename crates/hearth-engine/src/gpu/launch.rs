@@ -62,6 +62,12 @@ pub fn pdl_on(stream: &CudaStream) -> bool {
     allowed && device_props(stream).hopper
 }
 
+/// Whether thread-block clusters can be launched on this stream's device: the PTX built for compute capability 9.0+
+/// (the cluster kernels trap below that) and the device 9.0 or newer.
+pub fn clusters_on(stream: &CudaStream) -> bool {
+    PTX_CAP.trim().parse::<u32>().is_ok_and(|c| c >= 90) && device_props(stream).hopper
+}
+
 /// A launch of one kernel: arguments in the kernel's order, then [`Launch::launch`].
 pub struct Launch<'a> {
     stream: &'a CudaStream,
@@ -75,16 +81,24 @@ pub struct Launch<'a> {
     overflow: bool,
     /// Launch without the PDL attribute even where PDL is on.
     plain: bool,
+    /// Thread-block cluster dimensions (compute capability 9.0+), if any.
+    cluster: Option<(u32, u32, u32)>,
 }
 
 impl<'a> Launch<'a> {
     pub fn new(stream: &'a CudaStream, func: &'a CudaFunction) -> Self {
-        Self { stream, func, ptrs: Box::new([0; MAX_PTRS]), n_ptrs: 0, args: Vec::with_capacity(24), guards: Vec::new(), overflow: false, plain: false }
+        Self { stream, func, ptrs: Box::new([0; MAX_PTRS]), n_ptrs: 0, args: Vec::with_capacity(24), guards: Vec::new(), overflow: false, plain: false, cluster: None }
     }
 
     /// Launch this kernel without the PDL attribute (it then starts after the previous kernel has completed).
     pub fn plain(&mut self, plain: bool) -> &mut Self {
         self.plain = plain;
+        self
+    }
+
+    /// Launch as thread-block clusters of these dimensions (the grid a multiple of them; compute capability 9.0+).
+    pub fn cluster(&mut self, dims: (u32, u32, u32)) -> &mut Self {
+        self.cluster = Some(dims);
         self
     }
 
@@ -129,11 +143,21 @@ impl<'a> Launch<'a> {
             return Err(DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE));
         }
         self.stream.context().bind_to_thread()?;
-        // SAFETY: a zeroed attribute is a valid value of this plain C union; id and value are set below.
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
-        let pdl = pdl_on(self.stream) && !self.plain;
+        // SAFETY: a zeroed attribute is a valid value of this plain C union; ids and values are set below.
+        let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut n_attrs = 0;
+        if pdl_on(self.stream) && !self.plain {
+            attrs[n_attrs].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n_attrs].value.programmaticStreamSerializationAllowed = 1;
+            n_attrs += 1;
+        }
+        if let Some((x, y, z)) = self.cluster {
+            attrs[n_attrs].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[n_attrs].value.clusterDim.x = x;
+            attrs[n_attrs].value.clusterDim.y = y;
+            attrs[n_attrs].value.clusterDim.z = z;
+            n_attrs += 1;
+        }
         let lc = sys::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,
@@ -143,8 +167,8 @@ impl<'a> Launch<'a> {
             blockDimZ: cfg.block_dim.2,
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
-            attrs: if pdl { &mut attr } else { std::ptr::null_mut() },
-            numAttrs: pdl as u32,
+            attrs: if n_attrs > 0 { attrs.as_mut_ptr() } else { std::ptr::null_mut() },
+            numAttrs: n_attrs as u32,
         };
         // SAFETY: `args` points at live values (the boxed pointer array, the caller's scalars) for the call; the
         // caller vouches for the kernel's signature and bounds.

@@ -2,6 +2,10 @@
 //! first step that decodes exactly ROWS rows (one new token each) and `cuProfilerStop` after STEPS steps, so that
 //! `ncu --profile-from-start off` records the kernels of those decode steps only (bench/gpu/device_profile.sh).
 //! `HEARTH_CUDA_PROFILE=prefill:STEPS` opens it instead at the first step that carries at least 1024 new tokens.
+//!
+//! [`StepTimer`] (`HEARTH_CUDA_STEP_TIMING=1`): CUDA events around every step's forward pass, so that `/stats`
+//! tells the device's time for a step from the gap between two steps (the host's work between them: reading the
+//! token back, sampling, scheduling, uploading the next step's inputs).
 
 use candle_core::backend::BackendDevice;
 use candle_core::cuda_backend::cudarc::driver::sys;
@@ -81,4 +85,58 @@ fn call(device: &Device, start: bool) -> bool {
     };
     tracing::info!("profile window {}: {r:?}", if start { "start" } else { "stop" });
     r == sys::CUresult::CUDA_SUCCESS
+}
+
+/// Events around each step's forward pass on the device's stream (`HEARTH_CUDA_STEP_TIMING=1`; off by default:
+/// two event records a step). `start` before the step's first upload, `end` after its last kernel is issued, and
+/// `collect` once the host has synced on the step's output: the device time from start to end, and from the
+/// previous step's end to this start (the gap the host leaves the device between steps).
+pub struct StepTimer {
+    stream: std::sync::Arc<candle_core::cuda_backend::cudarc::driver::CudaStream>,
+    start: Option<candle_core::cuda_backend::cudarc::driver::CudaEvent>,
+    end: Option<candle_core::cuda_backend::cudarc::driver::CudaEvent>,
+    prev_end: Option<candle_core::cuda_backend::cudarc::driver::CudaEvent>,
+}
+
+impl StepTimer {
+    /// A timer for a CUDA device when `HEARTH_CUDA_STEP_TIMING=1`, else None.
+    pub fn from_env(device: &Device) -> Option<Self> {
+        let Device::Cuda(d) = device else { return None };
+        crate::gpu::env_on("HEARTH_CUDA_STEP_TIMING").then(|| Self { stream: d.cuda_stream(), start: None, end: None, prev_end: None })
+    }
+
+    fn record(&self) -> Option<candle_core::cuda_backend::cudarc::driver::CudaEvent> {
+        match self.stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                tracing::warn!("step timing: {e}");
+                None
+            }
+        }
+    }
+
+    /// No step this time: the next step's gap would include the engine's idle time, so it is not counted.
+    pub fn idle(&mut self) {
+        self.prev_end = None;
+    }
+
+    /// Before the step's first upload or launch.
+    pub fn start(&mut self) {
+        self.start = self.record();
+    }
+
+    /// After the step's last kernel is issued (before its output is read back).
+    pub fn end(&mut self) {
+        self.end = self.record();
+    }
+
+    /// After the host synced on the step's output: (device ms from start to end, ms from the previous step's end to
+    /// this start when there was one). None when an event is missing (a failed step) or timing failed.
+    pub fn collect(&mut self) -> Option<(f64, Option<f64>)> {
+        let (start, end) = (self.start.take()?, self.end.take()?);
+        let busy = start.elapsed_ms(&end).ok()? as f64;
+        let gap = self.prev_end.as_ref().and_then(|p| p.elapsed_ms(&start).ok()).map(|g| g as f64);
+        self.prev_end = Some(end);
+        Some((busy, gap))
+    }
 }

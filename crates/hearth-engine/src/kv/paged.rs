@@ -171,8 +171,13 @@ impl KvStore for PagedKv {
             return Ok(None);
         }
         let meta = self.meta.as_ref().expect("built by cuda_ready");
+        let params = self.params(heads.q, heads.kv, p);
+        // A decode-only step of few rows: rope, the attention and its split merge in one launch.
+        if let Some(out) = crate::attention::cuda::decode::rope_attention(qkv, rope, &self.k[layer], &self.v[layer], meta, params, heads.dim)? {
+            return Ok(Some(out.reshape((qkv.dim(0)?, heads.q * heads.dim))?));
+        }
         let q = crate::gpu::fused::qkv_rope(qkv, rope.cos, rope.sin, rope.interleaved, &self.k[layer], &self.v[layer], &meta.slots, heads.q, heads.kv, heads.dim)?;
-        let out = crate::attention::cuda::paged_attention(&q, &self.k[layer], &self.v[layer], meta, self.params(heads.q, heads.kv, p))?;
+        let out = crate::attention::cuda::paged_attention(&q, &self.k[layer], &self.v[layer], meta, params)?;
         Ok(Some(out.reshape((qkv.dim(0)?, heads.q * heads.dim))?))
     }
 

@@ -34,6 +34,8 @@ pub struct Scheduler {
     pub stats: EngineStats,
     #[cfg(feature = "cuda")]
     profile: Option<crate::gpu::profile::ProfileWindow>,
+    #[cfg(feature = "cuda")]
+    timer: Option<crate::gpu::profile::StepTimer>,
 }
 
 impl Scheduler {
@@ -43,6 +45,8 @@ impl Scheduler {
         let kv = PagedKv::new(c.num_layers, cfg.kv_blocks, cfg.kv_block_size, c.num_kv_heads, c.head_dim, dtype, &device)?;
         let pool = BlockPool::new(cfg.kv_blocks, cfg.kv_block_size);
         let max_positions = model.max_positions();
+        #[cfg(feature = "cuda")]
+        let timer = crate::gpu::profile::StepTimer::from_env(&device);
         let stats = EngineStats { kv_blocks_total: cfg.kv_blocks, kv_blocks_free: cfg.kv_blocks, kv_block_size: cfg.kv_block_size, ..Default::default() };
         Ok(Self {
             model,
@@ -57,6 +61,8 @@ impl Scheduler {
             stats,
             #[cfg(feature = "cuda")]
             profile: crate::gpu::profile::ProfileWindow::from_env(),
+            #[cfg(feature = "cuda")]
+            timer,
         })
     }
 
@@ -275,6 +281,10 @@ impl Scheduler {
         let rows = self.reserve(plan);
         self.refresh_stats();
         if rows.is_empty() {
+            #[cfg(feature = "cuda")]
+            if let Some(t) = self.timer.as_mut() {
+                t.idle();
+            }
             return Ok(false);
         }
         #[cfg(feature = "cuda")]
@@ -287,6 +297,10 @@ impl Scheduler {
             }
         }
         let t_issue = std::time::Instant::now();
+        #[cfg(feature = "cuda")]
+        if let Some(t) = self.timer.as_mut() {
+            t.start();
+        }
         let mut tokens = Vec::new();
         let mut spans = Vec::with_capacity(rows.len());
         for &(slot, n_new) in &rows {
@@ -299,8 +313,14 @@ impl Scheduler {
         let input = Tensor::new(tokens.as_slice(), &self.device)?;
         let mut t_wait = t_issue;
         let on_device = self.greedy_on_device(&rows);
+        #[cfg(feature = "cuda")]
+        let timer = &mut self.timer;
         let out = match self.model.forward(&input, &ctx, &mut self.kv).and_then(|l| {
             t_wait = std::time::Instant::now();
+            #[cfg(feature = "cuda")]
+            if let Some(t) = timer.as_mut() {
+                t.end();
+            }
             step_output(&l, on_device)
         }) {
             Ok(l) => l,
@@ -320,6 +340,14 @@ impl Scheduler {
         let t_sample = std::time::Instant::now();
         self.stats.step_issue_ms_total += (t_wait - t_issue).as_secs_f64() * 1e3;
         self.stats.step_wait_ms_total += (t_sample - t_wait).as_secs_f64() * 1e3;
+        #[cfg(feature = "cuda")]
+        if let Some((busy, gap)) = self.timer.as_mut().and_then(|t| t.collect()) {
+            self.stats.step_device_ms_total += busy;
+            if let Some(g) = gap {
+                self.stats.step_gap_ms_total += g;
+                self.stats.step_gaps_total += 1;
+            }
+        }
         for (r, &(slot, n_new)) in rows.iter().enumerate() {
             let Some(i) = self.index_of(slot) else { continue };
             let mut s = self.running.remove(i);
@@ -350,6 +378,11 @@ impl Scheduler {
         #[cfg(feature = "cuda")]
         if let Some(p) = self.profile.as_mut() {
             p.after(&self.device);
+        }
+        // No rows left: the engine blocks for the next request, so the next step does not follow this one.
+        #[cfg(feature = "cuda")]
+        if let Some(t) = self.timer.as_mut().filter(|_| self.running.is_empty()) {
+            t.idle();
         }
         self.refresh_stats();
         Ok(true)

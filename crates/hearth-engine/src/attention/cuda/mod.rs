@@ -16,6 +16,7 @@ use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKern
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
 
+pub mod decode;
 pub mod prefill;
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/paged_attention.ptx"));
@@ -40,8 +41,7 @@ pub struct StepMeta {
     pub max_keys: usize,
     /// Zeroed per-(token, kv head) counters for the folded split merge (`HEARTH_CUDA_MERGE_FOLD=1`), else None.
     pub merge_counters: Option<Tensor>,
-    /// Every packed token is its row's only token of the step (a decode-only step): the prefetching decode
-    /// kernel may read every key but each token's own before its `pdl_wait`.
+    /// Every packed token is its row's only token of the step (a decode-only step: [`decode`] may serve it).
     pub decode_only: bool,
     /// Query tiles for the tensor-core prompt kernel ([`prefill`]), when the step has prompt pieces and the
     /// kernel serves the model's shape.
@@ -157,57 +157,6 @@ pub fn merge_counters(dev: &candle_core::Device) -> Result<Option<Tensor>> {
     Ok(Some(Tensor::zeros(split_below(), DType::U32, dev)?))
 }
 
-/// The prefetching decode kernel (`paged_attn_pf`): 0 = as `HEARTH_CUDA_DECODE_PREFETCH` says (opt-in: built, not
-/// yet run on a GPU), 1 = forced on for every step it can serve, 2 = forced off (`set_decode_prefetch`, for tests).
-static DECODE_PREFETCH: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Force the prefetching decode kernel on (with the default split) or off for every later launch of the process
-/// (None: back to the environment), e.g. to run one layer with it and one without in a test. Prefer
-/// [`DecodePrefetchGuard`], which undoes it even when the test panics.
-pub fn set_decode_prefetch(on: Option<bool>) {
-    let v = match on {
-        None => 0,
-        Some(true) => 1,
-        Some(false) => 2,
-    };
-    DECODE_PREFETCH.store(v, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// How a launch uses the prefetching decode kernel.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Prefetch {
-    /// The default kernel.
-    Off,
-    /// The prefetching kernel with the default split (forced by [`set_decode_prefetch`]: same partition, so the
-    /// test can require the default kernel's bits).
-    Forced,
-    /// The prefetching kernel with its keys split for one wave of one block per multiprocessor
-    /// (`HEARTH_CUDA_DECODE_PREFETCH=1`: the kernel's register budget allows one block per multiprocessor).
-    OneWave,
-}
-
-/// The prefetching decode kernel serves decode-only steps (each token's only new key is its own), 16-bit caches
-/// with D <= 128, no tensor-core tiles, the batched PV order (it reproduces that order; `HEARTH_CUDA_PV_BATCH=0`
-/// keeps the default kernel).
-fn prefetch_mode(decode_only: bool, dtype: DType, d: usize, has_tiles: bool) -> Prefetch {
-    static ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let eligible = decode_only && matches!(dtype, DType::BF16 | DType::F16) && d <= 128 && !has_tiles && pv_batched();
-    match DECODE_PREFETCH.load(std::sync::atomic::Ordering::Relaxed) {
-        1 if eligible => Prefetch::Forced,
-        0 if eligible && *ENV.get_or_init(|| crate::gpu::env_on("HEARTH_CUDA_DECODE_PREFETCH")) => Prefetch::OneWave,
-        _ => Prefetch::Off,
-    }
-}
-
-/// Resets [`set_decode_prefetch`] to the environment when dropped.
-pub struct DecodePrefetchGuard;
-
-impl Drop for DecodePrefetchGuard {
-    fn drop(&mut self) {
-        set_decode_prefetch(None);
-    }
-}
-
 /// The most splits one token's keys are cut into (MAX_Z in the kernel: the merge's shared arrays).
 const MAX_SPLITS: usize = 256;
 
@@ -255,6 +204,15 @@ fn guarded<'a>(x: &'a Tensor, what: &str) -> candle_core::Result<(impl std::ops:
     Ok((s, range))
 }
 
+/// The contiguous device view of a tensor's storage (from `storage_and_layout`), as T.
+fn contiguous_view<'a, T: candle_core::cuda_backend::CudaDType, G: std::ops::Deref<Target = candle_core::Storage>>(
+    g: &'a (G, &Layout),
+    what: &str,
+) -> candle_core::Result<CudaView<'a, T>> {
+    let (a, b) = contiguous(g.1, what)?;
+    Ok(cuda_of(&g.0)?.as_cuda_slice::<T>()?.slice(a..b))
+}
+
 /// The u32 device view of a [`guarded`] tensor.
 fn u32_view<G: std::ops::Deref<Target = candle_core::Storage>>(g: &(G, (usize, usize))) -> candle_core::Result<CudaView<'_, u32>> {
     let (s, (a, b)) = g;
@@ -274,8 +232,25 @@ pub struct Params {
     pub softcap: f32,
 }
 
+/// `HEARTH_CUDA_DIAG_SKIP_ATTN=1`: a measuring aid, not a mode to serve with — every paged attention returns zeros
+/// without launching its kernels, so that a served A/B shows what the attention costs inside the real step (the
+/// model's outputs are wrong).
+pub(crate) fn diag_skip_attention() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let on = crate::gpu::env_on("HEARTH_CUDA_DIAG_SKIP_ATTN");
+        if on {
+            tracing::warn!("HEARTH_CUDA_DIAG_SKIP_ATTN=1: the paged attention returns zeros (a measuring aid; outputs are wrong)");
+        }
+        on
+    })
+}
+
 /// q: (T, H, D); caches (rows, KvH, D). Returns (T, H, D).
 pub fn paged_attention(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, meta: &StepMeta, p: Params) -> Result<Tensor> {
+    if diag_skip_attention() {
+        return Ok(q.zeros_like()?);
+    }
     let q = q.contiguous()?;
     let op = PagedAttn { k: k_cache.clone(), v: v_cache.clone(), meta, p };
     Ok(q.apply_op1_no_bwd(&op)?)
@@ -332,24 +307,9 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         // The CUDA-core kernel sized for this group: G query heads per kv head rounded up to a power of two.
         let gm = group.next_power_of_two();
         let visible = if p.window > 0 { self.meta.max_keys.min(p.window) } else { self.meta.max_keys };
-        let mut mode = prefetch_mode(self.meta.decode_only, qs.dtype(), d, tc.is_some());
-        let split = match mode {
-            // At most one block per multiprocessor: as many splits per (token, kv head) as fit one wave.
-            Prefetch::OneWave => {
-                let sms = crate::gpu::launch::device_props(&dev.cuda_stream()).sms;
-                let blocks = n_cc * p.kv_heads;
-                if blocks > sms {
-                    mode = Prefetch::Off; // more than one wave without splitting: not this kernel's case
-                    split_keys(n_cc, p.kv_heads, visible)
-                } else {
-                    split_keys_toward(n_cc, p.kv_heads, visible, sms / blocks.max(1))
-                }
-            }
-            _ => split_keys(n_cc, p.kv_heads, visible),
-        };
+        let split = split_keys(n_cc, p.kv_heads, visible);
         let z = split.map_or(1, |k| visible.div_ceil(k));
-        let prefetch = mode != Prefetch::Off;
-        let name = if prefetch { format!("paged_attn_{}_d{d}_pf_g{gm}", sfx_c(qs.dtype())?) } else { format!("paged_attn_{}_d{d}_g{gm}", sfx_c(qs.dtype())?) };
+        let name = format!("paged_attn_{}_d{d}_g{gm}", sfx_c(qs.dtype())?);
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
         let cfg = LaunchConfig { grid_dim: (n_cc as u32, p.kv_heads as u32, z as u32), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
         let (hh, kvh, bs, mb, win) = (h as i32, p.kv_heads as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
@@ -406,29 +366,19 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
                         Some((_, part)) => b.ptr(part),
                         None => b.null(),
                     };
-                    // The prefetching kernel takes neither the PV mode (it loads a tile's value rows at once) nor a
-                    // token list (it serves steps with no tensor-core tiles: every token).
                     let batched = pv_batched() as i32;
-                    if !prefetch {
-                        b.val(&batched);
-                        match &rest {
-                            Some(r) => b.ptr(r),
-                            None => b.null(),
-                        };
-                    }
+                    b.val(&batched);
+                    match &rest {
+                        Some(r) => b.ptr(r),
+                        None => b.null(),
+                    };
                     match &counters {
                         Some(c) => b.ptr(c),
                         None => b.null(),
                     };
                     // SAFETY: tables hold valid block ids for every visible position (the scheduler reserved them);
                     // rest lists n_cc packed token indices < t; counters (when given) hold n_cc * kv_heads zeros,
-                    // which the kernel's last blocks reset. The prefetching kernel reads before its pdl_wait only
-                    // cache rows of positions before each token's own. That is sound while (1) the host syncs on a
-                    // step's result before it issues the next step (the engine's loop does), (2) within a step only
-                    // the tokens' own rows (`slots`) are written (write_kv, qkv_rope; a decode-only step has one new
-                    // row per token), and (3) rows shared between sequences are full prompt blocks, copied on
-                    // fork by the scheduler between steps (`PagedKv::copy_block`). Speculative rollback, an in-step
-                    // prefix fill or a PDL copy kernel would break it: they must keep this kernel off.
+                    // which the kernel's last blocks reset.
                     unsafe { b.launch(cfg) }.w()?;
                     if let (Some((merge, part)), None) = (&merge, &counters) {
                         let zi = z as i32;
