@@ -5,7 +5,7 @@
 //! two kernel boundaries). Compute capability 9.0+ (clusters).
 //!
 //! `HEARTH_CUDA_DECODE_CLUSTER=N`: decode-only steps of at most N tokens take it (0: none; default 64, from a
-//! paired A/B). `HEARTH_CUDA_DECODE_PV32=1`: one-wave launches load a tile's value rows in one batch.
+//! paired A/B). One-wave launches load a tile's value rows in one batch (`HEARTH_CUDA_DECODE_PV32=0`: four).
 
 use super::{contiguous_view, split_min_keys, supports, Params, StepMeta, ATTN_THREADS, FILL_BLOCKS};
 use crate::attention::RopeTables;
@@ -27,12 +27,14 @@ const MAX_CLUSTER: usize = 8;
 /// 1309.4 at 8 streams, 3841.4 vs 3814.2 at 32).
 const DEFAULT_MAX_TOKENS: usize = 64;
 
-/// `HEARTH_CUDA_DECODE_PV32=1`: a launch of at most one block per multiprocessor (batch-1 decode) takes the kernel
-/// form that loads a tile's 32 value rows in one batch (~200 registers: one block per multiprocessor) instead of
-/// four batches of 8.
+/// A launch of at most one block per multiprocessor (batch-1 decode) takes the kernel form that loads a tile's 32
+/// value rows in one batch (~200 registers: one block per multiprocessor) instead of four batches of 8 — the same
+/// bits (it only adds exact zeros). On by default from two paired A/Bs on the H200 (docs/benchmarks.md, seventh
+/// session: batch 1 224.5 / 229.3 and 232.4 / 230.9 tok/s against 223.7 / 223.2 and 222.4 / 225.0, device 4.25–4.33
+/// vs 4.38–4.41 ms a step); `HEARTH_CUDA_DECODE_PV32=0` turns it off.
 fn pv32_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| crate::gpu::env_on("HEARTH_CUDA_DECODE_PV32"))
+    *ON.get_or_init(|| !crate::gpu::env_off("HEARTH_CUDA_DECODE_PV32"))
 }
 
 /// Test override of [`max_tokens`]: 0 = the environment, 1 = forced on (any decode-only step), 2 = forced off.
