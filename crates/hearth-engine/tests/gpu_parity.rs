@@ -40,6 +40,11 @@ fn noise(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Whether this GPU (and the build's PTX) can launch thread-block clusters: the cluster decode kernel runs there.
+fn clusters_available(dev: &Device) -> bool {
+    hearth_engine::gpu::launch::clusters_on(&dev.as_cuda_device().expect("a CUDA device").cuda_stream())
+}
+
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
 }
@@ -74,7 +79,7 @@ struct Steps {
 /// `kernel_case_len` with step 2's token counts `next` (all 1: a decode-only step), run as `how` says.
 #[allow(clippy::too_many_arguments)]
 fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol: f32, lens: [usize; 3], next: [usize; 3], how: Steps) {
-    use hearth_engine::attention::cuda::decode::{set_decode_cluster, ClusterGuard};
+    use hearth_engine::attention::cuda::decode::{launches, set_decode_cluster, ClusterGuard};
     use hearth_engine::attention::{Heads, RopeTables};
     let _reset = ClusterGuard;
     let dev = gpu();
@@ -132,8 +137,13 @@ fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams
         if how.cluster_layer1 {
             set_decode_cluster(Some(true));
         }
+        let before = launches();
         let out1 = run(1);
         set_decode_cluster(None);
+        // The forced layer of a decode-only step must have taken the cluster kernel (where the GPU has clusters).
+        if how.cluster_layer1 && how.fused && step.iter().all(|r| r.2 == 1) && clusters_available(&dev) {
+            assert_eq!(launches(), before + 1, "h{h} kv{kvh} d{d} {dtype:?}: the decode step did not take the cluster kernel");
+        }
         let bits = |o: &Vec<Vec<f32>>| o.iter().flatten().map(|x| x.to_bits()).collect::<Vec<u32>>();
         if how.cluster_layer1 {
             let diff = max_abs_diff(&out.concat(), &out1.concat());
@@ -223,7 +233,7 @@ fn paged_kernel_matches_portable_attention() {
 /// rotation and the own key's; step 3's also read the k/v rows that step 2 wrote (layer 1: the cluster kernel's).
 #[test]
 fn decode_cluster_rope_matches_qkv_rope() {
-    use hearth_engine::attention::cuda::decode::{set_decode_cluster, ClusterGuard};
+    use hearth_engine::attention::cuda::decode::{launches, set_decode_cluster, ClusterGuard};
     use hearth_engine::attention::{Heads, RopeTables};
     let _reset = ClusterGuard;
     let dev = gpu();
@@ -261,7 +271,11 @@ fn decode_cluster_rope_matches_qkv_rope() {
                     set_decode_cluster(None);
                     out.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
                 };
+                let before = launches();
                 let (a, b) = (run(0, false), run(1, true));
+                if step > 0 && clusters_available(&dev) {
+                    assert_eq!(launches(), before + 1, "{dtype:?} step {step}: the decode step did not take the cluster kernel");
+                }
                 assert!(a.iter().chain(&b).all(|v| v.is_finite()), "{dtype:?} step {step}: non-finite output");
                 let diff = max_abs_diff(&a, &b);
                 assert!(diff < tol, "h{h} kv{kvh} d{d} {dtype:?} interleaved {interleaved} step {step}: cluster vs qkv_rope + split attention max-abs {diff}");

@@ -6,7 +6,6 @@
 #define NWARPS 8
 #define MAX_GD 1024  // G * D values of one block's queries / accumulators
 #define PV_BATCH 8   // value rows loaded ahead in the batched PV loop
-#define MAX_Z 256    // splits the merge handles (the launcher keeps z <= MAX_Z)
 
 // Blocks of NWARPS * 32 threads a multiprocessor should fit (the register budget of __launch_bounds__): 16-bit
 // caches 4 for GM * D <= 256 and 3 for <= 512 (bf16, D 128, G 4: 80 registers, 3 blocks, where 89 unbounded gave
@@ -35,13 +34,6 @@ __device__ __forceinline__ void load8(const __half *p, float *o) {
     const float2 f = __half22float2(h[i]);
     o[2 * i] = f.x; o[2 * i + 1] = f.y;
   }
-}
-
-// 8 16-bit values of a 16-byte vector as floats.
-template <typename T> __device__ __forceinline__ void unpack8(const uint4 &u, float *o) {
-  const T *h = reinterpret_cast<const T *>(&u);
-#pragma unroll
-  for (int i = 0; i < 8; i++) o[i] = to_f(h[i]);
 }
 
 // N consecutive values loaded as one (or, past 16 bytes, a few) vector loads.
@@ -225,4 +217,24 @@ __device__ __forceinline__ float3 warp_combine(const float (*part_acc)[GMAX * D]
     den += part_l[w][h] * f;
   }
   return make_float3(num, M, den);
+}
+
+// One output of a split attention from its Z splits' (max m_z, sum l_z, unnormalized value num_z), read through the
+// accessors: Σ_z num_z e^{m_z - M} / Σ_z l_z e^{m_z - M} with M the splits' max, summed in split order (a split past
+// the last key, m_z = -inf, adds nothing). The one arithmetic of every split merge (paged_attn_merge, the folded
+// merge, the cluster kernel), so they make the same bits from the same partials. UNROLL: the sum loop's unroll
+// factor (the separate merge kernel loads its partials from global memory, 8 at a time).
+template <int UNROLL, typename FM, typename FL, typename FN>
+__device__ __forceinline__ float merge_splits(int Z, FM m, FL l, FN num) {
+  float M = -INFINITY;
+  for (int z = 0; z < Z; z++) M = fmaxf(M, m(z));
+  float n = 0.f, den = 0.f;
+#pragma unroll UNROLL
+  for (int z = 0; z < Z; z++) {
+    const float mz = m(z);
+    const float f = mz == -INFINITY ? 0.f : __expf(mz - M);
+    n += num(z) * f;
+    den += l(z) * f;
+  }
+  return n / den;
 }

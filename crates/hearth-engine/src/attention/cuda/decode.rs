@@ -66,12 +66,20 @@ fn max_tokens() -> usize {
     }
 }
 
+/// Cluster kernel launches so far in this process (the GPU tests check that a decode step took it).
+static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times the cluster kernel has been launched in this process.
+pub fn launches() -> u64 {
+    LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Splits per (token, kv head) and keys per split for `blocks` (token, kv head) pairs seeing up to `visible` keys:
 /// toward FILL_BLOCKS blocks in all, at most MAX_CLUSTER splits, at least `split_min_keys()` keys a split (a multiple
 /// of 32).
 fn plan(blocks: usize, visible: usize) -> (usize, usize) {
     let want = (FILL_BLOCKS / blocks.max(1)).clamp(1, MAX_CLUSTER);
-    let per = visible.div_ceil(want).div_ceil(32).max(split_min_keys() / 32).max(1) * 32;
+    let per = visible.div_ceil(want).div_ceil(32).max(split_min_keys() / 32) * 32;
     (visible.div_ceil(per).max(1), per)
 }
 
@@ -162,6 +170,7 @@ impl candle_core::CustomOp1 for DecodeCluster<'_> {
                 // (reserved by the scheduler); the rope tables hold t rows of d / 2 (checked by the caller); the grid
                 // is z clusters deep (z <= 8, the portable cluster size).
                 unsafe { b.launch(cfg) }.w()?;
+                LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             }};
         }

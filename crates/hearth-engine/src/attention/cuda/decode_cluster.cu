@@ -11,8 +11,8 @@
 //   token's row is its own, in a block no other sequence shares).
 // * Each block walks its tiles (attend_tiles, paged_attn's arithmetic), combines its warps (warp_combine) into
 //   shared memory, and after a cluster barrier each block merges a share of the G * D outputs over the Z splits by
-//   reading the other blocks' shared memory (distributed shared memory), in split order with paged_attn_merge's
-//   arithmetic; a second barrier keeps every block's shared memory alive until the reads are done.
+//   reading the other blocks' shared memory (distributed shared memory) with merge_splits, the arithmetic of every
+//   split merge; a second barrier keeps every block's shared memory alive until the reads are done.
 // Compute capability 9.0+ only (clusters); the launcher uses it only there.
 #include "attn_common.cuh"
 #include <cooperative_groups.h>
@@ -89,16 +89,10 @@ __device__ void decode_cluster(const T *qkv, const float *cos_t, const float *si
   T *ot = out + ((size_t)t * H + (size_t)g * G) * D;
   for (int i = z * blockDim.x + threadIdx.x; i < G * D; i += Z * blockDim.x) {
     const int h = i / D;
-    float M = -INFINITY;
-    for (int zz = 0; zz < Z; zz++) M = fmaxf(M, *cluster.map_shared_rank(&blk_m[h], zz));
-    float num = 0.f, den = 0.f;
-    for (int zz = 0; zz < Z; zz++) {
-      const float mz = *cluster.map_shared_rank(&blk_m[h], zz);
-      const float f = mz == -INFINITY ? 0.f : __expf(mz - M);  // a split past the last key adds nothing
-      num += *cluster.map_shared_rank(&blk_num[i], zz) * f;
-      den += *cluster.map_shared_rank(&blk_l[h], zz) * f;
-    }
-    ot[i] = from_f<T>(num / den);
+    ot[i] = from_f<T>(merge_splits<4>(
+        Z, [&](int zz) { return *cluster.map_shared_rank(&blk_m[h], zz); },
+        [&](int zz) { return *cluster.map_shared_rank(&blk_l[h], zz); },
+        [&](int zz) { return *cluster.map_shared_rank(&blk_num[i], zz); }));
   }
   cluster.sync();  // no block exits while another still reads its shared memory
 #else

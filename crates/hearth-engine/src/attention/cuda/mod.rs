@@ -184,12 +184,8 @@ fn split_min_keys() -> usize {
 /// Keys per split block (a multiple of 32, at least `split_min_keys`) when a step has too few (token, kv head) blocks to fill the
 /// GPU — decode steps of few rows — or None: one block per (token, kv head) then sees all its keys.
 pub fn split_keys(tokens: usize, kv_heads: usize, max_keys: usize) -> Option<usize> {
-    split_keys_toward(tokens, kv_heads, max_keys, FILL_BLOCKS.div_ceil((tokens * kv_heads).max(1)))
-}
-
-/// [`split_keys`] aiming for `want` splits per (token, kv head) block.
-fn split_keys_toward(tokens: usize, kv_heads: usize, max_keys: usize, want: usize) -> Option<usize> {
     let blocks = tokens * kv_heads;
+    let want = FILL_BLOCKS.div_ceil(blocks.max(1));
     if !split_on() || blocks == 0 || blocks >= split_below() || max_keys <= 64 || want < 2 {
         return None;
     }

@@ -20,6 +20,8 @@
 
 #include "attn_common.cuh"
 
+#define MAX_Z 256  // splits the merge handles (the launcher keeps z <= MAX_Z)
+
 template <typename T>
 __device__ void write_kv(T *__restrict__ cache, const T *__restrict__ src, const uint32_t *__restrict__ slot,
                          int row_elems) {
@@ -58,16 +60,9 @@ __device__ void merge_last(const float *part, T *ot, uint32_t *counters, float *
   __syncthreads();
   for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
     const int hh = i / D, d = i % D;
-    float M = -INFINITY;
-    for (int z = 0; z < Z; z++) M = fmaxf(M, sm[hh * MAX_Z + z]);
-    float num = 0.f, den = 0.f;
-    for (int z = 0; z < Z; z++) {
-      const float mz = sm[hh * MAX_Z + z];
-      const float f = mz == -INFINITY ? 0.f : __expf(mz - M);
-      num += __ldcg(p0 + (size_t)(hh * Z + z) * (D + 2) + d) * f;
-      den += sl[hh * MAX_Z + z] * f;
-    }
-    ot[i] = from_f<T>(num / den);
+    ot[i] = from_f<T>(merge_splits<4>(
+        Z, [&](int z) { return sm[hh * MAX_Z + z]; }, [&](int z) { return sl[hh * MAX_Z + z]; },
+        [&](int z) { return __ldcg(p0 + (size_t)(hh * Z + z) * (D + 2) + d); }));
   }
   if (threadIdx.x == 0) counters[(size_t)b * KvH + g] = 0u;
 }
@@ -159,17 +154,8 @@ __device__ void paged_attn_merge(const float *part, T *__restrict__ out, int H, 
     sl[z] = pp[z * (D + 2) + D + 1];
   }
   __syncthreads();
-  float M = -INFINITY;
-  for (int z = 0; z < Z; z++) M = fmaxf(M, sm[z]);
-  float num = 0.f, den = 0.f;
-#pragma unroll 8
-  for (int z = 0; z < Z; z++) {
-    const float mz = sm[z];
-    const float f = mz == -INFINITY ? 0.f : __expf(mz - M);  // a split past the last key adds nothing
-    num += pp[z * (D + 2) + d] * f;
-    den += sl[z] * f;
-  }
-  out[((size_t)t * H + h) * D + d] = from_f<T>(num / den);
+  out[((size_t)t * H + h) * D + d] = from_f<T>(merge_splits<8>(
+      Z, [&](int z) { return sm[z]; }, [&](int z) { return sl[z]; }, [&](int z) { return pp[z * (D + 2) + d]; }));
 }
 
 #define WRITE_KV(NAME, T)                                                                                      \
