@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hearth serve vs llama.cpp's llama-server on the same GGUF, same threads, loopback only, one after the other.
 #   bench/serve_side_by_side.sh [MODEL_ALIAS] [THREADS]
-# HEARTH_ARGS adds hearth serve flags; SKIP_LLAMA=1 runs hearth only; CONC, REQS, MAXTOK set the load.
+# HEARTH_ARGS adds hearth serve flags; HEARTH_BIN picks the binary (default target/release/hearth: pass another
+# build for a before/after A/B); SKIP_LLAMA=1 runs hearth only; CONC, REQS, MAXTOK set the load.
 # Needs: scripts/fetch-models, bench/setup-llama-cpp.sh, cargo build --release -p hearth-cli.
 # Prints bench/load.py's JSON lines and markdown rows for docs/benchmarks.md.
 set -euo pipefail
@@ -21,7 +22,7 @@ HPORT=18181; LPORT=18182
 wait_ready() { for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0; sleep 0.2; done; echo "server on $1 never got ready" >&2; return 1; }
 
 # shellcheck disable=SC2086
-./target/release/hearth serve -m "$MODEL" --device cpu --threads "$THREADS" --host 127.0.0.1 --port $HPORT --batch 16 \
+"${HEARTH_BIN:-./target/release/hearth}" serve -m "$MODEL" --device cpu --threads "$THREADS" --host 127.0.0.1 --port $HPORT --batch 16 \
   ${HEARTH_ARGS:-} >/tmp/hearth-serve.log 2>&1 &
 HPID=$!
 trap 'kill $HPID 2>/dev/null || true; kill ${LPID:-0} 2>/dev/null || true' EXIT

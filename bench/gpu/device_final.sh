@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine (repo root, after scripts/build-cuda --tests here; carry .gpu): one call that re-measures
-# everything docs/benchmarks.md reports for issue 4, in order:
+# the H200 numbers docs/benchmarks.md reports against transformers, in order:
 #   1. the GPU kernel tests (paged attention incl. the tensor-core prompt kernel, the cluster decode kernel, argmax,
 #      add+RMSNorm, gemv);
 #   2. bench/gpu/device_bench.sh without transformers (roofline, 1/8/32/64 streams, 2k prefill);
@@ -11,7 +11,7 @@ set -uo pipefail
 OUT="$1"; mkdir -p "$OUT" /tmp/hbin
 xz -dc .gpu/hearth.xz > /tmp/hbin/hearth && chmod +x /tmp/hbin/hearth
 for t in .gpu/tests/*.xz; do n=$(basename "$t" .xz); xz -dc "$t" > "/tmp/hbin/$n"; chmod +x "/tmp/hbin/$n"; done
-HEARTH_REPO_ROOT=$PWD timeout 240 /tmp/hbin/gpu_parity --test-threads 1 paged_kernel decode_cluster argmax add_rmsnorm gemv \
+timeout 240 /tmp/hbin/gpu_kernels --test-threads 1 paged_kernel decode_cluster argmax add_rmsnorm gemv \
   > "$OUT/kernel_tests.log" 2>&1
 grep -E "^test |test result" "$OUT/kernel_tests.log"
 HFB=none bench/gpu/device_bench.sh "$OUT/bench" > "$OUT/bench.log" 2>&1

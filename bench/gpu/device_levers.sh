@@ -2,8 +2,7 @@
 # On the GPU machine (repo root, after scripts/build-cuda --tests here; carry .gpu): the GPU kernel tests, then a
 # paired A/B of levers on the 8B-shaped checkpoint (bench/gpu/device_ab.sh), in one device call.
 #   bench/gpu/device_levers.sh OUT_DIR CONC "name|ENV|args" ...
-# The kernel tests run with the default launches (PDL on a Hopper GPU), with HEARTH_CUDA_PDL=0, and the attention
-# test once more with the folded split merge (HEARTH_CUDA_MERGE_FOLD=1).
+# The kernel tests (gpu_kernels) run with the default launches (PDL on a Hopper GPU) and with HEARTH_CUDA_PDL=0.
 set -uo pipefail
 OUT="$1"; CONC="$2"; shift 2
 mkdir -p "$OUT" /tmp/hbin
@@ -13,11 +12,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 ( python3 bench/gpu/make_llama8b.py /tmp/llama8b > "$OUT/make.log" 2>&1 ) &
 MK=$!
 K="paged_kernel decode_cluster argmax add_rmsnorm gemv"
-HEARTH_REPO_ROOT=$PWD timeout 200 /tmp/hbin/gpu_parity --test-threads 1 $K > "$OUT/kernel_tests.log" 2>&1
-HEARTH_CUDA_PDL=0 HEARTH_REPO_ROOT=$PWD timeout 200 /tmp/hbin/gpu_parity --test-threads 1 $K \
-  > "$OUT/kernel_tests_nopdl.log" 2>&1
-HEARTH_CUDA_MERGE_FOLD=1 HEARTH_REPO_ROOT=$PWD timeout 120 /tmp/hbin/gpu_parity --test-threads 1 paged_kernel \
-  > "$OUT/kernel_tests_mergefold.log" 2>&1
+timeout 200 /tmp/hbin/gpu_kernels --test-threads 1 $K > "$OUT/kernel_tests.log" 2>&1
+HEARTH_CUDA_PDL=0 timeout 200 /tmp/hbin/gpu_kernels --test-threads 1 $K > "$OUT/kernel_tests_nopdl.log" 2>&1
 grep -hE "^test |test result|panicked" "$OUT"/kernel_tests*.log
 wait $MK; tail -2 "$OUT/make.log"
 bench/gpu/device_ab.sh "$OUT/ab" "$CONC" "$@" > "$OUT/ab.log" 2>&1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (repo root, after scripts/build-cuda --tests here and the SmolLM2 GGUF staged there):
-#   [TESTS=filter] bench/gpu/device_parity.sh MODELS_DIR OUT_DIR   (TESTS: a gpu_parity test-name filter, e.g. smollm2)
-# Unpacks .gpu/, runs the GPU parity tests (crates/hearth-engine/tests/gpu_parity.rs) with transformers' bf16
+#   [TESTS=filter] bench/gpu/device_parity.sh MODELS_DIR OUT_DIR   (TESTS: a test-name filter, e.g. smollm2)
+# Unpacks .gpu/, runs the GPU kernel tests (crates/hearth-engine/tests/gpu_kernels.rs) and the GPU parity tests
+# (crates/hearth-engine/tests/gpu_parity.rs) with transformers' bf16
 # logits on the same GPU (tools/oracle/gpu_logits.py; needs the gguf wheel in .whl/), then a short `hearth serve`
 # smoke test on SmolLM2 on the GPU. Logs go to OUT_DIR.
 set -uo pipefail
@@ -18,7 +19,8 @@ fi
 PYTHONUNBUFFERED=1 python3 tools/oracle/gpu_logits.py "$MODELS" /tmp/hf_gpu_bf16.json 2>&1 | tail -3 | tee "$OUT/hf_gpu.log"
 [ -f /tmp/hf_gpu_bf16.json ] && cp /tmp/hf_gpu_bf16.json "$OUT/" && export HEARTH_HF_GPU_GOLDEN=/tmp/hf_gpu_bf16.json
 export HEARTH_MODELS="$MODELS" HEARTH_REPO_ROOT="$PWD"
-(/tmp/hbin/gpu_parity --test-threads 1 --nocapture ${TESTS:-} 2>&1) | tee "$OUT/gpu_parity.log" | grep -E "test |max_abs|diverged|panicked|result" | head -80
+(for b in gpu_kernels gpu_parity; do /tmp/hbin/$b --test-threads 1 --nocapture ${TESTS:-}; done 2>&1) | tee "$OUT/gpu_parity.log" \
+  | grep -E "test |max_abs|diverged|panicked|result" | head -80
 # serve smoke: SmolLM2 (GGUF, quantized) on the GPU, 8 concurrent streams
 /tmp/hbin/hearth serve -m "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" --device cuda --port 18300 --batch 16 > "$OUT/serve_smollm2.log" 2>&1 &
 SP=$!

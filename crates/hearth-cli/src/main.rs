@@ -1,6 +1,7 @@
 //! The `hearth` binary.
 
 mod generate;
+mod levers;
 mod models;
 mod serve;
 mod tokenize;
@@ -39,7 +40,8 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    pub fn load(&self) -> anyhow::Result<hearth_engine::generate::LoadedModel> {
+    /// Load the model; `batch_invariant` for the serving engine (see `LoadOptions::batch_invariant`).
+    pub fn load(&self, batch_invariant: bool) -> anyhow::Result<hearth_engine::loader::LoadedModel> {
         if let Some(n) = self.threads {
             anyhow::ensure!(n > 0, "--threads must be at least 1");
             // Read by candle's rayon pool on first use; nothing has started it yet.
@@ -49,8 +51,9 @@ impl ModelArgs {
         let opts = hearth_engine::models::LoadOptions {
             dequantize: self.dequantize,
             dtype: hearth_engine::models::parse_dtype(&self.dtype)?,
+            batch_invariant,
         };
-        let m = hearth_engine::generate::load_with(&self.model, &device, self.chat_template.as_deref(), &opts)?;
+        let m = hearth_engine::loader::load_with(&self.model, &device, self.chat_template.as_deref(), &opts)?;
         tracing::info!(
             model = %m.location.path().display(),
             config = %m.model.config().describe(),
@@ -70,6 +73,8 @@ enum Command {
     Tokenize(tokenize::TokenizeArgs),
     /// List the models `--model` can name without a path.
     Models,
+    /// Print every runtime lever (`HEARTH_*` environment variable): its effective value, default and meaning.
+    Levers(levers::LeversArgs),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
 }
@@ -80,10 +85,16 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // Every runtime lever is parsed once, here: a malformed value stops the program with a clear message.
+    if let Err(e) = hearth_engine::levers::Levers::from_env().map(hearth_engine::levers::init) {
+        eprintln!("hearth: error: {e}");
+        std::process::exit(2);
+    }
     let result = match cli.command {
         Command::Generate(a) => generate::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Models => models::run(),
+        Command::Levers(a) => levers::run(a),
         Command::Serve(a) => serve::run(a),
     };
     if let Err(e) = result {

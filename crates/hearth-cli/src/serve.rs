@@ -4,7 +4,6 @@ use crate::ModelArgs;
 use anyhow::Context;
 use clap::Args;
 use hearth_engine::engine::{blocks_for_budget, EngineConfig};
-use hearth_engine::weights::resolve::ModelLocation;
 use hearth_server::{DefaultOverrides, Ready, SamplingDefaults, ServerConfig};
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,7 +82,7 @@ fn parse_size(s: &str) -> Result<usize, String> {
 
 /// Default --kv-budget on a GPU: this percentage of the memory free after loading the weights.
 const GPU_KV_FRACTION_PCT: u64 = 80;
-/// `--prefill-seqs` on the CPU (docs/benchmarks.md, third session); 0 = no limit.
+/// `--prefill-seqs` on the CPU (the prefill-seqs A/B in docs/benchmarks.md); 0 = no limit.
 const CPU_PREFILL_SEQS: usize = 2;
 
 /// MemAvailable from /proc/meminfo, in bytes.
@@ -126,7 +125,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
 
 /// Load the model, size the KV cache, start the engine.
 fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
-    let m = a.model.load()?;
+    let m = a.model.load(hearth_engine::levers::get().batch_invariant)?;
     let bs = a.kv_block_size;
     let budget = match (a.kv_budget, hearth_engine::device::gpu_free_memory(&m.device)) {
         (Some(gib), _) => (gib * (1u64 << 30) as f64) as u64,
@@ -138,14 +137,8 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let cap = a.batch * (m.model.max_positions().div_ceil(bs) + 1);
     let kv_blocks = blocks_for_budget(m.model.as_ref(), budget, bs).min(cap);
     anyhow::ensure!(kv_blocks >= 2, "--kv-budget is too small to hold even one block of {bs} tokens; raise it");
-    let generation_config = match &m.location {
-        ModelLocation::HfDir(d) => {
-            std::fs::read_to_string(d.join("generation_config.json")).ok().and_then(|t| serde_json::from_str(&t).ok())
-        }
-        ModelLocation::Gguf(_) => None,
-    };
     let flags = DefaultOverrides { temperature: a.temperature, top_p: a.top_p, top_k: a.top_k, max_tokens: a.max_tokens };
-    let defaults = SamplingDefaults::resolve(generation_config.as_ref(), &flags);
+    let defaults = SamplingDefaults::resolve(m.generation_config.as_ref(), &flags);
     let device = hearth_engine::device::describe(&m.device);
     let eos = m.tokenizer.eos_ids().to_vec();
     // Per-step prompt budgets: measured defaults per device class (docs/benchmarks.md).

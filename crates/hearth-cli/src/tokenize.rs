@@ -19,7 +19,7 @@ pub struct TokenizeArgs {
 
 pub fn run(a: TokenizeArgs) -> anyhow::Result<()> {
     // Only the tokenizer is needed, but loading resolves and validates the model the same way as generate.
-    let m = a.model.load()?;
+    let m = a.model.load(false)?;
     let tok = &m.tokenizer;
     let ids = if a.chat {
         let tmpl = tok

@@ -1,67 +1,14 @@
-//! Loading a model by name, and a single-sequence generation loop used by `hearth generate` and the model tests.
-//! (The serving engine batches many sequences through the same `Model::forward`.)
+//! A single-sequence generation loop on a contiguous KV cache, used by `hearth generate` and the model tests.
+//! (The serving engine batches many sequences through the same `Model::forward` on paged KV.)
 
 use crate::attention::{BatchContext, ContiguousKv};
-use crate::models::{load_model, open_weights, LoadOptions, Model};
+use crate::loader::LoadedModel;
+use crate::models::Model;
 use crate::sampling::{Sampled, Sampler, SamplingParams};
-use crate::tokenizer::{ChatTemplate, Tokenizer};
-use crate::weights::resolve::{resolve, ModelLocation};
+use crate::types::{EngineInfo, FinishReason};
 use crate::{Error, Result};
 use candle_core::{Device, Tensor};
-use std::path::Path;
 use std::time::{Duration, Instant};
-
-pub struct LoadedModel {
-    pub model: Box<dyn Model>,
-    pub tokenizer: Tokenizer,
-    pub location: ModelLocation,
-    pub device: Device,
-    pub load_time: Duration,
-}
-
-/// Resolve `spec`, load weights, tokenizer and chat template (`chat_template` overrides the model's own).
-pub fn load(spec: &str, device: &Device, chat_template: Option<&Path>) -> Result<LoadedModel> {
-    load_with(spec, device, chat_template, &LoadOptions::default())
-}
-
-pub fn load_with(spec: &str, device: &Device, chat_template: Option<&Path>, opts: &LoadOptions) -> Result<LoadedModel> {
-    let t0 = Instant::now();
-    let location = resolve(spec)?;
-    let (weights, cfg) = open_weights(&location)?;
-    let mut tokenizer = Tokenizer::load(&location, &cfg)?;
-    if tokenizer.vocab_size() > cfg.vocab_size {
-        return Err(Error::InvalidModel(format!(
-            "tokenizer has {} tokens but the model's vocabulary is {}",
-            tokenizer.vocab_size(),
-            cfg.vocab_size
-        )));
-    }
-    if let Some(path) = chat_template {
-        tokenizer.chat_template = Some(ChatTemplate::from_file(path, &tokenizer.bos_token(), &tokenizer.eos_token())?);
-    }
-    let model = load_model(&weights, &cfg, device, opts)?;
-    Ok(LoadedModel { model, tokenizer, location, device: device.clone(), load_time: t0.elapsed() })
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// An EOS token (not included in the output).
-    Stop,
-    /// `max_tokens` reached, or the context is full.
-    Length,
-    /// The caller's callback asked to stop.
-    Cancelled,
-}
-
-impl FinishReason {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-            FinishReason::Cancelled => "cancelled",
-        }
-    }
-}
 
 pub struct GenerateRequest {
     pub prompt_ids: Vec<u32>,
@@ -92,20 +39,10 @@ pub fn forward_one(model: &dyn Model, kv: &mut ContiguousKv, slot: usize, tokens
 /// Generate for one prompt, calling `on_token` after each sampled token (return false to stop).
 pub fn generate(m: &LoadedModel, req: &GenerateRequest, mut on_token: impl FnMut(&Sampled) -> bool) -> Result<GenerateOutput> {
     let cfg = m.model.config();
-    if req.prompt_ids.is_empty() {
-        return Err(Error::InvalidRequest("the prompt is empty (no tokens)".into()));
-    }
-    if let Some(&bad) = req.prompt_ids.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-        return Err(Error::InvalidRequest(format!("token id {bad} is outside the vocabulary (size {})", cfg.vocab_size)));
-    }
     let max_pos = m.model.max_positions();
-    if req.prompt_ids.len() >= max_pos {
-        return Err(Error::InvalidRequest(format!(
-            "the prompt has {} tokens; the model's context is {max_pos}",
-            req.prompt_ids.len()
-        )));
-    }
-    req.sampling.validate(cfg.vocab_size)?;
+    EngineInfo::unpooled(cfg.vocab_size, max_pos)
+        .validate_prompt(&req.prompt_ids, &[], &req.sampling)
+        .map_err(|e| Error::InvalidRequest(e.to_string()))?;
     let mut sampler = Sampler::new(req.sampling.clone());
     let mut kv = ContiguousKv::new(cfg.num_layers, req.prompt_ids.len() + req.max_tokens.min(max_pos));
     let chunk = req.prefill_chunk.max(1);

@@ -6,14 +6,17 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod generate;
+pub mod loader;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod kv;
 pub mod kernels;
+pub mod levers;
 pub mod models;
 pub mod sampling;
 pub mod scheduler;
 pub mod tokenizer;
+pub mod types;
 pub mod weights;
 
 pub use error::{Error, Result};

@@ -11,7 +11,8 @@
 mod common;
 use common::*;
 use hearth_engine::attention::ContiguousKv;
-use hearth_engine::generate::{forward_one, generate, load_with, GenerateRequest, LoadedModel};
+use hearth_engine::generate::{forward_one, generate, GenerateRequest};
+use hearth_engine::loader::{load_with, LoadedModel};
 use hearth_engine::models::LoadOptions;
 use hearth_engine::sampling::SamplingParams;
 

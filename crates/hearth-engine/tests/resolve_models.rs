@@ -21,7 +21,7 @@ fn hf_cache_ids_aliases_and_clear_errors() {
 
     assert_eq!(resolve("tiny-org/tiny-qwen2").unwrap(), ModelLocation::HfDir(snap.clone()));
     // And it loads and runs from there.
-    let m = hearth_engine::generate::load("tiny-org/tiny-qwen2", &candle_core::Device::Cpu, None).unwrap();
+    let m = hearth_engine::loader::load("tiny-org/tiny-qwen2", &candle_core::Device::Cpu, None).unwrap();
     assert_eq!(m.model.config().arch_name, "qwen2");
 
     let e = resolve("tiny-org/not-there").unwrap_err().to_string();

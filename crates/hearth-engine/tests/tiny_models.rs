@@ -5,7 +5,8 @@
 mod common;
 use common::*;
 use hearth_engine::attention::ContiguousKv;
-use hearth_engine::generate::{forward_one, generate, load, GenerateRequest};
+use hearth_engine::generate::{forward_one, generate, GenerateRequest};
+use hearth_engine::loader::load;
 use hearth_engine::sampling::SamplingParams;
 
 /// f32 reference vs f32 here: only summation order differs.

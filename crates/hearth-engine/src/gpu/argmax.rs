@@ -4,7 +4,7 @@
 //! On by default on CUDA; `HEARTH_GPU_ARGMAX=0` copies the logits and samples on the host as before.
 
 use super::launch::Launch;
-use super::{contiguous, env_off};
+use super::contiguous;
 use crate::Result;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
@@ -18,8 +18,7 @@ const THREADS: u32 = 1024;
 
 /// Whether greedy steps take their tokens from the device (`HEARTH_GPU_ARGMAX=0` turns it off).
 pub fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !env_off("HEARTH_GPU_ARGMAX"))
+    crate::levers::get().gpu_argmax
 }
 
 /// The index of each row's largest value (lowest index on ties) of f32 `logits` (R, V) on a CUDA device.

@@ -1,4 +1,4 @@
-// Skinny matmuls for decode steps (see src/gpu/gemv.rs): y[M, N] = x[M, K] · W[N, K]ᵀ, bound by reading the
+// Skinny matmuls for batch-1 decode steps (see src/gpu/gemv.rs): y[N] = W[N, K] · x[K], bound by reading the
 // weights once. All are launched with programmatic dependent launch (gpu/launch.rs): weights are never written by
 // a kernel, so they are loaded before pdl_wait(), while the previous kernel is still finishing.
 //
@@ -7,15 +7,12 @@
 //   gemv_row_split_*), or computed by the kernel from what the separate kernel before it would have read: the
 //   residual add and RMSNorm (gemv_row_addnorm_*, the projections after a norm: 64 launches and dependent steps a
 //   step fewer on the 8B shape).
-// * gemv_*_m{M}: 1 <= M <= 8 rows, any K (a multiple of the vector): one warp per output column, CHUNK 16-byte
-//   loads per lane in flight, the M input rows read through L1. Slower than cuBLAS on the 8B shapes (equal or
-//   worse); used only when asked for (HEARTH_GPU_GEMV_ROWS) and as the general form the tests check.
-// The K order of every sum is fixed per column, so a row's output does not depend on the other rows of a launch.
+// Several rows go to cuBLAS: a few-row kernel (one warp per column) was not faster there on the 8B shapes.
+// The K order of every sum is fixed per column.
 #include "common.cuh"
 
-constexpr int WARPS = 4;       // warps per block (both kernels)
-constexpr int CHUNK = 16;      // gemv_*_m: 16-byte loads per lane in flight
-constexpr int ROW_CHUNK = 16;  // gemv_row: 16-byte vectors per lane = the whole row
+constexpr int WARPS = 4;       // warps per block
+constexpr int ROW_CHUNK = 16;  // 16-byte vectors per lane = the whole row
 
 template <typename T> struct Vec16 { static constexpr int N = 16 / sizeof(T); };
 
@@ -28,7 +25,7 @@ __device__ __forceinline__ void unpack(const uint4 &v, float *out) {
 
 // Where a one-row kernel's input row comes from (MODE). Not kept: the gated activation of a fused gate|up row
 // computed while loading the down projection's input (bit-identical to act_mul, but 52 us against 32 for act_mul +
-// the plain kernel on the 8B shape: bench/gpu/fusion_probe.cu, docs/benchmarks.md, sixth session).
+// the plain kernel on the 8B shape: bench/gpu/fusion_probe.cu, docs/benchmarks.md).
 constexpr int X_PLAIN = 0;    // x[K], the previous kernel's output
 constexpr int X_ADDNORM = 1;  // rmsnorm(h + a) * wn (add_rmsnorm's arithmetic; a may be null); block 0 writes h + a
                               // to h_out (unless null)
@@ -113,7 +110,7 @@ constexpr int EPI_SILU = 1;  // gate|up: pair (i, i + N/2) -> y[i] = silu(gate) 
 constexpr int EPI_GELU = 2;  //   on the sums rounded to T as act_mul reads them: the same values)
 // Not kept: a rotary epilogue on the q|k|v projection (pairs within a head, k and v written into the cache rows,
 // replacing qkv_rope): 16.3 us against 16.3 for the two kernels, and 1% slower at batch 1 in the serving A/B
-// (docs/benchmarks.md, sixth session).
+// (docs/benchmarks.md).
 
 // The two columns of pair p: (p, p + N/2).
 __device__ __forceinline__ int2 pair_cols(int p, int N) { return make_int2(p, p + N / 2); }
@@ -126,7 +123,7 @@ __device__ __forceinline__ int2 pair_cols(int p, int N) { return make_int2(p, p 
 // Requires K % (16 / sizeof(T)) == 0, ceil(K / V / SPLIT) <= 32 * ROW_CHUNK and 16-byte aligned rows.
 //
 // Measured against cuBLAS on the H200 (bench/gpu/gemv_probe.cu, back-to-back launches with PDL, Llama-3.1-8B
-// shapes, sixth session): SPLIT 1 q|k|v 16.2 vs 16.6 us, o_proj 12.2 vs 15.6, gate|up 57.3 vs 57.7, lm_head 94.0
+// shapes): SPLIT 1 q|k|v 16.2 vs 16.6 us, o_proj 12.2 vs 15.6, gate|up 57.3 vs 57.7, lm_head 94.0
 // vs 101.3; SPLIT 4 on the 14336-wide down projection 29.9 vs 32.8.
 template <typename T, int SPLIT, int MODE, int EPI = EPI_NONE>
 __device__ void gemv_row(const T *x, const T *a, const T *__restrict__ wn, T *h_out, float eps,
@@ -227,62 +224,6 @@ __device__ void gemv_row(const T *x, const T *a, const T *__restrict__ wn, T *h_
   }
 }
 
-// grid (ceil(N / WARPS)), block WARPS * 32. Requires K % (16 / sizeof(T)) == 0 and 16-byte aligned x and w rows.
-template <typename T, int M>
-__device__ void gemv(const T *__restrict__ x, const T *__restrict__ w, T *__restrict__ y, int N, int K) {
-  constexpr int V = Vec16<T>::N;
-  pdl_trigger();
-  const int lane = threadIdx.x % 32;
-  const int n = blockIdx.x * WARPS + threadIdx.x / 32;
-  if (n >= N) return;
-  const uint4 *wr = reinterpret_cast<const uint4 *>(w + (size_t)n * K);
-  const int kv = K / V;  // 16-byte vectors per row
-  uint4 wv[CHUNK];
-#pragma unroll
-  for (int u = 0; u < CHUNK; ++u) {
-    const int i = lane + u * 32;
-    wv[u] = i < kv ? __ldg(wr + i) : make_uint4(0, 0, 0, 0);
-  }
-  pdl_wait();  // x is the previous kernel's output
-  float acc[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = 0.f;
-  for (int base = 0;;) {
-#pragma unroll
-    for (int u = 0; u < CHUNK; ++u) {
-      const int i = base + lane + u * 32;
-      if (i < kv) {
-        float wf[V];
-        unpack<T>(wv[u], wf);
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-          float xf[V];
-          unpack<T>(__ldcg(reinterpret_cast<const uint4 *>(x + (size_t)m * K) + i), xf);
-#pragma unroll
-          for (int j = 0; j < V; ++j) acc[m] = fmaf(wf[j], xf[j], acc[m]);
-        }
-      }
-    }
-    base += 32 * CHUNK;
-    if (base >= kv) break;
-#pragma unroll
-    for (int u = 0; u < CHUNK; ++u) {
-      const int i = base + lane + u * 32;
-      wv[u] = i < kv ? __ldg(wr + i) : make_uint4(0, 0, 0, 0);
-    }
-  }
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const float s = warp_sum(acc[m]);
-    if (lane == 0) y[(size_t)m * N + n] = from_f<T>(s);
-  }
-}
-
-#define GEMV_M(SFX, T, M)                                                                                    \
-  extern "C" __global__ void __launch_bounds__(WARPS * 32)                                                   \
-      gemv_##SFX##_m##M(const T *x, const T *w, T *y, int N, int K) {                                        \
-    gemv<T, M>(x, w, y, N, K);                                                                               \
-  }
 #define ROW_KERNEL(NAME, T, SPLIT, MODE)                                                                     \
   extern "C" __global__ void __launch_bounds__(WARPS * 32) NAME(const T *x, const T *w, T *y, int N, int K) {   \
     gemv_row<T, SPLIT, MODE>(x, nullptr, nullptr, nullptr, 0.f, w, y, N, K);                                 \
@@ -298,9 +239,7 @@ __device__ void gemv(const T *__restrict__ x, const T *__restrict__ w, T *__rest
   ROW_KERNEL(gemv_row_split_##SFX##_s4, T, 4, X_PLAIN)                                                       \
   ADDNORM_KERNEL(gemv_row_addnorm_##SFX, T, EPI_NONE)                                                       \
   ADDNORM_KERNEL(gemv_row_addnorm_silu_##SFX, T, EPI_SILU)                                                  \
-  ADDNORM_KERNEL(gemv_row_addnorm_gelu_##SFX, T, EPI_GELU)                                                  \
-  GEMV_M(SFX, T, 1) GEMV_M(SFX, T, 2) GEMV_M(SFX, T, 3) GEMV_M(SFX, T, 4) GEMV_M(SFX, T, 5) GEMV_M(SFX, T, 6) \
-  GEMV_M(SFX, T, 7) GEMV_M(SFX, T, 8)
+  ADDNORM_KERNEL(gemv_row_addnorm_gelu_##SFX, T, EPI_GELU)
 INSTANTIATE(f32, float)
 INSTANTIATE(bf16, __nv_bfloat16)
 INSTANTIATE(f16, __half)

@@ -8,15 +8,15 @@
 //! * [`matmul_add_norm`]: the one-row kernel that computes its input row itself from the residual add and RMSNorm
 //!   before it (the q|k|v and gate|up projections and the LM head: no `add_rmsnorm` launch, 64 a step fewer on the
 //!   8B shape; `HEARTH_GPU_GEMV_NORM=0` turns it off). Batch 1 on the 8B shape: 219 tok/s against 210 without it
-//!   (docs/benchmarks.md, sixth session). The same with the gated activation before the down projection lost
+//!   (docs/benchmarks.md). The same with the gated activation before the down projection lost
 //!   (52 us against 32 for the two kernels) and was removed.
-//! * 1..=8 rows, any K: `gemv_*_m{M}`, one warp per column. Not faster than cuBLAS on the 8B shapes
-//!   (docs/benchmarks.md), so the default path uses it for no shape; `HEARTH_GPU_GEMV_ROWS=N` (2..=8) opts decode
-//!   steps of up to N rows into it.
+//!
+//! Several rows go to cuBLAS: a few-row kernel (one warp per column) was not faster than cuBLAS on the 8B shapes
+//! (docs/benchmarks.md) and was removed.
 
 use super::fused::Act;
 use super::launch::Launch;
-use super::{by_float_dtype, contiguous, cuda_of, env_off, sfx_c};
+use super::{by_float_dtype, contiguous, cuda_of, sfx_c};
 use crate::Result;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
@@ -25,44 +25,14 @@ use candle_core::{CudaStorage, Layout, Shape, Tensor};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/gemv.ptx"));
 const MODULE: &str = "hearth_gemv";
-/// The most input rows one launch takes (the few-row kernels are instantiated for 1..=8).
-pub const MAX_ROWS: usize = 8;
 /// Warps (output columns in flight) per block (gemv.cu's WARPS).
 const WARPS: usize = 4;
 /// 16-byte vectors per lane the one-row kernel holds: its K is at most 32 lanes * this many vectors.
 const ROW_CHUNK: usize = 16;
 /// Blocks per multiprocessor of the one-row kernel's persistent grid (4 measured best of 4 and 6 blocks of 4 warps
-/// and 2 of 8, gemv_probe.cu; 2 gave no gain in the sixth session's serving A/B). The kernels take ~220 registers
-/// (x is held in registers), so 2 blocks are resident per multiprocessor and the grid runs in two rounds.
+/// and 2 of 8, gemv_probe.cu; 2 gave no gain in a serving A/B). The kernels take ~220 registers (x is held in
+/// registers), so 2 blocks are resident per multiprocessor and the grid runs in two rounds.
 const ROW_BLOCKS_PER_SM: usize = 4;
-
-/// The one-row kernels' blocks per multiprocessor: `HEARTH_GPU_GEMV_BLOCKS` (1..=8, a tuning knob for A/B runs),
-/// else [`ROW_BLOCKS_PER_SM`].
-fn row_blocks_per_sm() -> usize {
-    static B: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *B.get_or_init(|| {
-        std::env::var("HEARTH_GPU_GEMV_BLOCKS").ok().and_then(|v| v.parse().ok()).filter(|b| (1..=8).contains(b)).unwrap_or(ROW_BLOCKS_PER_SM)
-    })
-}
-
-/// Whether the one-row kernel is on (`HEARTH_GPU_GEMV=0` turns it off).
-fn row_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !env_off("HEARTH_GPU_GEMV"))
-}
-
-/// `HEARTH_GPU_GEMV_PDL=0`: launch the skinny matmuls without programmatic dependent launch (the other kernels
-/// keep it).
-fn gemv_pdl() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !env_off("HEARTH_GPU_GEMV_PDL"))
-}
-
-/// The most rows the few-row kernel takes on the default path: `HEARTH_GPU_GEMV_ROWS` (2..=8), else 0 (none).
-fn rows_on() -> usize {
-    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| std::env::var("HEARTH_GPU_GEMV_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(0).min(MAX_ROWS))
-}
 
 /// The dtypes the kernels are built for.
 fn float_dtype(dtype: candle_core::DType) -> bool {
@@ -71,7 +41,7 @@ fn float_dtype(dtype: candle_core::DType) -> bool {
 }
 
 /// How many warps the one-row kernels split a column over for K values of this dtype: 1 (`gemv_row`), 2 or 4
-/// (`gemv_row_split`), or None when even a quarter of K exceeds what a warp holds (the few-row kernel then).
+/// (`gemv_row_split`), or None when even a quarter of K exceeds what a warp holds (cuBLAS then).
 pub fn one_row_split(k: usize, dtype: candle_core::DType) -> Option<usize> {
     if !float_dtype(dtype) {
         return None;
@@ -84,25 +54,13 @@ pub fn one_row_split(k: usize, dtype: candle_core::DType) -> Option<usize> {
 /// Whether the default path sends one row of K values to the one-row kernels: `gemv_row` always (unless
 /// `HEARTH_GPU_GEMV=0`), `gemv_row_split` unless `HEARTH_GPU_GEMV_SPLIT=0`.
 fn row_fits(k: usize, dtype: candle_core::DType) -> bool {
-    static SPLIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    row_on()
+    let levers = crate::levers::get();
+    levers.gpu_gemv
         && match one_row_split(k, dtype) {
             Some(1) => true,
-            Some(_) => *SPLIT.get_or_init(|| !env_off("HEARTH_GPU_GEMV_SPLIT")),
+            Some(_) => levers.gpu_gemv_split,
             None => false,
         }
-}
-
-/// Whether the add+RMSNorm-fused one-row kernel is on (`HEARTH_GPU_GEMV_NORM=0` turns it off).
-fn norm_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !env_off("HEARTH_GPU_GEMV_NORM"))
-}
-
-/// Whether the gated-activation epilogue is on (`HEARTH_GPU_GEMV_GATED=0` turns it off).
-fn gated_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !env_off("HEARTH_GPU_GEMV_GATED"))
 }
 
 /// The shared checks: a CUDA float x of K values per row matching w (N, K) contiguous, 16-byte vectors and aligned
@@ -136,28 +94,24 @@ fn dims_with_last(x: &Tensor, n: usize) -> Vec<usize> {
     d
 }
 
-/// x (.., K) with M rows in all · w (N, K)ᵀ through a skinny kernel (for M = 1 the one-row kernel, its column split
-/// over 2 or 4 warps for K up to 4x longer; else the few-row kernel), or None when neither applies (not CUDA, M > 8,
-/// dtypes differ, K not a multiple of a 16-byte vector, or w not a plain contiguous matrix): the caller uses cuBLAS.
+/// x (.., K), one row in all, · w (N, K)ᵀ through the one-row kernel (its column split over 2 or 4 warps for K up
+/// to 4x longer), or None when it does not apply (not CUDA, several rows, K too long, dtypes differ, K not a
+/// multiple of a 16-byte vector, or w not a plain contiguous matrix): the caller uses cuBLAS.
 pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
     let k = x.dim(candle_core::D::Minus1)?;
-    let Some(m) = fits(x, w, k)? else { return Ok(None) };
-    if m > MAX_ROWS {
+    if fits(x, w, k)? != Some(1) || one_row_split(k, x.dtype()).is_none() {
         return Ok(None);
     }
-    let Some(x2) = rows_of(x, m)? else { return Ok(None) };
+    let Some(x2) = rows_of(x, 1)? else { return Ok(None) };
     let n = w.dim(0)?;
     Ok(Some(x2.apply_op1_no_bwd(&Gemv { w: w.clone(), input: Input::Plain })?.reshape(dims_with_last(x, n))?))
 }
 
 /// The default path's choice: [`matmul`] for one row whose K fits the one-row kernels (unless `HEARTH_GPU_GEMV=0` /
-/// `HEARTH_GPU_GEMV_SPLIT=0`), or for up to `HEARTH_GPU_GEMV_ROWS` rows when that opts in; None otherwise (the
-/// caller uses cuBLAS).
+/// `HEARTH_GPU_GEMV_SPLIT=0`); None otherwise (the caller uses cuBLAS).
 pub fn matmul_if_on(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
     let k = x.dim(candle_core::D::Minus1)?;
-    let m = x.elem_count() / k.max(1);
-    let take = (m == 1 && row_fits(k, x.dtype())) || (m >= 2 && m <= rows_on());
-    if !take {
+    if x.elem_count() != k || !row_fits(k, x.dtype()) {
         return Ok(None);
     }
     matmul(x, w)
@@ -176,7 +130,7 @@ pub fn matmul_add_norm(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w:
 /// act(gate) * up), (.., I) — the values `fused::act_mul` makes of the matmul's output, without its launch. None
 /// also when `HEARTH_GPU_GEMV_GATED=0` or 2I is odd.
 pub fn matmul_add_norm_gated(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor, act: Act) -> Result<Option<(Tensor, Tensor)>> {
-    if !gated_on() || w.dim(0)? % 2 != 0 {
+    if !crate::levers::get().gpu_gemv_gated || w.dim(0)? % 2 != 0 {
         return Ok(None);
     }
     add_norm(h, a, wn, eps, w, Some(act))
@@ -185,7 +139,8 @@ pub fn matmul_add_norm_gated(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f
 /// [`matmul_add_norm`], with the gated-activation epilogue when `gated` names the activation.
 fn add_norm(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor, gated: Option<Act>) -> Result<Option<(Tensor, Tensor)>> {
     let k = h.dim(candle_core::D::Minus1)?;
-    if !norm_on() || !row_on() || one_row_split(k, h.dtype()) != Some(1) {
+    let levers = crate::levers::get();
+    if !levers.gpu_gemv_norm || !levers.gpu_gemv || one_row_split(k, h.dtype()) != Some(1) {
         return Ok(None);
     }
     match fits(h, w, k)? {
@@ -251,8 +206,7 @@ impl candle_core::CustomOp1 for Gemv {
     fn cuda_fwd(&self, xs: &CudaStorage, xl: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         let (m, width) = xl.shape().dims2()?;
         let (n, k) = self.w.dims2()?;
-        let one_row = !matches!(self.input, Input::Plain);
-        if width != k || m == 0 || m > MAX_ROWS || (one_row && m != 1) {
+        if width != k || m != 1 {
             candle_core::bail!("hearth-gemv: x ({m}, {width}) does not fit w ({n}, {k})");
         }
         let (x0, x1) = contiguous(xl, "x")?;
@@ -261,7 +215,9 @@ impl candle_core::CustomOp1 for Gemv {
         let dev = xs.device().clone();
         let stream = dev.cuda_stream();
         let threads = (WARPS * 32) as u32;
-        let split = if m == 1 { one_row_split(k, xs.dtype()) } else { None };
+        let Some(s) = one_row_split(k, xs.dtype()) else {
+            candle_core::bail!("hearth-gemv: K = {k} is too long for the one-row kernels");
+        };
         let sfx = sfx_c(xs.dtype())?;
         let gated = match &self.input {
             Input::AddNorm { gated, .. } => *gated,
@@ -271,23 +227,16 @@ impl candle_core::CustomOp1 for Gemv {
             candle_core::bail!("hearth-gemv: a gated epilogue needs an even gate|up width, not {n}");
         }
         let cols = out_columns(n, gated);
-        let (name, grid) = match split {
-            Some(s) => {
-                let sms = super::launch::device_props(&stream).sms;
-                // Output columns (gate|up pairs, with the gated epilogue) a block takes per step: WARPS / s.
-                let grid = cols.div_ceil(WARPS / s).min(sms * row_blocks_per_sm()).max(1);
-                let name = match &self.input {
-                    Input::Plain if s == 1 => format!("gemv_row_{sfx}"),
-                    Input::Plain => format!("gemv_row_split_{sfx}_s{s}"),
-                    Input::AddNorm { gated: Some(Act::Silu), .. } if s == 1 => format!("gemv_row_addnorm_silu_{sfx}"),
-                    Input::AddNorm { gated: Some(Act::GeluTanh), .. } if s == 1 => format!("gemv_row_addnorm_gelu_{sfx}"),
-                    Input::AddNorm { .. } if s == 1 => format!("gemv_row_addnorm_{sfx}"),
-                    Input::AddNorm { .. } => candle_core::bail!("hearth-gemv: the add+norm kernel holds rows of at most {} values", 32 * ROW_CHUNK * (16 / xs.dtype().size_in_bytes())),
-                };
-                (name, grid)
-            }
-            None if !one_row => (format!("gemv_{sfx}_m{m}"), n.div_ceil(WARPS)),
-            None => candle_core::bail!("hearth-gemv: K = {k} is too long for the one-row kernels"),
+        let sms = super::launch::device_props(&stream).sms;
+        // Output columns (gate|up pairs, with the gated epilogue) a block takes per step: WARPS / s.
+        let grid = cols.div_ceil(WARPS / s).min(sms * ROW_BLOCKS_PER_SM).max(1);
+        let name = match &self.input {
+            Input::Plain if s == 1 => format!("gemv_row_{sfx}"),
+            Input::Plain => format!("gemv_row_split_{sfx}_s{s}"),
+            Input::AddNorm { gated: Some(Act::Silu), .. } if s == 1 => format!("gemv_row_addnorm_silu_{sfx}"),
+            Input::AddNorm { gated: Some(Act::GeluTanh), .. } if s == 1 => format!("gemv_row_addnorm_gelu_{sfx}"),
+            Input::AddNorm { .. } if s == 1 => format!("gemv_row_addnorm_{sfx}"),
+            Input::AddNorm { .. } => candle_core::bail!("hearth-gemv: the add+norm kernel holds rows of at most {} values", 32 * ROW_CHUNK * (16 / xs.dtype().size_in_bytes())),
         };
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
         let cfg = LaunchConfig { grid_dim: (grid as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
@@ -320,7 +269,7 @@ impl candle_core::CustomOp1 for Gemv {
                             None => None,
                         };
                         let mut b = Launch::new(&stream, &func);
-                        b.plain(!gemv_pdl()).ptr(&x);
+                        b.plain(!crate::levers::get().gpu_gemv_pdl).ptr(&x);
                         match &a_slice {
                             Some(a) => b.ptr(a),
                             None => b.null(),
@@ -336,12 +285,12 @@ impl candle_core::CustomOp1 for Gemv {
                         (out, h_len + cols)
                     }
                     _ => {
-                        // SAFETY: the kernel writes all m * n outputs.
-                        let out = unsafe { dev.alloc::<$ty>(m * n)? };
+                        // SAFETY: the kernel writes all n outputs.
+                        let out = unsafe { dev.alloc::<$ty>(n)? };
                         let mut b = Launch::new(&stream, &func);
-                        b.plain(!gemv_pdl()).ptr(&x).ptr(&w).ptr(&out).val(&ni).val(&ki);
+                        b.plain(!crate::levers::get().gpu_gemv_pdl).ptr(&x).ptr(&w).ptr(&out).val(&ni).val(&ki);
                         // SAFETY: shapes checked above; `matmul` checked K and the offsets against the
-                        // 16-byte vectors (and the one-row kernels' K limit); the kernels read only weights before
+                        // 16-byte vectors and the one-row kernels' K limit; the kernels read only weights before
                         // their pdl_wait.
                         unsafe { b.launch(cfg) }.w()?;
                         (out, n)

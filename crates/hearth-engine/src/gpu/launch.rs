@@ -57,9 +57,7 @@ pub fn device_props(stream: &CudaStream) -> DeviceProps {
 /// capability 9.0+ (below that `pdl_wait` compiles to nothing, and a kernel launched with the attribute could read
 /// its predecessor's output too early), and the device 9.0 or newer.
 pub fn pdl_on(stream: &CudaStream) -> bool {
-    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let allowed = *ALLOWED.get_or_init(|| !super::env_off("HEARTH_CUDA_PDL") && PTX_CAP.trim().parse::<u32>().is_ok_and(|c| c >= 90));
-    allowed && device_props(stream).hopper
+    crate::levers::get().cuda_pdl && PTX_CAP.trim().parse::<u32>().is_ok_and(|c| c >= 90) && device_props(stream).hopper
 }
 
 /// Whether thread-block clusters can be launched on this stream's device: the PTX built for compute capability 9.0+

@@ -53,19 +53,8 @@ pub(crate) fn contiguous(l: &Layout, what: &str) -> candle_core::Result<(usize, 
         .ok_or_else(|| candle_core::Error::Msg(format!("hearth CUDA kernel: {what} must be contiguous")))
 }
 
-/// Whether an opt-in variable is set to on (`1`, `on`, `true`, `yes`).
-pub fn env_on(name: &str) -> bool {
-    matches!(std::env::var(name).as_deref(), Ok("1" | "on" | "true" | "yes"))
-}
-
-/// Whether a kill switch variable is set to off (`0`, `off`, `false`, `no`).
-pub fn env_off(name: &str) -> bool {
-    matches!(std::env::var(name).as_deref(), Ok("0" | "off" | "false" | "no"))
-}
-
 /// `HEARTH_GPU_FUSED=0` turns off the fused per-layer kernels (fused q|k|v and gate|up projections, rope into
 /// the paged cache, residual add + RMSNorm, activation × up): models then run candle's separate ops.
 pub fn fused_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !env_off("HEARTH_GPU_FUSED"))
+    crate::levers::get().gpu_fused
 }

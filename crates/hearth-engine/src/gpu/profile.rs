@@ -20,18 +20,10 @@ pub struct ProfileWindow {
 }
 
 impl ProfileWindow {
-    /// The window asked for by `HEARTH_CUDA_PROFILE`, if any (a malformed value is reported and ignored).
+    /// The window asked for by `HEARTH_CUDA_PROFILE` (the lever registry parsed it), if any.
     pub fn from_env() -> Option<Self> {
-        let v = std::env::var("HEARTH_CUDA_PROFILE").ok()?;
-        let rows = |r: &str| if r == "prefill" { Some(0) } else { r.parse::<usize>().ok().filter(|&n| n > 0) };
-        let parsed = v.split_once(':').and_then(|(r, s)| Some((rows(r)?, s.parse::<usize>().ok()?)));
-        match parsed {
-            Some((rows, steps)) if steps > 0 => Some(Self { rows, steps, done: 0, active: false }),
-            _ => {
-                tracing::warn!("HEARTH_CUDA_PROFILE={v:?} is not ROWS:STEPS or prefill:STEPS (counts > 0); not profiling");
-                None
-            }
-        }
+        let spec = crate::levers::get().cuda_profile?;
+        Some(Self { rows: spec.rows, steps: spec.steps, done: 0, active: false })
     }
 
     /// Before a step of `rows` rows carrying `tokens` new tokens, `decode_only` when each adds one token.
@@ -102,7 +94,7 @@ impl StepTimer {
     /// A timer for a CUDA device when `HEARTH_CUDA_STEP_TIMING=1`, else None.
     pub fn from_env(device: &Device) -> Option<Self> {
         let Device::Cuda(d) = device else { return None };
-        crate::gpu::env_on("HEARTH_CUDA_STEP_TIMING").then(|| Self { stream: d.cuda_stream(), start: None, end: None, prev_end: None })
+        crate::levers::get().cuda_step_timing.then(|| Self { stream: d.cuda_stream(), start: None, end: None, prev_end: None })
     }
 
     fn record(&self) -> Option<candle_core::cuda_backend::cudarc::driver::CudaEvent> {

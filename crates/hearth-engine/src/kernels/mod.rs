@@ -35,6 +35,7 @@ mod quant;
 #[cfg(test)]
 mod tests;
 
+use crate::levers::FastQuant;
 use crate::Result;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
@@ -77,25 +78,27 @@ pub fn isa_supported(isa: Isa) -> bool {
     }
 }
 
-/// Parse `HEARTH_FAST_QUANT`: `None` = module disabled, else the highest ISA allowed (given the detected one).
-pub fn isa_from_setting(setting: Option<&str>, detected: Option<Isa>) -> Option<Isa> {
+/// The ISA a `HEARTH_FAST_QUANT` setting allows on a CPU that detected `detected`: `None` = module disabled.
+pub fn isa_for(setting: FastQuant, detected: Option<Isa>) -> Option<Isa> {
     let detected = detected?;
-    match setting.map(|s| s.trim().to_ascii_lowercase()) {
-        Some(s) if s == "0" || s == "off" || s == "false" || s == "no" => None,
-        Some(s) if s == "avx2" => Some(Isa::Avx2),
-        _ => Some(detected),
+    match setting {
+        FastQuant::Off => None,
+        FastQuant::Avx2 => Some(Isa::Avx2),
+        FastQuant::On => Some(detected),
     }
+}
+
+/// [`isa_for`] of a raw `HEARTH_FAST_QUANT` value (None: unset), parsed by the lever registry; a malformed value
+/// counts as unset, as `levers::get` does.
+pub fn isa_from_setting(setting: Option<&str>, detected: Option<Isa>) -> Option<Isa> {
+    let levers = crate::levers::Levers::from_lookup(|name| (name == "HEARTH_FAST_QUANT").then(|| setting.map(str::to_string)).flatten());
+    isa_for(levers.map_or(FastQuant::On, |l| l.fast_quant), detected)
 }
 
 /// The ISA in use, or `None` when the module is off (kill switch or no AVX2).
 pub fn active_isa() -> Option<Isa> {
     static ISA: OnceLock<Option<Isa>> = OnceLock::new();
-    *ISA.get_or_init(|| {
-        isa_from_setting(
-            std::env::var("HEARTH_FAST_QUANT").ok().as_deref(),
-            Isa::detect(),
-        )
-    })
+    *ISA.get_or_init(|| isa_for(crate::levers::get().fast_quant, Isa::detect()))
 }
 
 /// Which implementation serves one matmul.
@@ -176,19 +179,6 @@ impl Plan {
     }
 }
 
-static ROW_INVARIANT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Row-invariant mode (the serving engine turns it on): every accelerated matmul takes the int8 path, whose
-/// output rows are computed independently and bit-exactly whatever else shares the call, so a request's tokens
-/// do not depend on its batch-mates. It gives up the dequant+f32 prefill path (~1.2x slower prefill at m=512).
-pub fn set_row_invariant(on: bool) {
-    ROW_INVARIANT.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
-pub fn row_invariant() -> bool {
-    ROW_INVARIANT.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 /// Weight types the decode kernels handle.
 pub fn decode_supported(dtype: GgmlDType) -> bool {
     matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q8_0)
@@ -238,12 +228,17 @@ impl std::fmt::Debug for FastQMatMul {
 
 impl FastQMatMul {
     /// `Some` when the module is on and `w` is a 2-D CPU `QMatMul::QTensor` of a type some path here
-    /// accelerates; `None` means: keep using candle's `QMatMul`.
-    pub fn new(w: &QMatMul) -> Option<Self> {
+    /// accelerates; `None` means: keep using candle's `QMatMul`. `row_invariant`: every input size takes the int8
+    /// path when the type has one, whose output rows are computed independently and bit-exactly whatever else
+    /// shares the call (the serving engine's batch invariance; it gives up the dequant+f32 prefill path, ~1.2x
+    /// slower prefill at m = 512).
+    pub fn new(w: &QMatMul, row_invariant: bool) -> Option<Self> {
         let QMatMul::QTensor(q) = w else { return None };
         let isa = active_isa()?;
         let (n, k) = q.shape().dims2().ok()?;
-        Self::with_plan(q.clone(), isa, Plan::for_weight(q.dtype(), isa, n, k))
+        let plan = Plan::for_weight(q.dtype(), isa, n, k);
+        let plan = if row_invariant && decode_supported(q.dtype()) { Plan { decode_below: usize::MAX, ..plan } } else { plan };
+        Self::with_plan(q.clone(), isa, plan)
     }
 
     /// Like `new`, with an explicit ISA and plan (tests, benchmarks).
@@ -285,9 +280,6 @@ impl FastQMatMul {
 
     /// The path `forward` takes for an input with `m` rows.
     pub fn path(&self, m: usize) -> Path {
-        if row_invariant() && self.plan.decode_below > 0 {
-            return Path::Decode;
-        }
         self.plan.path(m)
     }
 

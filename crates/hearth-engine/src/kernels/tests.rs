@@ -477,7 +477,7 @@ fn plan_paths_and_fallbacks() {
     );
     // dense weights stay with candle
     let dense = QMatMul::Tensor(tensor(8, 64, 1));
-    assert!(FastQMatMul::new(&dense).is_none());
+    assert!(FastQMatMul::new(&dense, false).is_none());
 }
 
 #[test]
@@ -498,7 +498,8 @@ fn kill_switch_setting() {
 #[ignore]
 fn dump_model_logits() {
     use crate::attention::ContiguousKv;
-    use crate::generate::{forward_one, load};
+    use crate::generate::forward_one;
+    use crate::loader::load;
     let alias = std::env::var("KERNELS_MODEL").unwrap_or_else(|_| "smollm2-135m".into());
     let m = load(&alias, &Device::Cpu, None).unwrap();
     let ids = m

@@ -16,13 +16,15 @@ pub struct Loader<'a> {
     pub dtype: DType,
     /// Dequantize quantized matrices to `dtype` at load (exact reference math, more memory).
     pub dequantize: bool,
+    /// Row-independent CPU matmuls (`LoadOptions::batch_invariant`).
+    pub batch_invariant: bool,
 }
 
 impl Loader<'_> {
     pub fn linear(&self, prefix: &str, bias: bool) -> Result<Linear> {
         let w = self.dense_if_asked(self.weights.matrix(&format!("{prefix}.weight"), self.dtype, self.device)?)?;
         let b = if bias { Some(self.weights.vector(&format!("{prefix}.bias"), self.dtype, self.device)?) } else { None };
-        Ok(Linear::new(w, b))
+        Ok(Linear::new(w, b, self.batch_invariant))
     }
 
     /// The token embedding table, checked against the configured vocabulary (a token id the config allows but
@@ -44,7 +46,7 @@ impl Loader<'_> {
         if !self.cfg.tie_word_embeddings && self.weights.contains("lm_head.weight") {
             return self.linear("lm_head", false);
         }
-        Ok(Linear::new(self.dense_if_asked(embed.as_matmul()?)?, None))
+        Ok(Linear::new(self.dense_if_asked(embed.as_matmul()?)?, None, self.batch_invariant))
     }
 
     fn dense_if_asked(&self, w: QMatMul) -> Result<QMatMul> {
@@ -93,7 +95,7 @@ impl Loader<'_> {
         }
         let w = Tensor::cat(&ws, 0)?;
         let b = if bias { Some(Tensor::cat(&bs, 0)?) } else { None };
-        Ok(Some(Linear::new(QMatMul::Tensor(w), b)))
+        Ok(Some(Linear::new(QMatMul::Tensor(w), b, self.batch_invariant)))
     }
 }
 
@@ -106,8 +108,9 @@ pub struct Linear {
 }
 
 impl Linear {
-    pub fn new(w: QMatMul, b: Option<Tensor>) -> Self {
-        let fast = FastQMatMul::new(&w);
+    /// `batch_invariant`: see `LoadOptions::batch_invariant`.
+    pub fn new(w: QMatMul, b: Option<Tensor>, batch_invariant: bool) -> Self {
+        let fast = FastQMatMul::new(&w, batch_invariant);
         Self { w, fast, b }
     }
 

@@ -7,8 +7,7 @@ pub mod llama;
 
 use crate::attention::{BatchContext, KvStore};
 use crate::weights::config::Family;
-use crate::weights::resolve::ModelLocation;
-use crate::weights::{GgufFile, HfWeights, ModelConfig, Weights};
+use crate::weights::{ModelConfig, Weights};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 
@@ -22,39 +21,6 @@ pub trait Model: Send + Sync {
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor>;
 }
 
-/// Open the weights at a resolved location and read their configuration.
-pub fn open_weights(loc: &ModelLocation) -> Result<(Weights, ModelConfig)> {
-    match loc {
-        ModelLocation::Gguf(p) => {
-            let g = GgufFile::open(p)?;
-            let cfg = ModelConfig::from_gguf(&g)?;
-            Ok((Weights::Gguf(g), cfg))
-        }
-        ModelLocation::HfDir(d) => {
-            let path = d.join("config.json");
-            let text = std::fs::read_to_string(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-            let mut cfg = ModelConfig::from_hf_json(&text)?;
-            merge_generation_config_eos(d, &mut cfg);
-            Ok((Weights::Hf(HfWeights::open(d)?), cfg))
-        }
-    }
-}
-
-/// `generation_config.json` may name more EOS ids than config.json (Llama 3 instruct does).
-fn merge_generation_config_eos(dir: &std::path::Path, cfg: &mut ModelConfig) {
-    let Ok(text) = std::fs::read_to_string(dir.join("generation_config.json")) else { return };
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else { return };
-    if let Some(e) = v.get("eos_token_id").cloned() {
-        if let Ok(ids) = serde_json::from_value::<crate::weights::config::IdOrIds>(e) {
-            for id in ids.ids() {
-                if !cfg.eos_token_ids.contains(&id) {
-                    cfg.eos_token_ids.push(id);
-                }
-            }
-        }
-    }
-}
-
 /// How to build a model.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
@@ -63,6 +29,10 @@ pub struct LoadOptions {
     pub dequantize: bool,
     /// Activation/KV dtype; None: [`activation_dtype`]'s choice. The CPU computes in f32 only.
     pub dtype: Option<DType>,
+    /// Every accelerated CPU matmul computes each row independently and bit-exactly whatever else shares the call
+    /// (the int8 path), so a request's tokens do not depend on its batch-mates. The serving engine loads with it
+    /// (`HEARTH_BATCH_INVARIANT`, on); `generate` without it may take the faster dequantize+f32 prefill path.
+    pub batch_invariant: bool,
 }
 
 /// The activation dtype for these weights on this device: f32 on the CPU; on a GPU bf16 for dense (safetensors)
@@ -88,7 +58,7 @@ pub fn load_model(weights: &Weights, cfg: &ModelConfig, device: &Device, opts: &
             )))
         }
     };
-    let l = layers::Loader { weights, cfg, device, dtype, dequantize: opts.dequantize };
+    let l = layers::Loader { weights, cfg, device, dtype, dequantize: opts.dequantize, batch_invariant: opts.batch_invariant };
     Ok(match cfg.family {
         Family::Llama => Box::new(llama::Llama::load(&l)?),
         Family::Gemma3 => Box::new(gemma3::Gemma3::load(&l)?),

@@ -1,8 +1,361 @@
-//! Continuous batching: sequences, admission within the row and KV budgets, step planning (decode rows first,
-//! then prefill chunks within the step's token budget), preemption when blocks run out.
+//! Continuous batching as pure policy over the block pool: no tensors, no device. Each step the engine core asks
+//! [`Scheduler::schedule`] for a [`StepPlan`], has the runner execute it, and hands the output back to
+//! [`Scheduler::postprocess`], which samples, emits events and retires rows.
+//!
+//! `schedule`:
+//! 1. drops cancelled rows (their blocks return to the pool at once);
+//! 2. admits waiting requests FIFO while the batch has room for all their choices and the pool can hold their
+//!    tokens plus one ([`blocks_to_admit`], the same rule the submit-time check uses);
+//! 3. plans the step's pieces ([`plan::plan_pieces`]): every decoding row's one token, then prompt pieces cut at
+//!    multiples of [`PIECE_ALIGN`] (batch invariance);
+//! 4. makes sure each planned row has blocks for its new tokens, preempting the newest row when the pool is
+//!    empty (it is recomputed later: never an abort).
+//!
+//! `postprocess` samples the rows that reached their end; when a request's prompt is complete, its other choices
+//! fork off it (sharing the full prompt blocks, with a copy of the partial one made before the next step) and
+//! sample their first token from the same logits.
 
-pub mod scheduler;
+pub mod plan;
 pub mod sequence;
+#[cfg(test)]
+mod tests;
 
-pub use scheduler::Scheduler;
+pub use plan::{BlockCopy, PlannedRow, StepOutput, StepPlan};
 pub use sequence::Sequence;
+
+use crate::attention::PIECE_ALIGN;
+use crate::kv::BlockPool;
+use crate::types::{blocks_to_admit, EngineConfig, EngineEvent, EngineStats, FinishReason};
+use plan::{PieceBudget, Pick};
+use std::collections::VecDeque;
+
+pub struct Scheduler {
+    pool: BlockPool,
+    cfg: EngineConfig,
+    eos: Vec<u32>,
+    max_positions: usize,
+    running: Vec<Sequence>,
+    waiting: VecDeque<Sequence>,
+    /// Copies of forked choices' partial blocks, made before the next step's forward; each holds a reference on
+    /// its source block until the step that makes it is done.
+    copies: Vec<BlockCopy>,
+    stats: EngineStats,
+}
+
+impl Scheduler {
+    pub fn new(cfg: EngineConfig, eos: Vec<u32>, max_positions: usize) -> Self {
+        let pool = BlockPool::new(cfg.kv_blocks, cfg.kv_block_size);
+        let stats = EngineStats { kv_blocks_total: cfg.kv_blocks, kv_blocks_free: cfg.kv_blocks, kv_block_size: cfg.kv_block_size, ..Default::default() };
+        Self { pool, cfg, eos, max_positions, running: Vec::new(), waiting: VecDeque::new(), copies: Vec::new(), stats }
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    pub fn enqueue(&mut self, seq: Sequence) {
+        self.stats.rows_submitted_total += 1 + seq.siblings.len() as u64;
+        self.waiting.push_back(seq);
+        self.refresh_stats();
+    }
+
+    /// Rows waiting, counting choices not yet forked.
+    pub fn waiting_rows(&self) -> usize {
+        self.waiting.iter().map(|s| 1 + s.siblings.len()).sum()
+    }
+
+    /// The scheduler's counters (rows, blocks, tokens, steps, preemptions).
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    /// Running rows' slots (oldest admission first is not guaranteed).
+    pub fn running_slots(&self) -> Vec<usize> {
+        self.running.iter().map(|s| s.slot).collect()
+    }
+
+    /// The next step. An empty plan means nothing can run now (idle, or waiting for blocks).
+    pub fn schedule(&mut self) -> StepPlan {
+        self.drop_cancelled();
+        self.admit();
+        let pieces = self.plan_pieces();
+        let pieces = self.reserve(pieces);
+        let rows = pieces
+            .into_iter()
+            .filter_map(|(slot, n)| {
+                let s = &self.running[self.index_of(slot)?];
+                let samples = s.computed + n >= s.tokens.len();
+                let greedy = s.sampler.params().is_plain_greedy() && s.siblings.iter().all(|b| b.sampler.params().is_plain_greedy());
+                Some(PlannedRow {
+                    slot,
+                    pos0: s.computed,
+                    tokens: s.tokens[s.computed..s.computed + n].to_vec(),
+                    blocks: s.blocks.clone(),
+                    samples,
+                    greedy,
+                    decoding: s.computed >= s.prompt_len,
+                })
+            })
+            .collect();
+        self.refresh_stats();
+        StepPlan { rows, copies: std::mem::take(&mut self.copies) }
+    }
+
+    /// Take a step's output back: advance each row, sample the rows that reached their end, fork choices, emit
+    /// events, retire finished rows.
+    pub fn postprocess(&mut self, plan: StepPlan, out: &StepOutput) {
+        self.release_copy_sources(&plan.copies);
+        if plan.rows.is_empty() {
+            self.refresh_stats();
+            return;
+        }
+        self.stats.steps_total += 1;
+        for (r, row) in plan.rows.iter().enumerate() {
+            let Some(i) = self.index_of(row.slot) else { continue };
+            let mut s = self.running.remove(i);
+            let before = s.computed;
+            s.computed += row.tokens.len();
+            self.stats.prompt_tokens_processed_total += (s.computed.min(s.prompt_len) - before.min(s.prompt_len)) as u64;
+            if s.pending() > 0 {
+                self.running.insert(i, s); // mid-prefill
+                continue;
+            }
+            let Some(pick) = out.row(r) else {
+                s.emit(EngineEvent::Error { message: format!("the step returned {} outputs for {} rows", out.len(), plan.rows.len()) });
+                self.free(s);
+                continue;
+            };
+            // The prompt is computed: fork the other choices first, from the same output.
+            for sib in std::mem::take(&mut s.siblings) {
+                if let Some(mut sib) = self.fork(&s.blocks, sib) {
+                    if self.accept(&mut sib, &pick) {
+                        self.free(sib);
+                    } else {
+                        self.running.push(sib);
+                    }
+                }
+            }
+            if self.accept(&mut s, &pick) {
+                self.free(s);
+            } else {
+                self.running.insert(i.min(self.running.len()), s);
+            }
+        }
+        self.refresh_stats();
+    }
+
+    /// A step failed: fail its rows (with `message`), keep serving the others.
+    pub fn fail_step(&mut self, plan: StepPlan, message: &str) {
+        self.release_copy_sources(&plan.copies);
+        for row in &plan.rows {
+            if let Some(i) = self.index_of(row.slot) {
+                let s = self.running.remove(i);
+                s.emit(EngineEvent::Error { message: message.to_string() });
+                self.free(s);
+            }
+        }
+        self.refresh_stats();
+    }
+
+    /// Fail everything (an unrecoverable error, e.g. a panic mid-step).
+    pub fn fail_all(&mut self, message: &str) {
+        let all: Vec<Sequence> = self.running.drain(..).chain(self.waiting.drain(..)).collect();
+        for mut s in all {
+            for sib in std::mem::take(&mut s.siblings) {
+                sib.emit(EngineEvent::Error { message: message.to_string() });
+            }
+            s.emit(EngineEvent::Error { message: message.to_string() });
+        }
+        // A panic mid-step may have dropped a row it held outside the lists: nothing holds blocks now, so start
+        // the pool afresh rather than leak them.
+        self.pool = BlockPool::new(self.cfg.kv_blocks, self.cfg.kv_block_size);
+        self.copies.clear();
+        self.refresh_stats();
+    }
+
+    /// A cancelled row whose client still listens (one choice stopped by the server) gets its usage.
+    fn cancelled(&mut self, seq: Sequence) {
+        if !seq.tx.is_closed() {
+            seq.finish(FinishReason::Cancelled);
+        }
+        self.free(seq);
+    }
+
+    /// Return a row's blocks to the pool (dropping a copy still planned into one of them).
+    fn release_blocks(&mut self, seq: &mut Sequence) {
+        let dropped: Vec<BlockCopy> = self.copies.iter().filter(|c| seq.blocks.contains(&c.dst)).copied().collect();
+        self.copies.retain(|c| !seq.blocks.contains(&c.dst));
+        self.release_copy_sources(&dropped);
+        self.pool.release_all(&mut seq.blocks);
+    }
+
+    fn release_copy_sources(&mut self, copies: &[BlockCopy]) {
+        for c in copies {
+            self.pool.release(c.src);
+        }
+    }
+
+    fn free(&mut self, mut seq: Sequence) {
+        self.release_blocks(&mut seq);
+        for s in std::mem::take(&mut seq.siblings) {
+            self.cancelled(s);
+        }
+    }
+
+    fn drop_cancelled(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].is_cancelled() {
+                let s = self.running.remove(i);
+                self.cancelled(s);
+            } else {
+                i += 1;
+            }
+        }
+        let (keep, gone): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.waiting).into_iter().partition(|s| !s.is_cancelled());
+        self.waiting = keep;
+        for s in gone {
+            self.cancelled(s);
+        }
+    }
+
+    fn admit(&mut self) {
+        // Admission allocates lazily (in `reserve`): count what this round promises so it never over-commits.
+        let mut free = self.pool.num_free();
+        while let Some(s) = self.waiting.front() {
+            let rows = 1 + s.siblings.len();
+            if !self.running.is_empty() && self.running.len() + rows > self.cfg.max_batch {
+                break;
+            }
+            let need = blocks_to_admit(s.tokens.len(), s.siblings.len(), self.pool.block_size());
+            if need > free {
+                if self.running.is_empty() && need > self.pool.total() {
+                    // Submit-time checks make this unreachable; never let one request stall the queue.
+                    if let Some(s) = self.waiting.pop_front() {
+                        s.emit(EngineEvent::Error { message: "the request can never fit in the KV cache".into() });
+                        self.free(s);
+                    }
+                    continue;
+                }
+                break; // FIFO: nothing behind it jumps the queue
+            }
+            free -= need;
+            if let Some(s) = self.waiting.pop_front() {
+                self.running.push(s);
+            }
+        }
+    }
+
+    /// Preempt the newest running row (possibly the one asking for blocks); false when nothing runs.
+    fn preempt_newest(&mut self) -> bool {
+        let victim = self.running.iter().enumerate().max_by_key(|(_, s)| s.arrival).map(|(i, _)| i);
+        let Some(i) = victim else { return false };
+        let mut s = self.running.remove(i);
+        self.release_blocks(&mut s);
+        s.computed = 0;
+        s.cached = 0;
+        self.stats.preemptions_total += 1;
+        let pos = self.waiting.iter().position(|w| w.arrival > s.arrival).unwrap_or(self.waiting.len());
+        self.waiting.insert(pos, s);
+        true
+    }
+
+    fn plan_pieces(&self) -> Vec<(usize, usize)> {
+        let rows: Vec<_> = self.running.iter().map(|s| (s.slot, s.arrival, s.computed, s.pending())).collect();
+        let budget = PieceBudget {
+            step_tokens: self.cfg.step_tokens,
+            step_tokens_decoding: self.cfg.step_tokens_decoding,
+            max_pieces: self.cfg.max_prefill_rows,
+        };
+        plan::plan_pieces(&rows, budget, PIECE_ALIGN)
+    }
+
+    fn index_of(&self, slot: usize) -> Option<usize> {
+        self.running.iter().position(|s| s.slot == slot)
+    }
+
+    /// Ensure blocks for the planned pieces, preempting as needed; returns the pieces of rows still running.
+    fn reserve(&mut self, pieces: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+        for &(slot, n_new) in &pieces {
+            loop {
+                let Some(i) = self.index_of(slot) else { break };
+                let needed = self.pool.blocks_for(self.running[i].computed + n_new);
+                if self.running[i].blocks.len() >= needed {
+                    break;
+                }
+                if let Some(b) = self.pool.allocate() {
+                    self.running[i].blocks.push(b);
+                } else if self.running.len() == 1 {
+                    // Alone and still too big: submit-time checks make this unreachable, but never crash.
+                    let s = self.running.remove(i);
+                    s.emit(EngineEvent::Error { message: "the KV cache cannot hold this request".into() });
+                    self.free(s);
+                    break;
+                } else {
+                    // The newest row yields (vLLM's policy), even when it is this one: older rows keep their KV.
+                    self.preempt_newest();
+                }
+            }
+        }
+        pieces.into_iter().filter(|(slot, _)| self.index_of(*slot).is_some()).collect()
+    }
+
+    /// Sample the next token of `s` from its step output; returns true when the row is finished.
+    fn accept(&mut self, s: &mut Sequence, pick: &Pick<'_>) -> bool {
+        let out = match *pick {
+            Pick::Logits(logits) => s.sampler.sample(logits, &s.tokens),
+            Pick::Id(id) => s.sampler.chosen(id),
+        };
+        if s.stop_ids.contains(&out.id) || (!s.ignore_eos && self.eos.contains(&out.id)) {
+            s.finish(FinishReason::Stop);
+            return true;
+        }
+        s.tokens.push(out.id);
+        self.stats.tokens_generated_total += 1;
+        s.emit(EngineEvent::Token { choice: s.choice, id: out.id, logprob: out.logprob, top: out.top });
+        if s.generated() >= s.max_tokens || s.tokens.len() >= self.max_positions {
+            s.finish(FinishReason::Length);
+            return true;
+        }
+        false
+    }
+
+    /// Fork a choice off `parent_blocks` (whose prompt KV is complete): share the full prompt blocks, copy the
+    /// partial one before the next step. Returns None (and re-queues the choice to compute on its own) when the
+    /// pool is out of blocks.
+    fn fork(&mut self, parent_blocks: &[u32], mut sib: Sequence) -> Option<Sequence> {
+        let bs = self.pool.block_size();
+        let full = sib.prompt_len / bs;
+        let partial = sib.prompt_len % bs != 0;
+        if parent_blocks.len() < full + partial as usize {
+            sib.emit(EngineEvent::Error { message: format!("choice {} cannot fork: its prompt has no KV blocks", sib.choice) });
+            return None;
+        }
+        let mut blocks: Vec<u32> = parent_blocks[..full].to_vec();
+        if partial {
+            let src = parent_blocks[full];
+            let Some(dst) = self.pool.allocate() else {
+                self.waiting.push_front(sib);
+                return None;
+            };
+            // The source stays allocated until the copy is made, even if the parent finishes now.
+            self.pool.retain(src);
+            self.copies.push(BlockCopy { src, dst });
+            blocks.push(dst);
+        }
+        for &b in &parent_blocks[..full] {
+            self.pool.retain(b);
+        }
+        sib.blocks = blocks;
+        sib.computed = sib.prompt_len;
+        sib.cached = sib.prompt_len;
+        Some(sib)
+    }
+
+    fn refresh_stats(&mut self) {
+        self.stats.rows_running = self.running.len();
+        self.stats.rows_waiting = self.waiting_rows();
+        self.stats.kv_blocks_used = self.pool.num_used();
+        self.stats.kv_blocks_free = self.pool.num_free();
+    }
+}

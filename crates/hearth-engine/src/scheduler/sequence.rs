@@ -1,8 +1,7 @@
 //! One row: a choice of a request, with its tokens, KV blocks, sampler and event channel.
 
-use crate::engine::api::{EngineEvent, Usage};
-use crate::generate::FinishReason;
-use crate::sampling::Sampler;
+use crate::sampling::{Sampler, SamplingParams};
+use crate::types::{EngineEvent, EngineRequest, FinishReason, RequestStream, Usage};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
@@ -33,6 +32,42 @@ pub struct Sequence {
 }
 
 impl Sequence {
+    /// The rows of a (validated) request: choice 0, carrying choices 1.. as siblings until its prompt is computed,
+    /// and the request's event stream. `next_slot` hands out unique slots (also the arrival order).
+    pub fn for_request(req: &EngineRequest, mut next_slot: impl FnMut() -> usize) -> (Sequence, RequestStream) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let cancel: Vec<Arc<AtomicBool>> = (0..req.n.max(1)).map(|_| Arc::new(AtomicBool::new(false))).collect();
+        let mut seqs: Vec<Sequence> = cancel
+            .iter()
+            .enumerate()
+            .map(|(choice, flag)| {
+                let slot = next_slot();
+                // Each choice draws from its own seed (seed + choice), so choices differ yet replay.
+                let params = SamplingParams { seed: req.sampling.seed.map(|s| s.wrapping_add(choice as u64)), ..req.sampling.clone() };
+                Sequence {
+                    slot,
+                    arrival: slot as u64,
+                    choice,
+                    siblings: Vec::new(),
+                    tokens: req.prompt.clone(),
+                    prompt_len: req.prompt.len(),
+                    computed: 0,
+                    cached: 0,
+                    blocks: Vec::new(),
+                    sampler: Sampler::new(params),
+                    max_tokens: req.max_tokens,
+                    stop_ids: req.stop_token_ids.clone(),
+                    ignore_eos: req.ignore_eos,
+                    tx: tx.clone(),
+                    cancel: flag.clone(),
+                }
+            })
+            .collect();
+        let mut first = seqs.remove(0);
+        first.siblings = seqs;
+        (first, RequestStream { rx, cancel })
+    }
+
     pub fn generated(&self) -> usize {
         self.tokens.len() - self.prompt_len
     }

@@ -1,7 +1,7 @@
 //! Shared helpers for the engine's integration tests: goldens and real models.
 #![allow(dead_code)]
 
-use hearth_engine::generate::{load, LoadedModel};
+use hearth_engine::loader::{load, load_with, LoadedModel};
 use std::path::PathBuf;
 
 /// The checkout the tests were built in, or `HEARTH_REPO_ROOT` (a test binary carried to another machine).
@@ -25,6 +25,12 @@ pub fn fixture(name: &str) -> PathBuf {
 /// Load a real model by alias on the CPU. Fails (never skips) when the model is missing: run scripts/fetch-models.
 pub fn real_model(alias: &str) -> LoadedModel {
     load(alias, &candle_core::Device::Cpu, None).unwrap_or_else(|e| panic!("loading {alias}: {e} (run scripts/fetch-models)"))
+}
+
+/// Load a real model for the serving engine: batch-invariant CPU matmuls, as `hearth serve` loads it.
+pub fn engine_model(alias: &str) -> LoadedModel {
+    let opts = hearth_engine::models::LoadOptions { batch_invariant: true, ..Default::default() };
+    load_with(alias, &candle_core::Device::Cpu, None, &opts).unwrap_or_else(|e| panic!("loading {alias}: {e} (run scripts/fetch-models)"))
 }
 
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {

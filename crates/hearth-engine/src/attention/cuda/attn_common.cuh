@@ -221,9 +221,9 @@ __device__ __forceinline__ float3 warp_combine(const float (*part_acc)[GMAX * D]
 
 // One output of a split attention from its Z splits' (max m_z, sum l_z, unnormalized value num_z), read through the
 // accessors: Σ_z num_z e^{m_z - M} / Σ_z l_z e^{m_z - M} with M the splits' max, summed in split order (a split past
-// the last key, m_z = -inf, adds nothing). The one arithmetic of every split merge (paged_attn_merge, the folded
-// merge, the cluster kernel), so they make the same bits from the same partials. UNROLL: the sum loop's unroll
-// factor (the separate merge kernel loads its partials from global memory, 8 at a time).
+// the last key, m_z = -inf, adds nothing). The one arithmetic of every split merge (paged_attn_merge and the
+// cluster kernel), so they make the same bits from the same partials. UNROLL: the sum loop's unroll factor (the
+// separate merge kernel loads its partials from global memory, 8 at a time).
 template <int UNROLL, typename FM, typename FL, typename FN>
 __device__ __forceinline__ float merge_splits(int Z, FM m, FL l, FN num) {
   float M = -INFINITY;

@@ -4,10 +4,12 @@
 //! through distributed shared memory — in place of `qkv_rope`, the split attention and its merge (three launches,
 //! two kernel boundaries). Compute capability 9.0+ (clusters).
 //!
-//! `HEARTH_CUDA_DECODE_CLUSTER=N`: decode-only steps of at most N tokens take it (0: none; default 64, from a
-//! paired A/B). One-wave launches load a tile's value rows in one batch (`HEARTH_CUDA_DECODE_PV32=0`: four).
+//! Decode-only steps of at most [`Params::decode_cluster`] tokens take it (`HEARTH_CUDA_DECODE_CLUSTER`, 0: none;
+//! default 64: the paired A/B on the H200, docs/benchmarks.md, had it ahead at 1, 8 and 32 streams — 225.7 / 225.1
+//! vs 219.6 / 221.3 tok/s at batch 1, 1355.7 vs 1309.4 at 8 streams, 3841.4 vs 3814.2 at 32). One-wave launches
+//! load a tile's value rows in one batch (`HEARTH_CUDA_DECODE_PV32=0`: four).
 
-use super::{contiguous_view, split_min_keys, supports, Params, StepMeta, ATTN_THREADS, FILL_BLOCKS};
+use super::{contiguous_view, supports, Params, StepMeta, ATTN_THREADS, FILL_BLOCKS, SPLIT_MIN_KEYS};
 use crate::attention::RopeTables;
 use crate::gpu::launch::Launch;
 use crate::gpu::{by_float_dtype, contiguous, sfx_c};
@@ -22,48 +24,13 @@ const MODULE: &str = "hearth_decode_cluster";
 /// The most splits (blocks of a cluster) per (token, kv head): the portable cluster size.
 const MAX_CLUSTER: usize = 8;
 
-/// Decode-only steps of up to 64 tokens take the cluster kernel by default: the paired A/B on the H200 (docs/benchmarks.md,
-/// seventh session) had it ahead at 1, 8 and 32 streams (225.7 / 225.1 vs 219.6 / 221.3 tok/s at batch 1, 1355.7 vs
-/// 1309.4 at 8 streams, 3841.4 vs 3814.2 at 32).
-const DEFAULT_MAX_TOKENS: usize = 64;
-
 /// A launch of at most one block per multiprocessor (batch-1 decode) takes the kernel form that loads a tile's 32
 /// value rows in one batch (~200 registers: one block per multiprocessor) instead of four batches of 8 — the same
-/// bits (it only adds exact zeros). On by default from two paired A/Bs on the H200 (docs/benchmarks.md, seventh
-/// session: batch 1 224.5 / 229.3 and 232.4 / 230.9 tok/s against 223.7 / 223.2 and 222.4 / 225.0, device 4.25–4.33
-/// vs 4.38–4.41 ms a step); `HEARTH_CUDA_DECODE_PV32=0` turns it off.
+/// bits (it only adds exact zeros). On by default from two paired A/Bs on the H200 (docs/benchmarks.md: batch 1
+/// 224.5 / 229.3 and 232.4 / 230.9 tok/s against 223.7 / 223.2 and 222.4 / 225.0, device 4.25–4.33 vs 4.38–4.41 ms
+/// a step); `HEARTH_CUDA_DECODE_PV32=0` turns it off.
 fn pv32_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::gpu::env_off("HEARTH_CUDA_DECODE_PV32"))
-}
-
-/// Test override of [`max_tokens`]: 0 = the environment, 1 = forced on (any decode-only step), 2 = forced off.
-static FORCE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Force the cluster kernel on for every decode-only step (true), off (false), or back to the environment (None),
-/// for every later launch of the process. Prefer [`ClusterGuard`], which undoes it even when the test panics.
-pub fn set_decode_cluster(on: Option<bool>) {
-    FORCE.store(on.map_or(0, |b| if b { 1 } else { 2 }), std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Resets [`set_decode_cluster`] to the environment when dropped.
-pub struct ClusterGuard;
-
-impl Drop for ClusterGuard {
-    fn drop(&mut self) {
-        set_decode_cluster(None);
-    }
-}
-
-/// The most tokens a decode-only step may carry to take the cluster kernel: `HEARTH_CUDA_DECODE_CLUSTER` (0 = off),
-/// else [`DEFAULT_MAX_TOKENS`].
-fn max_tokens() -> usize {
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    match FORCE.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => usize::MAX,
-        2 => 0,
-        _ => *N.get_or_init(|| std::env::var("HEARTH_CUDA_DECODE_CLUSTER").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MAX_TOKENS)),
-    }
+    crate::levers::get().cuda_decode_pv32
 }
 
 /// Cluster kernel launches so far in this process (the GPU tests check that a decode step took it).
@@ -75,17 +42,17 @@ pub fn launches() -> u64 {
 }
 
 /// Splits per (token, kv head) and keys per split for `blocks` (token, kv head) pairs seeing up to `visible` keys:
-/// toward FILL_BLOCKS blocks in all, at most MAX_CLUSTER splits, at least `split_min_keys()` keys a split (a multiple
+/// toward FILL_BLOCKS blocks in all, at most MAX_CLUSTER splits, at least SPLIT_MIN_KEYS keys a split (a multiple
 /// of 32).
 fn plan(blocks: usize, visible: usize) -> (usize, usize) {
     let want = (FILL_BLOCKS / blocks.max(1)).clamp(1, MAX_CLUSTER);
-    let per = visible.div_ceil(want).div_ceil(32).max(split_min_keys() / 32) * 32;
+    let per = visible.div_ceil(want).div_ceil(32).max(SPLIT_MIN_KEYS / 32) * 32;
     (visible.div_ceil(per).max(1), per)
 }
 
 /// Attention of a decode-only step from its q|k|v projection `qkv` (T, (H + 2 KvH) * D): the own k/v rows written
 /// into the caches, the output (T, H, D); None when the cluster kernel does not serve this step (not decode-only,
-/// more tokens than `HEARTH_CUDA_DECODE_CLUSTER`, no clusters on this device, an unsupported shape): the caller
+/// more tokens than `p.decode_cluster`, no clusters on this device, an unsupported shape): the caller
 /// runs `qkv_rope` and [`super::paged_attention`].
 pub fn rope_attention(qkv: &Tensor, rope: &RopeTables, k_cache: &Tensor, v_cache: &Tensor, meta: &StepMeta, p: Params, head_dim: usize) -> Result<Option<Tensor>> {
     let t = qkv.dim(0)?;
@@ -95,7 +62,7 @@ pub fn rope_attention(qkv: &Tensor, rope: &RopeTables, k_cache: &Tensor, v_cache
     if !meta.decode_only
         || meta.tc.is_some()
         || t == 0
-        || t > max_tokens()
+        || t > p.decode_cluster
         || super::diag_skip_attention()
         || qkv.dims() != [t, width]
         || dtype != k_cache.dtype()
@@ -149,11 +116,12 @@ impl candle_core::CustomOp1 for DecodeCluster<'_> {
         let dev = s.device().clone();
         let gm = (h / kvh).next_power_of_two();
         let one_wave = t * kvh * z <= crate::gpu::launch::device_props(&dev.cuda_stream()).sms;
-        let pv = if pv32_on() && one_wave && super::pv_batched() { "_pv32" } else { "" };
+        let batched = crate::levers::get().cuda_pv_batch;
+        let pv = if pv32_on() && one_wave && batched { "_pv32" } else { "" };
         let func = dev.get_or_load_custom_func(&format!("decode_cluster_{}_d{d}_g{gm}{pv}", sfx_c(s.dtype())?), MODULE, PTX)?;
         let cfg = LaunchConfig { grid_dim: (t as u32, kvh as u32, z as u32), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
         let (hi, ki, bs, mb, win) = (h as i32, kvh as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
-        let (per_i, il, batched) = (per as i32, self.interleaved as i32, super::pv_batched() as i32);
+        let (per_i, il, batched) = (per as i32, self.interleaved as i32, batched as i32);
         macro_rules! launch {
             ($ty:ty) => {{
                 let qkv = s.as_cuda_slice::<$ty>()?.slice(q0..q1);

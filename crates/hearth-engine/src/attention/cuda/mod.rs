@@ -17,6 +17,7 @@ use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
 
 pub mod decode;
+pub mod paged;
 pub mod prefill;
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/paged_attention.ptx"));
@@ -39,8 +40,6 @@ pub struct StepMeta {
     pub max_blocks: usize,
     /// The most keys any token of the step sees (its position + 1).
     pub max_keys: usize,
-    /// Zeroed per-(token, kv head) counters for the folded split merge (`HEARTH_CUDA_MERGE_FOLD=1`), else None.
-    pub merge_counters: Option<Tensor>,
     /// Every packed token is its row's only token of the step (a decode-only step: [`decode`] may serve it).
     pub decode_only: bool,
     /// Query tiles for the tensor-core prompt kernel ([`prefill`]), when the step has prompt pieces and the
@@ -127,69 +126,28 @@ impl candle_core::InplaceOp3 for WriteKv {
     }
 }
 
-/// `HEARTH_CUDA_SPLIT_KV=0`: never split a token's keys over several blocks (flash-decoding).
-fn split_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::gpu::env_off("HEARTH_CUDA_SPLIT_KV"))
-}
-
-/// `HEARTH_CUDA_PV_BATCH=0`: the attention's PV loop loads one value row at a time (one memory latency per key)
-/// instead of batches of 8.
-fn pv_batched() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::gpu::env_off("HEARTH_CUDA_PV_BATCH"))
-}
-
-/// `HEARTH_CUDA_MERGE_FOLD=1` (opt-in: no gain at 1, 8 or 32 streams in the H200 A/B, docs/benchmarks.md sixth
-/// session): the last split block of each (token, kv head) merges the splits itself, so no merge kernel follows a
-/// split attention launch.
-fn merge_fold() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| crate::gpu::env_on("HEARTH_CUDA_MERGE_FOLD"))
-}
-
-/// The folded merge's zeroed counters for one step (one per (token, kv head) block of a split launch: fewer than
-/// the split threshold), or None when the fold is off.
-pub fn merge_counters(dev: &candle_core::Device) -> Result<Option<Tensor>> {
-    if !merge_fold() {
-        return Ok(None);
-    }
-    Ok(Some(Tensor::zeros(split_below(), DType::U32, dev)?))
-}
-
 /// The most splits one token's keys are cut into (MAX_Z in the kernel: the merge's shared arrays).
 const MAX_SPLITS: usize = 256;
 
 /// Blocks a launch aims for when it splits: 2 per multiprocessor of an H100/H200.
 const FILL_BLOCKS: usize = 264;
 
-/// A step with at least this many (token, kv head) blocks is not split. 256 from a paired A/B on the H200
-/// (docs/benchmarks.md): at 32 streams (256 blocks) not splitting gave 3679 vs 3466 tok/s (medians of 3), while at
-/// 8 streams splitting towards FILL_BLOCKS beat splitting less (1307 vs 1234). `HEARTH_CUDA_SPLIT_FILL=N` sets
-/// another threshold.
-fn split_below() -> usize {
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *N.get_or_init(|| std::env::var("HEARTH_CUDA_SPLIT_FILL").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(256))
-}
+/// The fewest keys a split block takes (a multiple of 32; 32 and 128 gave no gain over 64 at batch 1 on the H200).
+const SPLIT_MIN_KEYS: usize = 64;
 
-/// The fewest keys a split block takes: `HEARTH_CUDA_SPLIT_KEYS` (a multiple of 32, 32..=4096; a tuning knob for
-/// A/B runs), else 64.
-fn split_min_keys() -> usize {
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("HEARTH_CUDA_SPLIT_KEYS").ok().and_then(|v| v.parse().ok()).filter(|&n: &usize| (32..=4096).contains(&n) && n % 32 == 0).unwrap_or(64)
-    })
-}
-
-/// Keys per split block (a multiple of 32, at least `split_min_keys`) when a step has too few (token, kv head) blocks to fill the
-/// GPU — decode steps of few rows — or None: one block per (token, kv head) then sees all its keys.
+/// Keys per split block (a multiple of 32, at least `SPLIT_MIN_KEYS`) when a step has too few (token, kv head)
+/// blocks to fill the GPU — decode steps of few rows — or None: one block per (token, kv head) then sees all its
+/// keys (`HEARTH_CUDA_SPLIT_KV=0`: always). A step of `HEARTH_CUDA_SPLIT_FILL` blocks or more does not split: 256
+/// from a paired A/B on the H200 (docs/benchmarks.md), where at 32 streams (256 blocks) not splitting gave 3679 vs
+/// 3466 tok/s, while at 8 streams splitting towards FILL_BLOCKS beat splitting less (1307 vs 1234).
 pub fn split_keys(tokens: usize, kv_heads: usize, max_keys: usize) -> Option<usize> {
+    let levers = crate::levers::get();
     let blocks = tokens * kv_heads;
     let want = FILL_BLOCKS.div_ceil(blocks.max(1));
-    if !split_on() || blocks == 0 || blocks >= split_below() || max_keys <= 64 || want < 2 {
+    if !levers.cuda_split_kv || blocks == 0 || blocks >= levers.cuda_split_fill || max_keys <= 64 || want < 2 {
         return None;
     }
-    let per = max_keys.div_ceil(want.min(MAX_SPLITS)).div_ceil(32).max(split_min_keys() / 32) * 32;
+    let per = max_keys.div_ceil(want.min(MAX_SPLITS)).div_ceil(32).max(SPLIT_MIN_KEYS / 32) * 32;
     (max_keys.div_ceil(per) > 1).then_some(per)
 }
 
@@ -226,20 +184,16 @@ pub struct Params {
     pub scale: f32,
     /// 0: none.
     pub softcap: f32,
+    /// Decode-only steps of at most this many tokens take the cluster decode kernel ([`decode`]; 0: none). The
+    /// store passes `HEARTH_CUDA_DECODE_CLUSTER` unless told otherwise (the GPU tests force the kernel on and off).
+    pub decode_cluster: usize,
 }
 
 /// `HEARTH_CUDA_DIAG_SKIP_ATTN=1`: a measuring aid, not a mode to serve with — every paged attention returns zeros
 /// without launching its kernels, so that a served A/B shows what the attention costs inside the real step (the
-/// model's outputs are wrong).
+/// model's outputs are wrong; `levers` warns when it is on).
 pub(crate) fn diag_skip_attention() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        let on = crate::gpu::env_on("HEARTH_CUDA_DIAG_SKIP_ATTN");
-        if on {
-            tracing::warn!("HEARTH_CUDA_DIAG_SKIP_ATTN=1: the paged attention returns zeros (a measuring aid; outputs are wrong)");
-        }
-        on
-    })
+    crate::levers::get().cuda_diag_skip_attn
 }
 
 /// q: (T, H, D); caches (rows, KvH, D). Returns (T, H, D).
@@ -311,13 +265,6 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         let (hh, kvh, bs, mb, win) = (h as i32, p.kv_heads as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
         let split_i = split.unwrap_or(0) as i32;
         // Split mode: per (token, head, split) an unnormalized partial of D + 2 floats, merged by a second launch.
-        // Folded merge: the attention's last split block per (token, kv head) merges; counters sized for every
-        // split launch (n_cc * kv_heads < split_below()).
-        let counters_g = match (&self.meta.merge_counters, split) {
-            (Some(c), Some(_)) if n_cc * p.kv_heads <= c.elem_count() => Some(guarded(c, "merge counters")?),
-            _ => None,
-        };
-        let counters = counters_g.as_ref().map(u32_view).transpose()?;
         let merge = match split {
             Some(_) if n_cc > 0 => {
                 let f = dev.get_or_load_custom_func(&format!("paged_attn_{}_d{d}_merge", sfx_c(qs.dtype())?), MODULE, PTX)?;
@@ -362,21 +309,16 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
                         Some((_, part)) => b.ptr(part),
                         None => b.null(),
                     };
-                    let batched = pv_batched() as i32;
+                    let batched = crate::levers::get().cuda_pv_batch as i32;
                     b.val(&batched);
                     match &rest {
                         Some(r) => b.ptr(r),
                         None => b.null(),
                     };
-                    match &counters {
-                        Some(c) => b.ptr(c),
-                        None => b.null(),
-                    };
                     // SAFETY: tables hold valid block ids for every visible position (the scheduler reserved them);
-                    // rest lists n_cc packed token indices < t; counters (when given) hold n_cc * kv_heads zeros,
-                    // which the kernel's last blocks reset.
+                    // rest lists n_cc packed token indices < t.
                     unsafe { b.launch(cfg) }.w()?;
-                    if let (Some((merge, part)), None) = (&merge, &counters) {
+                    if let Some((merge, part)) = &merge {
                         let zi = z as i32;
                         let mcfg = LaunchConfig { grid_dim: (n_cc as u32, h as u32, 1), block_dim: (d as u32, 1, 1), shared_mem_bytes: 0 };
                         let mut m = Launch::new(&stream, merge);

@@ -31,51 +31,14 @@ __device__ void write_kv(T *__restrict__ cache, const T *__restrict__ src, const
   for (int i = threadIdx.x; i < row_elems; i += blockDim.x) cache[dst + i] = src[s + i];
 }
 
-// Folded split merge (HEARTH_CUDA_MERGE_FOLD=1, opt-in: no gain measured): the split block of (b, g) that finishes
-// last merges every split's partial for the G heads of g, with paged_attn_merge's arithmetic and order (the same
-// bits), so no merge launch follows the attention. The classic last-block pattern: each block makes its partials
-// visible (__threadfence) before it is counted; the last one reads them through L2 (__ldcg) and resets its
-// counter for the next launch (a later launch counts only after its pdl_wait, when this one has completed).
-// counters: one u32 per (b, g), zero before the launch. smem: the block's part_acc, free by now (>= 2 * GMAX *
-// MAX_Z floats for D >= 64).
-template <typename T, int D, int GMAX>
-__device__ void merge_last(const float *part, T *ot, uint32_t *counters, float *smem, int b, int g, int G, int H,
-                           int KvH) {
-  static_assert(2 * GMAX * MAX_Z <= NWARPS * GMAX * D, "the merge's (max, sum) arrays fit in part_acc");
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&counters[(size_t)b * KvH + g], 1u) == gridDim.z - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int Z = gridDim.z;
-  float *sm = smem, *sl = smem + GMAX * MAX_Z;
-  const float *p0 = part + ((size_t)b * H + (size_t)g * G) * Z * (D + 2);  // head hh, split z: + (hh * Z + z) * (D + 2)
-  for (int i = threadIdx.x; i < G * Z; i += blockDim.x) {
-    const int hh = i / Z, z = i % Z;
-    sm[hh * MAX_Z + z] = __ldcg(p0 + (size_t)(hh * Z + z) * (D + 2) + D);
-    sl[hh * MAX_Z + z] = __ldcg(p0 + (size_t)(hh * Z + z) * (D + 2) + D + 1);
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-    const int hh = i / D, d = i % D;
-    ot[i] = from_f<T>(merge_splits<4>(
-        Z, [&](int z) { return sm[hh * MAX_Z + z]; }, [&](int z) { return sl[hh * MAX_Z + z]; },
-        [&](int z) { return __ldcg(p0 + (size_t)(hh * Z + z) * (D + 2) + d); }));
-  }
-  if (threadIdx.x == 0) counters[(size_t)b * KvH + g] = 0u;
-}
-
 // The end of a decode-attention block: merge its warps' online-softmax states, out = Σ_w acc_w e^{m_w - M} /
 // Σ_w l_w e^{m_w - M}, and write the token's G heads (or, in split mode, this split's unnormalized partial for
-// paged_attn_merge: acc at max M, then (M, l); a split past the last key writes M = -inf, l = 0), then the folded
-// merge when it is on.
+// paged_attn_merge: acc at max M, then (M, l); a split past the last key writes M = -inf, l = 0).
 template <typename T, int D, int GMAX>
 __device__ void block_finish(const float (&m)[GMAX], const float (&l)[GMAX], const float (&acc)[GMAX][D / 32],
                              float (*part_acc)[GMAX * D], float (*part_m)[GMAX], float (*part_l)[GMAX],
-                             T *__restrict__ out, float *__restrict__ part, uint32_t *counters, int t, int b, int g,
-                             int G, int H, int KvH, int split_keys) {
+                             T *__restrict__ out, float *__restrict__ part, int t, int b, int g, int G, int H,
+                             int split_keys) {
   warps_to_smem<D, GMAX>(m, l, acc, part_acc, part_m, part_l, G);
   T *ot = out + ((size_t)t * H + (size_t)g * G) * D;
   for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
@@ -93,7 +56,6 @@ __device__ void block_finish(const float (&m)[GMAX], const float (&l)[GMAX], con
       ot[i] = from_f<T>(num / den);
     }
   }
-  if (split_keys > 0 && counters != nullptr) merge_last<T, D, GMAX>(part, ot, counters, &part_acc[0][0], b, g, G, H, KvH);
 }
 
 // q: (T, H, D); kc, vc: (rows, KvH, D); tables: (R, max_blocks); tok_row, tok_pos: (T,); out: (T, H, D).
@@ -102,8 +64,7 @@ __device__ void paged_attn(const T *q, const T *kc, const T *vc,
                            const uint32_t *__restrict__ tables, const uint32_t *__restrict__ tok_row,
                            const uint32_t *__restrict__ tok_pos, T *__restrict__ out, int H, int KvH, int bs,
                            int max_blocks, int window, float scale, float softcap, int split_keys,
-                           float *__restrict__ part, int pv_batched, const uint32_t *__restrict__ tok_idx,
-                           uint32_t *counters) {
+                           float *__restrict__ part, int pv_batched, const uint32_t *__restrict__ tok_idx) {
   constexpr int PER_LANE = D / 32;  // values of D each lane owns in PV
   static_assert(GMAX * D <= MAX_GD, "a block's queries and accumulators hold at most MAX_GD values");
   // Block b attends token tok_idx[b] (every token when tok_idx is null: the tensor-core kernel took none).
@@ -133,7 +94,7 @@ __device__ void paged_attn(const T *q, const T *kc, const T *vc,
   attend_tiles<T, D, GMAX>(qs, kc, vc, table, start, k_lo, n_keys, bs, row_stride, g, G, softcap, pv_batched, blk_next,
                            m, l, acc);
 
-  block_finish<T, D, GMAX>(m, l, acc, part_acc, part_m, part_l, out, part, counters, t, b, g, G, H, KvH, split_keys);
+  block_finish<T, D, GMAX>(m, l, acc, part_acc, part_m, part_l, out, part, t, b, g, G, H, split_keys);
 }
 
 // Merge the splits of paged_attn's split mode: grid (B, H), block D threads; part (B, H, Z, D + 2), Z <= MAX_Z
@@ -175,9 +136,9 @@ WRITE_KV(write_kv_f16, __half)
       NAME##_g##GM(const T *q, const T *kc, const T *vc, const uint32_t *tables, const uint32_t *tok_row,     \
                    const uint32_t *tok_pos, T *out, int H, int KvH, int bs, int max_blocks, int window,       \
                    float scale, float softcap, int split_keys, float *part, int pv_batched,                   \
-                   const uint32_t *tok_idx, uint32_t *counters) {                                             \
+                   const uint32_t *tok_idx) {                                                                 \
     paged_attn<T, D, GM>(q, kc, vc, tables, tok_row, tok_pos, out, H, KvH, bs, max_blocks, window, scale,     \
-                         softcap, split_keys, part, pv_batched, tok_idx, counters);                           \
+                         softcap, split_keys, part, pv_batched, tok_idx);                                     \
   }
 #define PAGED_ATTN_MERGE(NAME, T, D)                                                                           \
   extern "C" __global__ void NAME##_merge(const float *part, T *out, int H, int Z, const uint32_t *tok_idx) {   \

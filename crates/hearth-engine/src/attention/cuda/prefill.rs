@@ -19,11 +19,6 @@ const ROWS: usize = 64;
 /// Shared memory one block may have on an H100/H200 (227 KB); [`device_fits`] checks the actual device.
 pub const MAX_SMEM: usize = 227 * 1024;
 
-fn on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::gpu::env_off("HEARTH_CUDA_TC_PREFILL"))
-}
-
 /// Dynamic shared memory of one block for head dim `d`: the kernel's `TcLayout<D>::BYTES` (Q, K, V tiles of
 /// 16-bit rows padded by 8, S f32 rows of 64 + 4, P 16-bit rows of 64 + 8, O f32 rows of d + 4, 3 floats per row).
 pub fn smem_bytes(d: usize) -> usize {
@@ -32,7 +27,7 @@ pub fn smem_bytes(d: usize) -> usize {
 
 /// Query tokens per tile when the tensor-core kernel serves this shape, else None.
 pub fn tile_tokens(heads: usize, kv_heads: usize, head_dim: usize, dtype: DType) -> Option<usize> {
-    if !on() || kv_heads == 0 || heads % kv_heads != 0 || !matches!(dtype, DType::BF16 | DType::F16) {
+    if !crate::levers::get().cuda_tc_prefill || kv_heads == 0 || heads % kv_heads != 0 || !matches!(dtype, DType::BF16 | DType::F16) {
         return None;
     }
     let g = heads / kv_heads;

@@ -1,0 +1,78 @@
+//! Attention over paged KV storage, with its backend chosen once when the engine starts: the portable
+//! gather-then-attend backend ([`super::paged_gather`]) everywhere, or on a CUDA device the kernels that write and read the
+//! blocks in place (`attention::cuda::paged`, kill switch `HEARTH_CUDA_PAGED_ATTN=0`) when they support the
+//! model's heads, head size and dtype.
+
+use super::{AttnParams, BatchContext, KvStore};
+use crate::kv::PagedKv;
+use crate::Result;
+use candle_core::{DType, Device, Tensor};
+
+
+
+enum Backend {
+    Gather,
+    #[cfg(feature = "cuda")]
+    Cuda(super::cuda::paged::CudaPaged),
+}
+
+/// The engine's KV store: paged storage plus the attention backend that serves it.
+pub struct PagedAttention {
+    kv: PagedKv,
+    backend: Backend,
+}
+
+impl PagedAttention {
+    /// Storage for `num_blocks` blocks of `block_size` tokens of a model with these heads, on `device`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(num_layers: usize, num_blocks: usize, block_size: usize, heads: usize, kv_heads: usize, head_dim: usize, dtype: DType, device: &Device) -> Result<Self> {
+        let kv = PagedKv::new(num_layers, num_blocks, block_size, kv_heads, head_dim, dtype, device)?;
+        #[cfg(feature = "cuda")]
+        let backend = match super::cuda::paged::CudaPaged::choose(device, heads, kv_heads, head_dim, dtype) {
+            Some(c) => Backend::Cuda(c),
+            None => Backend::Gather,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let backend = {
+            let _ = heads;
+            Backend::Gather
+        };
+        Ok(Self { kv, backend })
+    }
+
+    /// Which backend serves attention, in words.
+    pub fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Gather => "gather",
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(_) => "cuda-paged",
+        }
+    }
+
+    pub fn storage(&self) -> &PagedKv {
+        &self.kv
+    }
+
+    pub fn storage_mut(&mut self) -> &mut PagedKv {
+        &mut self.kv
+    }
+}
+
+impl KvStore for PagedAttention {
+    #[allow(unused_variables)]
+    fn attend_qkv(&mut self, layer: usize, qkv: &Tensor, rope: &super::RopeTables, heads: super::Heads, ctx: &BatchContext, p: &AttnParams) -> Result<Option<Tensor>> {
+        match &mut self.backend {
+            Backend::Gather => Ok(None),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(c) => c.attend_qkv(&self.kv, layer, qkv, rope, heads, ctx, p).map(Some),
+        }
+    }
+
+    fn attend(&mut self, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, ctx: &BatchContext, p: &AttnParams) -> Result<Tensor> {
+        match &mut self.backend {
+            Backend::Gather => super::paged_gather::attend(&self.kv, layer, q, k, v, ctx, p),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(c) => c.attend(&self.kv, layer, q, k, v, ctx, p),
+        }
+    }
+}

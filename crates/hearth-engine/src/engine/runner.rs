@@ -1,0 +1,144 @@
+//! The runner: owns the model, its device and the paged KV storage, and executes a [`StepPlan`] — block copies,
+//! then one packed forward over every planned row — returning each row's logits, or each row's token when a
+//! greedy-only step can choose them on the device. Step timing and the profiling window live here.
+
+use crate::attention::{BatchContext, PagedAttention};
+use crate::models::Model;
+use crate::scheduler::{StepOutput, StepPlan};
+use crate::types::{EngineConfig, EngineStats};
+use crate::Result;
+use candle_core::{Device, Tensor};
+use std::time::Instant;
+
+/// What the engine core needs from whatever executes its plans (the model runner; a fake in policy tests).
+pub trait Runner {
+    /// Execute one plan: its block copies, then its rows' forward. One output per planned row.
+    fn run(&mut self, plan: &StepPlan) -> Result<StepOutput>;
+    /// No step follows at once (the engine waits for work): timing must not count the wait as a gap.
+    fn idle(&mut self) {}
+    /// Everything was failed and the block pool started afresh.
+    fn reset(&mut self) {}
+    /// Add the runner's counters (step time) to a `/stats` snapshot.
+    fn add_stats(&self, _stats: &mut EngineStats) {}
+}
+
+pub struct ModelRunner {
+    model: Box<dyn Model>,
+    device: Device,
+    kv: PagedAttention,
+    /// Greedy-only steps take each row's token from the device (`HEARTH_GPU_ARGMAX`).
+    argmax_on_device: bool,
+    times: StepTimes,
+    #[cfg(feature = "cuda")]
+    profile: Option<crate::gpu::profile::ProfileWindow>,
+    #[cfg(feature = "cuda")]
+    timer: Option<crate::gpu::profile::StepTimer>,
+}
+
+/// Cumulative step time, milliseconds (see `EngineStats`).
+#[derive(Debug, Default, Clone, Copy)]
+struct StepTimes {
+    issue_ms: f64,
+    wait_ms: f64,
+    device_ms: f64,
+    gap_ms: f64,
+    gaps: u64,
+}
+
+impl ModelRunner {
+    pub fn new(model: Box<dyn Model>, device: Device, cfg: &EngineConfig) -> Result<Self> {
+        let c = model.config();
+        let kv = PagedAttention::new(c.num_layers, cfg.kv_blocks, cfg.kv_block_size, c.num_heads, c.num_kv_heads, c.head_dim, model.dtype(), &device)?;
+        tracing::info!(backend = kv.backend_name(), "paged attention");
+        #[cfg(feature = "cuda")]
+        let argmax_on_device = device.is_cuda() && crate::levers::get().gpu_argmax;
+        #[cfg(not(feature = "cuda"))]
+        let argmax_on_device = false;
+        Ok(Self {
+            #[cfg(feature = "cuda")]
+            profile: crate::gpu::profile::ProfileWindow::from_env(),
+            #[cfg(feature = "cuda")]
+            timer: crate::gpu::profile::StepTimer::from_env(&device),
+            model,
+            device,
+            kv,
+            argmax_on_device,
+            times: StepTimes::default(),
+        })
+    }
+
+    /// Copy a step's logits (R, V) to the host, or only their argmax per row when `on_device`.
+    #[allow(unused_variables)]
+    fn output(logits: &Tensor, on_device: bool) -> Result<StepOutput> {
+        #[cfg(feature = "cuda")]
+        if on_device {
+            return Ok(StepOutput::Ids(crate::gpu::argmax::argmax_rows(logits)?));
+        }
+        Ok(StepOutput::Logits(logits.to_vec2::<f32>()?))
+    }
+}
+
+impl Runner for ModelRunner {
+    fn run(&mut self, plan: &StepPlan) -> Result<StepOutput> {
+        for c in &plan.copies {
+            self.kv.storage_mut().copy_block(c.src, c.dst)?;
+        }
+        if plan.rows.is_empty() {
+            return Ok(StepOutput::Logits(Vec::new()));
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(p) = self.profile.as_mut() {
+            p.before(&self.device, plan.rows.len(), plan.num_tokens(), plan.decode_only());
+        }
+        let t_issue = Instant::now();
+        #[cfg(feature = "cuda")]
+        if let Some(t) = self.timer.as_mut() {
+            t.start();
+        }
+        let tokens: Vec<u32> = plan.rows.iter().flat_map(|r| r.tokens.iter().copied()).collect();
+        self.kv.storage_mut().set_tables(plan.rows.iter().map(|r| (r.slot, r.blocks.as_slice())));
+        let ctx = BatchContext::new(&plan.spans(), false, &self.device)?;
+        let input = Tensor::new(tokens.as_slice(), &self.device)?;
+        let logits = self.model.forward(&input, &ctx, &mut self.kv)?;
+        let t_wait = Instant::now();
+        #[cfg(feature = "cuda")]
+        if let Some(t) = self.timer.as_mut() {
+            t.end();
+        }
+        let out = Self::output(&logits, self.argmax_on_device && plan.greedy_only())?;
+        self.times.issue_ms += (t_wait - t_issue).as_secs_f64() * 1e3;
+        self.times.wait_ms += t_wait.elapsed().as_secs_f64() * 1e3;
+        #[cfg(feature = "cuda")]
+        if let Some((busy, gap)) = self.timer.as_mut().and_then(|t| t.collect()) {
+            self.times.device_ms += busy;
+            if let Some(g) = gap {
+                self.times.gap_ms += g;
+                self.times.gaps += 1;
+            }
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(p) = self.profile.as_mut() {
+            p.after(&self.device);
+        }
+        Ok(out)
+    }
+
+    fn idle(&mut self) {
+        #[cfg(feature = "cuda")]
+        if let Some(t) = self.timer.as_mut() {
+            t.idle();
+        }
+    }
+
+    fn reset(&mut self) {
+        self.kv.storage_mut().clear_tables();
+    }
+
+    fn add_stats(&self, s: &mut EngineStats) {
+        s.step_issue_ms_total = self.times.issue_ms;
+        s.step_wait_ms_total = self.times.wait_ms;
+        s.step_device_ms_total = self.times.device_ms;
+        s.step_gap_ms_total = self.times.gap_ms;
+        s.step_gaps_total = self.times.gaps;
+    }
+}

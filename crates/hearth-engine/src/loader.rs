@@ -1,0 +1,94 @@
+//! Loading a model by name: resolve `--model` to files, open the weights and configuration (reading
+//! `generation_config.json` once), build the tokenizer and chat template, and build the model on a device.
+
+use crate::models::{load_model, LoadOptions, Model};
+use crate::tokenizer::{ChatTemplate, Tokenizer};
+use crate::weights::config::IdOrIds;
+use crate::weights::resolve::{resolve, ModelLocation};
+use crate::weights::{GgufFile, HfWeights, ModelConfig, Weights};
+use crate::{Error, Result};
+use candle_core::Device;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub struct LoadedModel {
+    pub model: Box<dyn Model>,
+    pub tokenizer: Tokenizer,
+    pub location: ModelLocation,
+    pub device: Device,
+    /// The model's `generation_config.json` (Hugging Face directories), for sampling defaults.
+    pub generation_config: Option<serde_json::Value>,
+    pub load_time: Duration,
+}
+
+/// Resolve `spec`, load weights, tokenizer and chat template (`chat_template` overrides the model's own).
+pub fn load(spec: &str, device: &Device, chat_template: Option<&Path>) -> Result<LoadedModel> {
+    load_with(spec, device, chat_template, &LoadOptions::default())
+}
+
+pub fn load_with(spec: &str, device: &Device, chat_template: Option<&Path>, opts: &LoadOptions) -> Result<LoadedModel> {
+    let t0 = Instant::now();
+    let location = resolve(spec)?;
+    let (weights, mut cfg) = open_weights(&location)?;
+    let generation_config = read_generation_config(&location);
+    if let Some(g) = &generation_config {
+        merge_generation_config_eos(g, &mut cfg);
+    }
+    let mut tokenizer = Tokenizer::load(&location, &cfg)?;
+    if tokenizer.vocab_size() > cfg.vocab_size {
+        return Err(Error::InvalidModel(format!(
+            "tokenizer has {} tokens but the model's vocabulary is {}",
+            tokenizer.vocab_size(),
+            cfg.vocab_size
+        )));
+    }
+    if let Some(path) = chat_template {
+        tokenizer.chat_template = Some(ChatTemplate::from_file(path, &tokenizer.bos_token(), &tokenizer.eos_token())?);
+    }
+    let model = load_model(&weights, &cfg, device, opts)?;
+    Ok(LoadedModel { model, tokenizer, location, device: device.clone(), generation_config, load_time: t0.elapsed() })
+}
+
+/// Open the weights at a resolved location and read their configuration.
+pub fn open_weights(loc: &ModelLocation) -> Result<(Weights, ModelConfig)> {
+    match loc {
+        ModelLocation::Gguf(p) => {
+            let g = GgufFile::open(p)?;
+            let cfg = ModelConfig::from_gguf(&g)?;
+            Ok((Weights::Gguf(g), cfg))
+        }
+        ModelLocation::HfDir(d) => {
+            let path = d.join("config.json");
+            let text = std::fs::read_to_string(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            let cfg = ModelConfig::from_hf_json(&text)?;
+            Ok((Weights::Hf(HfWeights::open(d)?), cfg))
+        }
+    }
+}
+
+/// A Hugging Face directory's `generation_config.json`, if it has a readable one (a malformed file is logged and
+/// ignored: it only refines defaults).
+fn read_generation_config(loc: &ModelLocation) -> Option<serde_json::Value> {
+    let ModelLocation::HfDir(d) = loc else { return None };
+    let path = d.join("generation_config.json");
+    let text = std::fs::read_to_string(&path).ok()?;
+    match serde_json::from_str(&text) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!("ignoring {}: {e}", path.display());
+            None
+        }
+    }
+}
+
+/// `generation_config.json` may name more EOS ids than config.json (Llama 3 instruct does).
+fn merge_generation_config_eos(g: &serde_json::Value, cfg: &mut ModelConfig) {
+    let Some(e) = g.get("eos_token_id").cloned() else { return };
+    if let Ok(ids) = serde_json::from_value::<IdOrIds>(e) {
+        for id in ids.ids() {
+            if !cfg.eos_token_ids.contains(&id) {
+                cfg.eos_token_ids.push(id);
+            }
+        }
+    }
+}
