@@ -5,8 +5,10 @@
 #      add+RMSNorm, gemv);
 #   2. bench/gpu/device_bench.sh without transformers (roofline, 1/8/32/64 streams, 2k prefill);
 #   3. bench/gpu/device_ab.sh with the default build at 1, 32, 32, 32 streams (repeats for medians);
-#   4. transformers + static cache + torch.compile at batch 1 and 32 (bench/gpu/hf_reference.py), same machine.
-#   bench/gpu/device_final.sh OUT_DIR
+#   4. transformers + static cache + torch.compile at batch 1 and 32 (bench/gpu/hf_reference.py), same machine
+#      (HF=0 skips it: the whole script then fits in one 10-minute device call).
+# The GPU model-parity tests need the SmolLM2 GGUF staged on the machine: bench/gpu/device_parity.sh runs them.
+#   [HF=0] bench/gpu/device_final.sh OUT_DIR
 set -uo pipefail
 OUT="$1"; mkdir -p "$OUT" /tmp/hbin
 xz -dc .gpu/hearth.xz > /tmp/hbin/hearth && chmod +x /tmp/hbin/hearth
@@ -18,5 +20,6 @@ HFB=none bench/gpu/device_bench.sh "$OUT/bench" > "$OUT/bench.log" 2>&1
 cat "$OUT/bench/roofline.json"; cut -c1-260 "$OUT/bench/loads.jsonl"
 bench/gpu/device_ab.sh "$OUT/ab" 1,32,32,32 "default||" > "$OUT/ab.log" 2>&1
 cut -c1-260 "$OUT/ab/ab.jsonl"; cat "$OUT/ab/steps.jsonl"
+[ "${HF:-1}" = 0 ] && exit 0
 PYTHONUNBUFFERED=1 timeout 300 python3 bench/gpu/hf_reference.py /tmp/llama8b --batches 1,32 2>&1 | grep -v Warning \
   | tail -6 | tee "$OUT/hf.json"

@@ -16,7 +16,14 @@ fn main() {
     // The compute capability the PTX targets: gpu/launch.rs enables PDL only when the kernels' griddepcontrol
     // instructions are compiled in (sm_90+), whatever GPU the binary later runs on.
     println!("cargo:rustc-env=HEARTH_PTX_CAP={}", std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "90".into()));
-    for src in ["src/attention/cuda/paged_attention.cu", "src/attention/cuda/prefill_tc.cu", "src/attention/cuda/decode_cluster.cu", "src/gpu/fused.cu", "src/gpu/gemv.cu", "src/gpu/argmax.cu"] {
+    for src in [
+        "src/attention/cuda/paged_attention.cu",
+        "src/attention/cuda/prefill_tc.cu",
+        "src/attention/cuda/decode_cluster.cu",
+        "src/gpu/fused.cu",
+        "src/gpu/gemv.cu",
+        "src/gpu/argmax.cu",
+    ] {
         ptx(src);
     }
 }

@@ -81,7 +81,10 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
             msgs.push(serde_json::json!({"role": "system", "content": s}));
         }
         msgs.push(serde_json::json!({"role": "user", "content": prompt}));
-        let rendered = tmpl.render(&serde_json::Value::Array(msgs), &RenderOptions { add_generation_prompt: true, ..Default::default() })?;
+        let rendered = tmpl.render(
+            &serde_json::Value::Array(msgs),
+            &RenderOptions { add_generation_prompt: true, ..Default::default() },
+        )?;
         tok.encode_chat(&rendered)?
     };
     let req = GenerateRequest {

@@ -22,7 +22,14 @@ pub fn run(a: LeversArgs) -> anyhow::Result<()> {
     println!("{:<28} {:<10} {:<10} {:<11} doc", "lever", "value", "default", "kind");
     for d in levers::table() {
         let scope = if d.cuda_only { " (CUDA builds)" } else { "" };
-        println!("{:<28} {:<10} {:<10} {:<11} {}{scope}", d.name, value_of(d.name), d.default, d.kind.to_string(), d.doc);
+        println!(
+            "{:<28} {:<10} {:<10} {:<11} {}{scope}",
+            d.name,
+            value_of(d.name),
+            d.default,
+            d.kind.to_string(),
+            d.doc
+        );
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `hearth models`: what `--model` can resolve without a path.
 
-use hearth_engine::weights::resolve::{list_models, models_dir, hf_hub_cache, ModelLocation};
+use hearth_engine::weights::resolve::{hf_hub_cache, list_models, models_dir, ModelLocation};
 use hearth_engine::weights::{GgufFile, ModelConfig};
 
 fn size_of(loc: &ModelLocation) -> u64 {
@@ -26,7 +26,7 @@ fn arch_of(loc: &ModelLocation) -> String {
 }
 
 pub fn run() -> anyhow::Result<()> {
-    println!("{:<40} {:<22} {:>9}  {}", "NAME", "ARCHITECTURE", "SIZE", "LOCATION");
+    println!("{:<40} {:<22} {:>9}  LOCATION", "NAME", "ARCHITECTURE", "SIZE");
     for m in list_models() {
         match &m.location {
             Some(loc) => println!(

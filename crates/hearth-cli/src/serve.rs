@@ -98,7 +98,10 @@ fn check(a: &ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.kv_block_size >= 1, "--kv-block-size must be at least 1");
     anyhow::ensure!(a.prefill_chunk.is_none_or(|c| c >= 1), "--prefill-chunk must be at least 1");
     anyhow::ensure!(a.prefill_chunk_decoding.is_none_or(|c| c >= 1), "--prefill-chunk-decoding must be at least 1");
-    anyhow::ensure!(a.kv_budget.is_none_or(|g| g.is_finite() && g > 0.0), "--kv-budget must be a positive number of GiB");
+    anyhow::ensure!(
+        a.kv_budget.is_none_or(|g| g.is_finite() && g > 0.0),
+        "--kv-budget must be a positive number of GiB"
+    );
     anyhow::ensure!(a.temperature.is_none_or(|t| t.is_finite() && t >= 0.0), "--temperature must be >= 0");
     anyhow::ensure!(a.top_p.is_none_or(|p| p > 0.0 && p <= 1.0), "--top-p must be in (0, 1]");
     anyhow::ensure!(a.max_tokens.is_none_or(|m| m >= 1), "--max-tokens must be at least 1");
@@ -137,7 +140,8 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let cap = a.batch * (m.model.max_positions().div_ceil(bs) + 1);
     let kv_blocks = blocks_for_budget(m.model.as_ref(), budget, bs).min(cap);
     anyhow::ensure!(kv_blocks >= 2, "--kv-budget is too small to hold even one block of {bs} tokens; raise it");
-    let flags = DefaultOverrides { temperature: a.temperature, top_p: a.top_p, top_k: a.top_k, max_tokens: a.max_tokens };
+    let flags =
+        DefaultOverrides { temperature: a.temperature, top_p: a.top_p, top_k: a.top_k, max_tokens: a.max_tokens };
     let defaults = SamplingDefaults::resolve(m.generation_config.as_ref(), &flags);
     let device = hearth_engine::device::describe(&m.device);
     let eos = m.tokenizer.eos_ids().to_vec();

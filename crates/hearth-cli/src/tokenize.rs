@@ -22,10 +22,9 @@ pub fn run(a: TokenizeArgs) -> anyhow::Result<()> {
     let m = a.model.load(false)?;
     let tok = &m.tokenizer;
     let ids = if a.chat {
-        let tmpl = tok
-            .chat_template
-            .as_ref()
-            .ok_or_else(|| anyhow::anyhow!("this model has no chat template; drop --chat, or pass --chat-template FILE"))?;
+        let tmpl = tok.chat_template.as_ref().ok_or_else(|| {
+            anyhow::anyhow!("this model has no chat template; drop --chat, or pass --chat-template FILE")
+        })?;
         let msgs = serde_json::json!([{"role": "user", "content": a.text}]);
         tok.encode_chat(&tmpl.render(&msgs, &RenderOptions { add_generation_prompt: true, ..Default::default() })?)?
     } else {

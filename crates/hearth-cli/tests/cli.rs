@@ -23,7 +23,8 @@ fn generate_json_is_greedy_and_reproducible() {
 
 #[test]
 fn generate_streams_text_and_reports_speed_on_stderr() {
-    let out = hearth(&["generate", "--device", "cpu", "--max-tokens", "8", "--temperature", "0.7", "--seed", "3", "Say hi"]);
+    let out =
+        hearth(&["generate", "--device", "cpu", "--max-tokens", "8", "--temperature", "0.7", "--seed", "3", "Say hi"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("prefill:") && err.contains("tok/s") && err.contains("finish:"), "{err}");
@@ -62,4 +63,29 @@ fn models_lists_the_aliases() {
     assert!(out.status.success());
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("smollm2-135m") && s.contains("llama") && s.contains("gemma3-270m"), "{s}");
+}
+
+#[test]
+fn levers_show_effective_values_and_refuse_malformed_ones() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["levers", "--json"])
+        .env("HEARTH_BATCH_INVARIANT", "0")
+        .output()
+        .expect("run hearth");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["HEARTH_BATCH_INVARIANT"], "off", "{v}");
+    assert_eq!(v["HEARTH_FAST_QUANT"], "on", "{v}");
+    let table = hearth(&["levers"]);
+    assert!(table.status.success());
+    assert!(String::from_utf8_lossy(&table.stdout).contains("HEARTH_CUDA_PAGED_ATTN"));
+
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["models"])
+        .env("HEARTH_CUDA_SPLIT_FILL", "lots")
+        .output()
+        .expect("run hearth");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("HEARTH_CUDA_SPLIT_FILL") && err.contains("expected"), "{err}");
 }

@@ -76,7 +76,8 @@ fn run_client(base_url: &str, model: &str) -> Value {
     }
     assert!(status.success(), "the Python client failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}");
     let line = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("the client's last line is not JSON ({e}): {stdout}\nstderr:\n{stderr}"))
+    serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("the client's last line is not JSON ({e}): {stdout}\nstderr:\n{stderr}"))
 }
 
 fn no_exception(v: &Value, what: &str) {

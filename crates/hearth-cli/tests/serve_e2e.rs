@@ -28,8 +28,10 @@ fn ok(r: Resp) -> Value {
 }
 
 fn check_usage(u: &Value) {
-    let (p, c) =
-        (u["prompt_tokens"].as_u64().expect("prompt_tokens"), u["completion_tokens"].as_u64().expect("completion_tokens"));
+    let (p, c) = (
+        u["prompt_tokens"].as_u64().expect("prompt_tokens"),
+        u["completion_tokens"].as_u64().expect("completion_tokens"),
+    );
     assert!(p > 0 && c > 0, "{u}");
     assert_eq!(u["total_tokens"].as_u64(), Some(p + c));
     assert!(u["prompt_tokens_details"]["cached_tokens"].is_u64(), "{u}");
@@ -134,11 +136,13 @@ fn completions_prompt_shapes_echo_and_logprobs() {
     assert_eq!(v["usage"]["prompt_tokens"].as_u64(), Some(2 * ids.as_array().map(Vec::len).unwrap_or(0) as u64));
 
     // echo puts the prompt first.
-    let v = ok(s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 6, "ignore_eos": true, "echo": true})));
+    let v =
+        ok(s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 6, "ignore_eos": true, "echo": true})));
     assert_eq!(v["choices"][0]["text"], format!("{prompt}{text}").as_str());
 
     // logprobs in the completions shape.
-    let v = ok(s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 4, "ignore_eos": true, "logprobs": 3})));
+    let v =
+        ok(s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 4, "ignore_eos": true, "logprobs": 3})));
     let lp = &v["choices"][0]["logprobs"];
     let n = lp["tokens"].as_array().map(Vec::len).unwrap_or(0);
     assert_eq!(n, 4, "{lp}");
@@ -151,7 +155,9 @@ fn completions_prompt_shapes_echo_and_logprobs() {
     assert_eq!(joined, v["choices"][0]["text"].as_str().unwrap_or(""));
 
     // n choices.
-    let v = ok(s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 3, "n": 2, "temperature": 0.8, "seed": 1})));
+    let v = ok(
+        s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 3, "n": 2, "temperature": 0.8, "seed": 1}))
+    );
     assert_eq!(v["choices"].as_array().map(Vec::len), Some(2));
 }
 
@@ -171,7 +177,9 @@ fn concurrent_streams_equal_solo(s: &Server) {
     let body = |p: &str, stream: bool| json!({"prompt": p, "max_tokens": 16, "ignore_eos": true, "stream": stream});
     let solo: Vec<String> = EIGHT_PROMPTS
         .iter()
-        .map(|p| ok(s.post("/v1/completions", &body(p, false)))["choices"][0]["text"].as_str().unwrap_or("").to_string())
+        .map(|p| {
+            ok(s.post("/v1/completions", &body(p, false)))["choices"][0]["text"].as_str().unwrap_or("").to_string()
+        })
         .collect();
     let port = s.port;
     let handles: Vec<_> = EIGHT_PROMPTS
@@ -212,8 +220,8 @@ fn concurrent_greedy_streams_equal_their_solo_output_candle_kernels() {
 fn stop_strings_are_excluded() {
     let (s, _serial) = shared();
     let prompt = "Shopping list:\n1. Eggs\n2.";
-    let full = ok(s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 20, "ignore_eos": true})))["choices"][0]
-        ["text"]
+    let full = ok(s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 20, "ignore_eos": true})))
+        ["choices"][0]["text"]
         .as_str()
         .unwrap_or("")
         .to_string();
@@ -223,7 +231,9 @@ fn stop_strings_are_excluded() {
     assert!(!stop.is_empty(), "continuation too short: {full:?}");
     let expect = &full[..full.find(&stop).unwrap_or(cut)];
     for stops in [json!(stop), json!(["<never>", stop])] {
-        let v = ok(s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 20, "ignore_eos": true, "stop": stops})));
+        let v = ok(
+            s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 20, "ignore_eos": true, "stop": stops}))
+        );
         assert_eq!(v["choices"][0]["text"], expect, "full: {full:?}, stop: {stop:?}");
         assert_eq!(v["choices"][0]["finish_reason"], "stop");
         let r = s.post(
@@ -262,7 +272,10 @@ fn errors_have_the_openai_shape() {
     expect(s.post(chat, &json!({"model": "m"})), 400, Some("messages"));
     expect(s.post(chat, &json!({"messages": [{"role": "wizard", "content": "hi"}]})), 400, Some("messages[0].role"));
     expect(
-        s.post(chat, &json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})),
+        s.post(
+            chat,
+            &json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+        ),
         400,
         Some("messages[0].content[0]"),
     );
@@ -323,6 +336,7 @@ fn admin_endpoints() {
     ] {
         assert!(st[k].is_u64(), "/stats lacks {k}: {st}");
     }
+    assert_eq!(st["levers"]["HEARTH_BATCH_INVARIANT"], "on", "/stats shows the effective levers: {st}");
     let models = ok(s.get("/v1/models"));
     assert_eq!(models["object"], "list");
     assert_eq!(models["data"][0]["id"], "smollm2-135m");
@@ -333,7 +347,8 @@ fn admin_endpoints() {
     assert_eq!(ok(s.post("/detokenize", &json!({"tokens": toks})))["content"], "Hello world");
     let pieces = ok(s.post("/tokenize", &json!({"content": "Hello world", "with_pieces": true})))["tokens"].clone();
     assert_eq!(pieces[1]["piece"], " world");
-    let p = ok(s.post("/apply-template", &json!({"messages": user("hi")})))["prompt"].as_str().unwrap_or("").to_string();
+    let p =
+        ok(s.post("/apply-template", &json!({"messages": user("hi")})))["prompt"].as_str().unwrap_or("").to_string();
     assert!(p.contains("<|im_start|>user\nhi<|im_end|>") && p.ends_with("<|im_start|>assistant\n"), "{p:?}");
 }
 
@@ -371,7 +386,8 @@ fn queue_full_is_429_and_a_model_without_template_refuses_chat() {
 #[test]
 fn client_disconnect_cancels_the_request() {
     let s = Server::start(&[], &[]);
-    let body = json!({"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": true, "stream": true}).to_string();
+    let body =
+        json!({"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": true, "stream": true}).to_string();
     let mut c = connect(s.port);
     write_request(&mut c, "POST", "/v1/completions", &[], Some(body.as_bytes()));
     // Read until a couple of tokens arrived, then hang up.

@@ -25,14 +25,7 @@ struct Shape {
 
 fn shapes() -> Vec<Shape> {
     use GgmlDType::*;
-    let s = |model, name, n, k, dtype, per_token| Shape {
-        model,
-        name,
-        n,
-        k,
-        dtype,
-        per_token,
-    };
+    let s = |model, name, n, k, dtype, per_token| Shape { model, name, n, k, dtype, per_token };
     vec![
         s("smollm2", "attn_q/o", 576, 576, Q4_1, 60),
         s("smollm2", "attn_k/v", 192, 576, Q4_1, 60),
@@ -106,57 +99,46 @@ fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
     let a: Vec<f32> = a.flatten_all().unwrap().to_vec1().unwrap();
     let b: Vec<f32> = b.flatten_all().unwrap().to_vec1().unwrap();
     let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
-    a.iter()
-        .zip(&b)
-        .fold(0f32, |m, (x, y)| m.max((x - y).abs()))
-        / scale
+    a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
 }
 
 fn main() -> hearth_engine::Result<()> {
     let ms: Vec<usize> = std::env::var("QBENCH_M")
         .unwrap_or_else(|_| "1,512".into())
         .split(',')
-        .map(|s| {
-            s.trim()
-                .parse()
-                .expect("QBENCH_M: comma-separated integers")
-        })
+        .map(|s| s.trim().parse().expect("QBENCH_M: comma-separated integers"))
         .collect();
     let which = std::env::var("QBENCH_SHAPES").unwrap_or_else(|_| "all".into());
-    let min_s: f64 = std::env::var("QBENCH_MIN_S")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0.3);
+    let min_s: f64 = std::env::var("QBENCH_MIN_S").ok().and_then(|s| s.parse().ok()).unwrap_or(0.3);
     let isa = kernels::active_isa().expect("kernels disabled (HEARTH_FAST_QUANT=0) or no AVX2");
-    let isas: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni]
-        .into_iter()
-        .filter(|&i| kernels::isa_supported(i))
-        .collect();
+    let isas: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni].into_iter().filter(|&i| kernels::isa_supported(i)).collect();
     println!(
         "threads: {} (candle pool {} + caller); kernels ISA {:?}; clock: {}",
         candle_core::utils::get_num_threads(),
         candle_core::utils::barrier_pool().n_workers(),
         isa,
-        if use_cpu_clock() {
-            "thread CPU time"
-        } else {
-            "wall"
-        }
+        if use_cpu_clock() { "thread CPU time" } else { "wall" }
     );
     println!(
         "{:<8} {:<12} {:>6} {:>5} {:<5} {:>5} | {:>9} {:>9} {:>9} {:>9} | {:<7} {:>9} {:>7} | {:>8}",
-        "model", "tensor", "n", "k", "type", "m", "candle", "dec_avx2", "dec_vnni", "deq+f32", "chosen", "ours", "speedup", "err"
+        "model",
+        "tensor",
+        "n",
+        "k",
+        "type",
+        "m",
+        "candle",
+        "dec_avx2",
+        "dec_vnni",
+        "deq+f32",
+        "chosen",
+        "ours",
+        "speedup",
+        "err"
     );
     let mut totals: std::collections::BTreeMap<(&str, usize), (f64, f64)> = Default::default();
-    for s in shapes()
-        .into_iter()
-        .filter(|s| which == "all" || which == s.model)
-    {
-        let w = Tensor::from_vec(
-            values(s.n * s.k, s.n as u64 ^ s.k as u64),
-            (s.n, s.k),
-            &Device::Cpu,
-        )?;
+    for s in shapes().into_iter().filter(|s| which == "all" || which == s.model) {
+        let w = Tensor::from_vec(values(s.n * s.k, s.n as u64 ^ s.k as u64), (s.n, s.k), &Device::Cpu)?;
         let q = Arc::new(QTensor::quantize(&w, s.dtype)?);
         let candle = QMatMul::QTensor(q.clone());
         let fast = FastQMatMul::with_plan(q.clone(), isa, Plan::for_weight(s.dtype, isa, s.n, s.k));
@@ -199,10 +181,7 @@ fn main() -> hearth_engine::Result<()> {
                 }
                 None => (Path::Candle, t_candle, 0.0),
             };
-            let fmt = |t: Option<f64>| {
-                t.map(|t| format!("{t:9.3}"))
-                    .unwrap_or_else(|| format!("{:>9}", "-"))
-            };
+            let fmt = |t: Option<f64>| t.map(|t| format!("{t:9.3}")).unwrap_or_else(|| format!("{:>9}", "-"));
             println!(
                 "{:<8} {:<12} {:>6} {:>5} {:<5} {:>5} | {:>9.3} {} {} {} | {:<7} {:>9.3} {:>6.2}x | {:>8.1e}",
                 s.model,
@@ -227,10 +206,7 @@ fn main() -> hearth_engine::Result<()> {
     }
     println!("\nweighted total of the matmuls above per forward (count × median; lm_head once, only for m <= 16):");
     for ((model, m), (c, o)) in totals {
-        println!(
-            "  {model:<8} m={m:<4} candle {c:9.2} ms   ours {o:9.2} ms   ({:.2}x)",
-            c / o
-        );
+        println!("  {model:<8} m={m:<4} candle {c:9.2} ms   ours {o:9.2} ms   ({:.2}x)", c / o);
     }
     Ok(())
 }

@@ -34,9 +34,9 @@ pub fn select_device(spec: &str) -> Result<Device> {
             tune_cuda(&d);
             Ok(d)
         }
-        other => Err(Error::InvalidRequest(format!(
-            "unknown device `{other}`: expected one of auto, cpu, cuda, cuda:N"
-        ))),
+        other => {
+            Err(Error::InvalidRequest(format!("unknown device `{other}`: expected one of auto, cpu, cuda, cuda:N")))
+        }
     }
 }
 

@@ -29,7 +29,15 @@ pub struct GenerateOutput {
 }
 
 /// Run one forward over `tokens` for one sequence at `pos0`; returns f32 logits (rows, vocab) as a Vec per row.
-pub fn forward_one(model: &dyn Model, kv: &mut ContiguousKv, slot: usize, tokens: &[u32], pos0: usize, all: bool, device: &Device) -> Result<Vec<Vec<f32>>> {
+pub fn forward_one(
+    model: &dyn Model,
+    kv: &mut ContiguousKv,
+    slot: usize,
+    tokens: &[u32],
+    pos0: usize,
+    all: bool,
+    device: &Device,
+) -> Result<Vec<Vec<f32>>> {
     let ctx = BatchContext::new(&[(slot, pos0, tokens.len())], all, device)?;
     let t = Tensor::new(tokens, device)?;
     let logits = model.forward(&t, &ctx, kv)?;
@@ -37,7 +45,11 @@ pub fn forward_one(model: &dyn Model, kv: &mut ContiguousKv, slot: usize, tokens
 }
 
 /// Generate for one prompt, calling `on_token` after each sampled token (return false to stop).
-pub fn generate(m: &LoadedModel, req: &GenerateRequest, mut on_token: impl FnMut(&Sampled) -> bool) -> Result<GenerateOutput> {
+pub fn generate(
+    m: &LoadedModel,
+    req: &GenerateRequest,
+    mut on_token: impl FnMut(&Sampled) -> bool,
+) -> Result<GenerateOutput> {
     let cfg = m.model.config();
     let max_pos = m.model.max_positions();
     EngineInfo::unpooled(cfg.vocab_size, max_pos)

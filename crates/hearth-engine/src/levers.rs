@@ -98,7 +98,9 @@ fn positive(s: &str) -> Parsed<usize> {
 fn fast_quant(s: &str) -> Parsed<FastQuant> {
     match s.to_ascii_lowercase().as_str() {
         "avx2" => Ok(FastQuant::Avx2),
-        other => switch(other).map(|on| if on { FastQuant::On } else { FastQuant::Off }).map_err(|_| "on, 1, 0, off or avx2"),
+        other => {
+            switch(other).map(|on| if on { FastQuant::On } else { FastQuant::Off }).map_err(|_| "on, 1, 0, off or avx2")
+        }
     }
 }
 
@@ -152,7 +154,13 @@ impl Show for Option<ProfileSpec> {
 
 /// One lever's value from `lookup`: unset or empty gives the default; a malformed value is recorded in `bad` and
 /// the default used.
-fn read<T>(lookup: &dyn Fn(&str) -> Option<String>, name: &'static str, default: &'static str, parse: fn(&str) -> Parsed<T>, bad: &mut Vec<BadValue>) -> T {
+fn read<T>(
+    lookup: &dyn Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: &'static str,
+    parse: fn(&str) -> Parsed<T>,
+    bad: &mut Vec<BadValue>,
+) -> T {
     let set = lookup(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
     if let Some(v) = set {
         match parse(&v) {
@@ -278,13 +286,20 @@ pub fn get() -> &'static Levers {
 /// Log the levers that differ from their defaults, and warn of a measuring aid that changes outputs.
 fn announce(levers: &Levers) {
     let defaults = Levers::default().effective();
-    let changed: Vec<String> =
-        levers.effective().into_iter().zip(defaults).filter(|(a, b)| a.1 != b.1).map(|((n, v), _)| format!("{n}={v}")).collect();
+    let changed: Vec<String> = levers
+        .effective()
+        .into_iter()
+        .zip(defaults)
+        .filter(|(a, b)| a.1 != b.1)
+        .map(|((n, v), _)| format!("{n}={v}"))
+        .collect();
     if !changed.is_empty() {
         tracing::info!("runtime levers: {}", changed.join(" "));
     }
     if levers.cuda_diag_skip_attn {
-        tracing::warn!("HEARTH_CUDA_DIAG_SKIP_ATTN=1: the paged attention returns zeros (a measuring aid; outputs are wrong)");
+        tracing::warn!(
+            "HEARTH_CUDA_DIAG_SKIP_ATTN=1: the paged attention returns zeros (a measuring aid; outputs are wrong)"
+        );
     }
 }
 
@@ -376,7 +391,15 @@ mod tests {
             assert!(d.name.starts_with("HEARTH_") && !d.doc.is_empty(), "{d:?}");
             assert!(d.name.starts_with("HEARTH_CUDA_") || d.name.starts_with("HEARTH_GPU_") || !d.cuda_only, "{d:?}");
         }
-        for gone in ["HEARTH_CUDA_MEMPOOL", "HEARTH_CUDA_EVENTS", "HEARTH_CUDA_MERGE_FOLD", "HEARTH_CUDA_SPLIT_KEYS", "HEARTH_GPU_GEMV_BLOCKS", "HEARTH_GPU_GEMV_ROWS", "HEARTH_MODELS"] {
+        for gone in [
+            "HEARTH_CUDA_MEMPOOL",
+            "HEARTH_CUDA_EVENTS",
+            "HEARTH_CUDA_MERGE_FOLD",
+            "HEARTH_CUDA_SPLIT_KEYS",
+            "HEARTH_GPU_GEMV_BLOCKS",
+            "HEARTH_GPU_GEMV_ROWS",
+            "HEARTH_MODELS",
+        ] {
             assert!(!names.contains(&gone), "{gone} is not a lever");
         }
     }

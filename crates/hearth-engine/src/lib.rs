@@ -6,12 +6,12 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod generate;
-pub mod loader;
 #[cfg(feature = "cuda")]
 pub mod gpu;
-pub mod kv;
 pub mod kernels;
+pub mod kv;
 pub mod levers;
+pub mod loader;
 pub mod models;
 pub mod sampling;
 pub mod scheduler;

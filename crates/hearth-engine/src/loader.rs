@@ -59,7 +59,8 @@ pub fn open_weights(loc: &ModelLocation) -> Result<(Weights, ModelConfig)> {
         }
         ModelLocation::HfDir(d) => {
             let path = d.join("config.json");
-            let text = std::fs::read_to_string(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
             let cfg = ModelConfig::from_hf_json(&text)?;
             Ok((Weights::Hf(HfWeights::open(d)?), cfg))
         }

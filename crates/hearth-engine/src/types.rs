@@ -253,10 +253,18 @@ impl EngineInfo {
     }
 
     /// What a prompt, its stop ids and its sampling must satisfy wherever they run (engine or `generate`).
-    pub fn validate_prompt(&self, prompt: &[u32], stop_ids: &[u32], sampling: &SamplingParams) -> Result<(), SubmitError> {
+    pub fn validate_prompt(
+        &self,
+        prompt: &[u32],
+        stop_ids: &[u32],
+        sampling: &SamplingParams,
+    ) -> Result<(), SubmitError> {
         self.check_prompt(prompt.len())?;
         if let Some(&bad) = prompt.iter().chain(stop_ids).find(|&&t| t as usize >= self.vocab_size) {
-            return Err(SubmitError::Invalid(format!("token id {bad} is outside the vocabulary (size {})", self.vocab_size)));
+            return Err(SubmitError::Invalid(format!(
+                "token id {bad} is outside the vocabulary (size {})",
+                self.vocab_size
+            )));
         }
         sampling.validate(self.vocab_size).map_err(|e| SubmitError::Invalid(e.to_string()))
     }
@@ -300,12 +308,27 @@ mod tests {
     use super::*;
 
     fn info(blocks: usize) -> EngineInfo {
-        let cfg = EngineConfig { max_batch: 4, kv_block_size: 16, kv_blocks: blocks, step_tokens: 64, step_tokens_decoding: 32, max_prefill_rows: 0, max_queue: 8 };
+        let cfg = EngineConfig {
+            max_batch: 4,
+            kv_block_size: 16,
+            kv_blocks: blocks,
+            step_tokens: 64,
+            step_tokens_decoding: 32,
+            max_prefill_rows: 0,
+            max_queue: 8,
+        };
         EngineInfo::new(100, 128, &cfg)
     }
 
     fn req(prompt: usize, max_tokens: usize, n: usize) -> EngineRequest {
-        EngineRequest { prompt: vec![1; prompt], sampling: SamplingParams::default(), max_tokens, stop_token_ids: vec![], ignore_eos: false, n }
+        EngineRequest {
+            prompt: vec![1; prompt],
+            sampling: SamplingParams::default(),
+            max_tokens,
+            stop_token_ids: vec![],
+            ignore_eos: false,
+            n,
+        }
     }
 
     #[test]

@@ -12,8 +12,9 @@ fn templates_render_like_transformers() {
     for (i, case) in g["cases"].as_array().unwrap().iter().enumerate() {
         let name = case["template"].as_str().unwrap();
         let src = templates[name].as_str().unwrap();
-        let t = ChatTemplate::new(src, case["bos_token"].as_str().unwrap_or(""), case["eos_token"].as_str().unwrap_or(""))
-            .unwrap_or_else(|e| panic!("case {i} ({name}): {e}"));
+        let t =
+            ChatTemplate::new(src, case["bos_token"].as_str().unwrap_or(""), case["eos_token"].as_str().unwrap_or(""))
+                .unwrap_or_else(|e| panic!("case {i} ({name}): {e}"));
         let tools = case.get("tools").filter(|t| !t.is_null());
         let opts = RenderOptions {
             tools,

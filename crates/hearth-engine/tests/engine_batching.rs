@@ -4,8 +4,8 @@
 
 mod common;
 use common::*;
-use hearth_engine::engine::{start, EngineConfig, EngineEvent, EngineHandle, EngineRequest};
 use hearth_engine::engine::FinishReason;
+use hearth_engine::engine::{start, EngineConfig, EngineEvent, EngineHandle, EngineRequest};
 use hearth_engine::sampling::SamplingParams;
 use std::time::{Duration, Instant};
 
@@ -32,10 +32,22 @@ fn engine(blocks: usize, batch: usize) -> (EngineHandle, hearth_engine::tokenize
 }
 
 /// `engine` with at most `max_prefill_rows` prompts prefilled per step (0: no limit).
-fn engine_with(blocks: usize, batch: usize, max_prefill_rows: usize) -> (EngineHandle, hearth_engine::tokenizer::Tokenizer) {
+fn engine_with(
+    blocks: usize,
+    batch: usize,
+    max_prefill_rows: usize,
+) -> (EngineHandle, hearth_engine::tokenizer::Tokenizer) {
     let m = engine_model("smollm2-135m");
     let eos = m.tokenizer.eos_ids().to_vec();
-    let cfg = EngineConfig { max_batch: batch, kv_block_size: 16, kv_blocks: blocks, step_tokens: 64, step_tokens_decoding: 32, max_prefill_rows, max_queue: 64 };
+    let cfg = EngineConfig {
+        max_batch: batch,
+        kv_block_size: 16,
+        kv_blocks: blocks,
+        step_tokens: 64,
+        step_tokens_decoding: 32,
+        max_prefill_rows,
+        max_queue: 64,
+    };
     (start(m.model, m.device, cfg, eos).unwrap(), m.tokenizer)
 }
 

@@ -24,7 +24,8 @@ fn gpu() -> Device {
 
 /// The CUDA paged backend for these heads (the tests call it directly: no fallback to the portable path).
 fn backend(dev: &Device, h: usize, kvh: usize, d: usize, dtype: DType) -> CudaPaged {
-    CudaPaged::choose(dev, h, kvh, d, dtype).expect("the CUDA paged backend serves this shape (and HEARTH_CUDA_PAGED_ATTN is not 0)")
+    CudaPaged::choose(dev, h, kvh, d, dtype)
+        .expect("the CUDA paged backend serves this shape (and HEARTH_CUDA_PAGED_ATTN is not 0)")
 }
 
 /// Deterministic pseudo-random values in [-1, 1).
@@ -76,7 +77,17 @@ struct Steps {
 
 /// `kernel_case_len` with step 2's token counts `next` (all 1: a decode-only step), run as `how` says.
 #[allow(clippy::too_many_arguments)]
-fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams, tol: f32, lens: [usize; 3], next: [usize; 3], how: Steps) {
+fn kernel_case_steps(
+    h: usize,
+    kvh: usize,
+    d: usize,
+    dtype: DType,
+    p: AttnParams,
+    tol: f32,
+    lens: [usize; 3],
+    next: [usize; 3],
+    how: Steps,
+) {
     use hearth_engine::attention::cuda::decode::launches;
     use hearth_engine::attention::{Heads, RopeTables};
     let dev = gpu();
@@ -91,7 +102,13 @@ fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams
     let mut kv = PagedKv::new(2, total, bs, kvh, d, dtype, &dev).unwrap();
     let mut cuda = backend(&dev, h, kvh, d, dtype);
     let mut at = 0;
-    let tables: Vec<Vec<u32>> = need.iter().map(|&n| { at += n; ids[at - n..at].to_vec() }).collect();
+    let tables: Vec<Vec<u32>> = need
+        .iter()
+        .map(|&n| {
+            at += n;
+            ids[at - n..at].to_vec()
+        })
+        .collect();
     kv.set_tables(tables.iter().enumerate().map(|(slot, t)| (slot, t.as_slice())));
     let mut hist_k: Vec<Vec<f32>> = vec![Vec::new(); 3];
     let mut hist_v: Vec<Vec<f32>> = vec![Vec::new(); 3];
@@ -118,8 +135,19 @@ fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams
                 cuda.set_decode_cluster(n);
             }
             let out = if how.fused {
-                let qkv = Tensor::cat(&[qd.reshape((t, h * d)).unwrap(), kd.reshape((t, kvh * d)).unwrap(), vd.reshape((t, kvh * d)).unwrap()], 1).unwrap();
-                let (cos, sin) = (Tensor::ones((t, d / 2), DType::F32, &dev).unwrap(), Tensor::zeros((t, d / 2), DType::F32, &dev).unwrap());
+                let qkv = Tensor::cat(
+                    &[
+                        qd.reshape((t, h * d)).unwrap(),
+                        kd.reshape((t, kvh * d)).unwrap(),
+                        vd.reshape((t, kvh * d)).unwrap(),
+                    ],
+                    1,
+                )
+                .unwrap();
+                let (cos, sin) = (
+                    Tensor::ones((t, d / 2), DType::F32, &dev).unwrap(),
+                    Tensor::zeros((t, d / 2), DType::F32, &dev).unwrap(),
+                );
                 let rope = RopeTables { cos: &cos, sin: &sin, interleaved: false };
                 cuda.attend_qkv(&kv, layer, &qkv, &rope, Heads { q: h, kv: kvh, dim: d }, &ctx, &p).unwrap()
             } else {
@@ -134,14 +162,22 @@ fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams
         let out1 = run(1, how.cluster_layer1.then_some(usize::MAX));
         // The forced layer of a decode-only step must have taken the cluster kernel (where the GPU has clusters).
         if how.cluster_layer1 && how.fused && step.iter().all(|r| r.2 == 1) && clusters_available(&dev) {
-            assert_eq!(launches(), before + 1, "h{h} kv{kvh} d{d} {dtype:?}: the decode step did not take the cluster kernel");
+            assert_eq!(
+                launches(),
+                before + 1,
+                "h{h} kv{kvh} d{d} {dtype:?}: the decode step did not take the cluster kernel"
+            );
         }
         let bits = |o: &Vec<Vec<f32>>| o.iter().flatten().map(|x| x.to_bits()).collect::<Vec<u32>>();
         if how.cluster_layer1 {
             let diff = max_abs_diff(&out.concat(), &out1.concat());
             assert!(diff < tol, "h{h} kv{kvh} d{d} {dtype:?} {p:?}: the cluster kernel's layer differs by {diff}");
         } else {
-            assert!(bits(&out) == bits(&out1), "h{h} kv{kvh} d{d} {dtype:?} {p:?}: layer 1 differs from layer 0 (max-abs {})", max_abs_diff(&out.concat(), &out1.concat()));
+            assert!(
+                bits(&out) == bits(&out1),
+                "h{h} kv{kvh} d{d} {dtype:?} {p:?}: layer 1 differs from layer 0 (max-abs {})",
+                max_abs_diff(&out.concat(), &out1.concat())
+            );
         }
         let mut start = 0;
         for &(slot, pos0, len) in &step {
@@ -158,7 +194,11 @@ fn kernel_case_steps(h: usize, kvh: usize, d: usize, dtype: DType, p: AttnParams
             for i in 0..len {
                 for (layer, o) in [&out, &out1].into_iter().enumerate() {
                     let diff = max_abs_diff(&o[start + i], &want[i]);
-                    assert!(diff < tol, "h{h} kv{kvh} d{d} {dtype:?} {p:?}: layer {layer} slot {slot} position {}: max-abs {diff}", pos0 + i);
+                    assert!(
+                        diff < tol,
+                        "h{h} kv{kvh} d{d} {dtype:?} {p:?}: layer {layer} slot {slot} position {}: max-abs {diff}",
+                        pos0 + i
+                    );
                 }
             }
             start += len;
@@ -183,7 +223,15 @@ fn paged_kernel_matches_portable_attention() {
         kernel_case_len(h, kvh, d, DType::F32, plain, 2e-5, [700, 333, 150]);
         kernel_case_len(h, kvh, d, DType::BF16, plain, 1.6e-2, [700, 333, 150]);
     }
-    kernel_case_len(4, 2, 64, DType::F32, AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) }, 2e-5, [700, 333, 150]);
+    kernel_case_len(
+        4,
+        2,
+        64,
+        DType::F32,
+        AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) },
+        2e-5,
+        [700, 333, 150],
+    );
     // The tensor-core prompt kernel (bf16/f16, G a power of two): step 1's 37- and 51-token prompts are query
     // tiles (the 5-token one stays on CUDA cores in the same launch); with G = 8 and 16 the tiles are 8 and 4
     // tokens, so step 2's 6-token piece is tiled too, over keys already in the cache. Window and soft-cap in
@@ -200,19 +248,43 @@ fn paged_kernel_matches_portable_attention() {
     }
     kernel_case(4, 1, 256, DType::BF16, AttnParams { scale: 0.0625, window: Some(8), softcap: None }, 1.6e-2);
     kernel_case(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(20), softcap: Some(5.0) }, 1.6e-2);
-    kernel_case_len(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) }, 1.6e-2, [700, 333, 150]);
+    kernel_case_len(
+        4,
+        2,
+        64,
+        DType::BF16,
+        AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) },
+        1.6e-2,
+        [700, 333, 150],
+    );
     kernel_case(32, 8, 128, DType::F16, plain, 2e-3);
     // The cluster decode kernel (HEARTH_CUDA_DECODE_CLUSTER; fused path, decode-only steps) against the default
     // path and the CPU: short contexts (one split), hundreds of keys (several splits, some past a short row's last
     // key), G = 1, 3 (rounded to 4), 4, 8 and 16, f32/bf16/f16, a window with soft-capping, decode positions 1, 32
     // (the newest key alone in its tile) and 63 (the last of a full tile), and 128 kv heads (one split each).
     let cl = Steps { cluster_layer1: true, fused: true };
-    for (h, kvh, d, dtype, tol) in [(32, 8, 128, DType::BF16, 1.6e-2), (9, 3, 64, DType::F16, 2e-3), (8, 8, 128, DType::BF16, 1.6e-2), (16, 1, 64, DType::F32, 2e-5), (4, 1, 256, DType::BF16, 1.6e-2)] {
+    for (h, kvh, d, dtype, tol) in [
+        (32, 8, 128, DType::BF16, 1.6e-2),
+        (9, 3, 64, DType::F16, 2e-3),
+        (8, 8, 128, DType::BF16, 1.6e-2),
+        (16, 1, 64, DType::F32, 2e-5),
+        (4, 1, 256, DType::BF16, 1.6e-2),
+    ] {
         kernel_case_steps(h, kvh, d, dtype, plain, tol, [37, 51, 5], [1, 1, 1], cl);
         kernel_case_steps(h, kvh, d, dtype, plain, tol, [700, 333, 150], [1, 1, 1], cl);
         kernel_case_steps(h, kvh, d, dtype, plain, tol, [1, 32, 63], [1, 1, 1], cl);
     }
-    kernel_case_steps(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) }, 1.6e-2, [700, 333, 150], [1, 1, 1], cl);
+    kernel_case_steps(
+        4,
+        2,
+        64,
+        DType::BF16,
+        AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) },
+        1.6e-2,
+        [700, 333, 150],
+        [1, 1, 1],
+        cl,
+    );
     kernel_case_steps(128, 128, 64, DType::BF16, plain, 1.6e-2, [700, 333, 150], [1, 1, 1], cl);
     // One token of one kv head over a very long context: the split count stays within the merge's 256.
     let per = hearth_engine::attention::cuda::split_keys(1, 1, 100_000).expect("a lone long row splits");
@@ -229,7 +301,11 @@ fn decode_cluster_rope_matches_qkv_rope() {
     use hearth_engine::attention::{Heads, RopeTables};
     let dev = gpu();
     let plain = AttnParams { scale: 0.125, window: None, softcap: None };
-    for (h, kvh, d, dtype, tol) in [(32usize, 8usize, 128usize, DType::F32, 2e-5f32), (32, 8, 128, DType::BF16, 1.6e-2), (9, 3, 64, DType::F16, 2e-3)] {
+    for (h, kvh, d, dtype, tol) in [
+        (32usize, 8usize, 128usize, DType::F32, 2e-5f32),
+        (32, 8, 128, DType::BF16, 1.6e-2),
+        (9, 3, 64, DType::F16, 2e-3),
+    ] {
         for interleaved in [false, true] {
             let bs = 16;
             let lens = [700usize, 40, 5];
@@ -238,15 +314,29 @@ fn decode_cluster_rope_matches_qkv_rope() {
             let mut kv = PagedKv::new(2, total, bs, kvh, d, dtype, &dev).unwrap();
             let mut cuda = backend(&dev, h, kvh, d, dtype);
             let mut at = 0u32;
-            let tables: Vec<Vec<u32>> = need.iter().map(|&n| { at += n as u32; (at - n as u32..at).rev().collect() }).collect();
+            let tables: Vec<Vec<u32>> = need
+                .iter()
+                .map(|&n| {
+                    at += n as u32;
+                    (at - n as u32..at).rev().collect()
+                })
+                .collect();
             kv.set_tables(tables.iter().enumerate().map(|(slot, t)| (slot, t.as_slice())));
             let mut seed = 7000;
             let mut pos = [0usize; 3];
             for step in 0..3 {
-                let rows: Vec<(usize, usize, usize)> = (0..3).map(|r| (r, pos[r], if step == 0 { lens[r] } else { 1 })).collect();
+                let rows: Vec<(usize, usize, usize)> =
+                    (0..3).map(|r| (r, pos[r], if step == 0 { lens[r] } else { 1 })).collect();
                 let t: usize = rows.iter().map(|r| r.2).sum();
                 let ctx = BatchContext::new(&rows, false, &dev).unwrap();
-                let mk = |n: usize, shape: (usize, usize), seed: u64, dt: DType| Tensor::from_vec(noise(n, seed), shape, &Device::Cpu).unwrap().to_dtype(dt).unwrap().to_device(&dev).unwrap();
+                let mk = |n: usize, shape: (usize, usize), seed: u64, dt: DType| {
+                    Tensor::from_vec(noise(n, seed), shape, &Device::Cpu)
+                        .unwrap()
+                        .to_dtype(dt)
+                        .unwrap()
+                        .to_device(&dev)
+                        .unwrap()
+                };
                 let qkv = mk(t * (h + 2 * kvh) * d, (t, (h + 2 * kvh) * d), seed, dtype);
                 // Angles of a unit circle: cos² + sin² = 1, as rope tables are.
                 let ang = mk(t * d / 2, (t, d / 2), seed + 1, DType::F32);
@@ -263,7 +353,11 @@ fn decode_cluster_rope_matches_qkv_rope() {
                 let before = launches();
                 let (a, b) = (run(0, false), run(1, true));
                 if step > 0 && clusters_available(&dev) {
-                    assert_eq!(launches(), before + 1, "{dtype:?} step {step}: the decode step did not take the cluster kernel");
+                    assert_eq!(
+                        launches(),
+                        before + 1,
+                        "{dtype:?} step {step}: the decode step did not take the cluster kernel"
+                    );
                 }
                 assert!(a.iter().chain(&b).all(|v| v.is_finite()), "{dtype:?} step {step}: non-finite output");
                 let diff = max_abs_diff(&a, &b);
@@ -328,13 +422,26 @@ fn add_rmsnorm_matches_cpu() {
         for c in [576usize, 640, 4096, 5000, 31, 16384] {
             for rows in [1usize, 7] {
                 seed += 3;
-                let mk = |v: Vec<f32>, shape: (usize, usize)| Tensor::from_vec(v, shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+                let mk = |v: Vec<f32>, shape: (usize, usize)| {
+                    Tensor::from_vec(v, shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap()
+                };
                 let h = mk(noise(rows * c, seed), (rows, c));
                 let a = mk(noise(rows * c, seed + 1), (rows, c));
                 let w = mk(noise(c, seed + 2), (1, c)).reshape(c).unwrap();
-                let (ho, y) = hearth_engine::gpu::fused::add_rms_norm(&h.to_device(&dev).unwrap(), &a.to_device(&dev).unwrap(), &w.to_device(&dev).unwrap(), 1e-5).unwrap();
-                let f = |t: &Tensor| -> Vec<f32> { t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap() };
-                let sum = (h.to_dtype(DType::F32).unwrap() + a.to_dtype(DType::F32).unwrap()).unwrap().to_dtype(dtype).unwrap();
+                let (ho, y) = hearth_engine::gpu::fused::add_rms_norm(
+                    &h.to_device(&dev).unwrap(),
+                    &a.to_device(&dev).unwrap(),
+                    &w.to_device(&dev).unwrap(),
+                    1e-5,
+                )
+                .unwrap();
+                let f = |t: &Tensor| -> Vec<f32> {
+                    t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+                };
+                let sum = (h.to_dtype(DType::F32).unwrap() + a.to_dtype(DType::F32).unwrap())
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap();
                 assert_eq!(f(&ho), f(&sum), "{dtype:?} c{c} rows{rows}: h + a");
                 let (sv, wv) = (f(&sum), f(&w));
                 let got = f(&y);
@@ -345,7 +452,11 @@ fn add_rmsnorm_matches_cpu() {
                     for i in 0..c {
                         let want = row[i] * scale * wv[i];
                         let d = (got[r * c + i] - want).abs();
-                        assert!(d <= tol * want.abs().max(1.0), "{dtype:?} c{c} rows{rows}: y[{r},{i}] {} vs {want}", got[r * c + i]);
+                        assert!(
+                            d <= tol * want.abs().max(1.0),
+                            "{dtype:?} c{c} rows{rows}: y[{r},{i}] {} vs {want}",
+                            got[r * c + i]
+                        );
                     }
                 }
             }
@@ -367,7 +478,17 @@ fn gemv_matches_cpu_matmul() {
         // (4096, 14336), (301, 6000), (3001, 6000), (700, 8200), (700, 4104): one row splits each column over 2 or
         // 4 warps (routing asserted below), odd column counts leave a block's last slot empty, 3001 columns make the
         // split grid loop, K 8200 (16-bit) and 4104 (f32) split into unequal parts.
-        for (n, k) in [(1003usize, 4096usize), (64, 136), (4096, 14336), (7, 8), (5000, 1024), (301, 6000), (3001, 6000), (700, 8200), (700, 4104)] {
+        for (n, k) in [
+            (1003usize, 4096usize),
+            (64, 136),
+            (4096, 14336),
+            (7, 8),
+            (5000, 1024),
+            (301, 6000),
+            (3001, 6000),
+            (700, 8200),
+            (700, 4104),
+        ] {
             for m in [1usize, 2] {
                 seed += 2;
                 let round = |v: Vec<f32>, shape: (usize, usize)| {
@@ -375,7 +496,8 @@ fn gemv_matches_cpu_matmul() {
                 };
                 let x = round(noise(m * k, seed), (m, k));
                 let w = round(noise(n * k, seed + 1), (n, k));
-                let got = hearth_engine::gpu::gemv::matmul(&x.to_device(&dev).unwrap(), &w.to_device(&dev).unwrap()).unwrap();
+                let got =
+                    hearth_engine::gpu::gemv::matmul(&x.to_device(&dev).unwrap(), &w.to_device(&dev).unwrap()).unwrap();
                 let takes = m == 1 && hearth_engine::gpu::gemv::one_row_split(k, dtype).is_some();
                 let Some(got) = got else {
                     assert!(!takes, "{dtype:?} n{n} k{k}: one row must take the one-row kernel");
@@ -383,7 +505,8 @@ fn gemv_matches_cpu_matmul() {
                 };
                 assert!(takes, "{dtype:?} m{m} n{n} k{k}: only one row of K within 4 warps' rows takes the kernel");
                 assert_eq!(got.dims(), &[m, n]);
-                let want = x.to_dtype(DType::F32).unwrap().matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap()).unwrap();
+                let want =
+                    x.to_dtype(DType::F32).unwrap().matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap()).unwrap();
                 let got: Vec<f32> = got.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
                 let want: Vec<f32> = want.flatten_all().unwrap().to_vec1().unwrap();
                 let err: f64 = got.iter().zip(&want).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
@@ -395,8 +518,14 @@ fn gemv_matches_cpu_matmul() {
     }
     // Which one-row kernel the cases above took: warps per column (1 = gemv_row), None = cuBLAS.
     use hearth_engine::gpu::gemv::one_row_split as split;
-    assert_eq!((split(4096, DType::BF16), split(14336, DType::BF16), split(14336, DType::F16)), (Some(1), Some(4), Some(4)));
-    assert_eq!((split(6000, DType::BF16), split(6000, DType::F32), split(8200, DType::BF16)), (Some(2), Some(4), Some(4)));
+    assert_eq!(
+        (split(4096, DType::BF16), split(14336, DType::BF16), split(14336, DType::F16)),
+        (Some(1), Some(4), Some(4))
+    );
+    assert_eq!(
+        (split(6000, DType::BF16), split(6000, DType::F32), split(8200, DType::BF16)),
+        (Some(2), Some(4), Some(4))
+    );
     assert_eq!((split(4104, DType::F32), split(14336, DType::F32), split(2048, DType::F32)), (Some(4), None, Some(1)));
 }
 
@@ -414,7 +543,9 @@ fn gemv_add_norm_matches_separate_kernels() {
     let f = |t: &Tensor| -> Vec<f32> { t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap() };
     // y tolerance (relative RMS) for the norm-fused kernel: f32 the sum order only; 16-bit values may move a step.
     for (dtype, tol) in [(DType::F32, 1e-5f64), (DType::BF16, 8e-3), (DType::F16, 2e-3)] {
-        let mk = |v: Vec<f32>, shape: (usize, usize)| Tensor::from_vec(v, shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_device(&dev).unwrap();
+        let mk = |v: Vec<f32>, shape: (usize, usize)| {
+            Tensor::from_vec(v, shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_device(&dev).unwrap()
+        };
         // The norm-fused kernel holds the whole row per warp: K up to 4096 (2048 f32). 576 = SmolLM2's hidden size.
         for (n, k) in [(6144usize, 4096usize), (1000, 2048), (49, 576), (7, 8)] {
             if gemv::one_row_split(k, dtype) != Some(1) {
@@ -428,7 +559,9 @@ fn gemv_add_norm_matches_separate_kernels() {
             let eps = 1e-5;
             let (h_want, x_want) = fused::add_rms_norm(&h, &a, &wn, eps).unwrap();
             let y_want = gemv::matmul(&x_want, &w).unwrap().expect("one row");
-            let (h_got, y_got) = gemv::matmul_add_norm(&h, Some(&a), &wn, eps, &w).unwrap().expect("one row takes the norm-fused kernel");
+            let (h_got, y_got) = gemv::matmul_add_norm(&h, Some(&a), &wn, eps, &w)
+                .unwrap()
+                .expect("one row takes the norm-fused kernel");
             assert_eq!((h_got.dims(), y_got.dims()), (&[1usize, k][..], &[1usize, n][..]));
             let (hg, hw) = (f(&h_got), f(&h_want));
             assert!(hg.iter().zip(&hw).all(|(a, b)| a.to_bits() == b.to_bits()), "{dtype:?} n{n} k{k}: h + a differs");
@@ -442,7 +575,8 @@ fn gemv_add_norm_matches_separate_kernels() {
             // No addend (the first layer's input norm): h comes back as it is.
             let x_plain = candle_nn::ops::rms_norm(&h, &wn, eps).unwrap();
             let y_plain = gemv::matmul(&x_plain, &w).unwrap().expect("one row");
-            let (h_same, y_got) = gemv::matmul_add_norm(&h, None, &wn, eps, &w).unwrap().expect("one row takes the norm-fused kernel");
+            let (h_same, y_got) =
+                gemv::matmul_add_norm(&h, None, &wn, eps, &w).unwrap().expect("one row takes the norm-fused kernel");
             assert_eq!(f(&h_same), f(&h));
             let e = rel(&f(&y_got), &f(&y_plain));
             assert!(e < tol, "{dtype:?} n{n} k{k}: norm+gemv relative error {e} against candle's rms_norm + gemv");
@@ -451,11 +585,17 @@ fn gemv_add_norm_matches_separate_kernels() {
     // The gated epilogue, against the norm-fused kernel's own output run through act_mul: the same column sums
     // rounded the same way, so the same bits.
     for dtype in [DType::F32, DType::BF16, DType::F16] {
-        let mk = |v: Vec<f32>, shape: (usize, usize)| Tensor::from_vec(v, shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_device(&dev).unwrap();
+        let mk = |v: Vec<f32>, shape: (usize, usize)| {
+            Tensor::from_vec(v, shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_device(&dev).unwrap()
+        };
         let same = |got: &Tensor, want: &Tensor, what: &str| {
             let (g, w) = (f(got), f(want));
             assert_eq!(g.len(), w.len(), "{dtype:?} {what}: sizes");
-            assert!(g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits()), "{dtype:?} {what}: differs by up to {}", max_abs_diff(&g, &w));
+            assert!(
+                g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{dtype:?} {what}: differs by up to {}",
+                max_abs_diff(&g, &w)
+            );
         };
         let eps = 1e-5;
         // Gated activation over a fused gate|up matrix (2I, K).
@@ -468,17 +608,29 @@ fn gemv_add_norm_matches_separate_kernels() {
             let (_, gu) = gemv::matmul_add_norm(&h, Some(&a), &wn, eps, &w).unwrap().expect("one row");
             for act in [fused::Act::Silu, fused::Act::GeluTanh] {
                 let want = fused::act_mul(&gu, act).unwrap();
-                let (h_got, got) = gemv::matmul_add_norm_gated(&h, Some(&a), &wn, eps, &w, act).unwrap().expect("one row takes the gated epilogue");
+                let (h_got, got) = gemv::matmul_add_norm_gated(&h, Some(&a), &wn, eps, &w, act)
+                    .unwrap()
+                    .expect("one row takes the gated epilogue");
                 assert_eq!(got.dims(), &[1, i]);
                 same(&got, &want, &format!("gated {act:?} i{i} k{k}"));
-                same(&h_got, &(h.to_dtype(DType::F32).unwrap() + a.to_dtype(DType::F32).unwrap()).unwrap().to_dtype(dtype).unwrap(), "gated h + a");
+                same(
+                    &h_got,
+                    &(h.to_dtype(DType::F32).unwrap() + a.to_dtype(DType::F32).unwrap())
+                        .unwrap()
+                        .to_dtype(dtype)
+                        .unwrap(),
+                    "gated h + a",
+                );
             }
         }
     }
     // Shapes the fused kernel does not take: declined, not an error (the caller runs the separate kernels).
     let t = |shape: (usize, usize)| Tensor::zeros(shape, DType::BF16, &dev).unwrap();
     let wn = Tensor::ones(8192, DType::BF16, &dev).unwrap();
-    assert!(gemv::matmul_add_norm(&t((1, 8192)), None, &wn, 1e-5, &t((16, 8192))).unwrap().is_none(), "K beyond one warp's row");
+    assert!(
+        gemv::matmul_add_norm(&t((1, 8192)), None, &wn, 1e-5, &t((16, 8192))).unwrap().is_none(),
+        "K beyond one warp's row"
+    );
     let wn = Tensor::ones(64, DType::BF16, &dev).unwrap();
     assert!(gemv::matmul_add_norm(&t((3, 64)), None, &wn, 1e-5, &t((16, 64))).unwrap().is_none(), "three rows");
 }

@@ -12,7 +12,7 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use hearth_engine::attention::{BatchContext, PagedAttention};
-use hearth_engine::generate::{load_with, LoadedModel};
+use hearth_engine::loader::{load_with, LoadedModel};
 use hearth_engine::models::LoadOptions;
 
 fn gpu() -> Device {
@@ -24,7 +24,17 @@ fn paged_run(m: &LoadedModel, prompt: &[u32], n: usize) -> (Vec<f32>, Vec<u32>) 
     let c = m.model.config();
     let bs = 16;
     let blocks = (prompt.len() + n).div_ceil(bs) + 1;
-    let mut kv = PagedAttention::new(c.num_layers, blocks, bs, c.num_heads, c.num_kv_heads, c.head_dim, m.model.dtype(), &m.device).unwrap();
+    let mut kv = PagedAttention::new(
+        c.num_layers,
+        blocks,
+        bs,
+        c.num_heads,
+        c.num_kv_heads,
+        c.head_dim,
+        m.model.dtype(),
+        &m.device,
+    )
+    .unwrap();
     let table: Vec<u32> = (0..blocks as u32).rev().collect();
     kv.storage_mut().set_tables([(0, table.as_slice())]);
     let step = |kv: &mut PagedAttention, toks: &[u32], pos0: usize| -> Vec<f32> {
@@ -45,7 +55,8 @@ fn paged_run(m: &LoadedModel, prompt: &[u32], n: usize) -> (Vec<f32>, Vec<u32>) 
 }
 
 fn smollm2(dequantize: bool, dtype: Option<DType>) -> LoadedModel {
-    load_with("smollm2-135m", &gpu(), None, &LoadOptions { dequantize, dtype, ..Default::default() }).expect("smollm2-135m (scripts/fetch-models)")
+    load_with("smollm2-135m", &gpu(), None, &LoadOptions { dequantize, dtype, ..Default::default() })
+        .expect("smollm2-135m (scripts/fetch-models)")
 }
 
 /// First greedy step where `ours` differs from the reference, with the reference's top-1/top-2 gap there.
@@ -72,18 +83,26 @@ fn check(label: &str, m: &LoadedModel, refs: &[(&str, Vec<serde_json::Value>)], 
             }
             let (abs, rel) = logit_diff(&logits, r);
             let div = first_divergence(&greedy, r);
-            eprintln!("{label} prompt {i} vs {name}: max_abs {abs:.4} rel_rms {rel:.5}; greedy {}", match div {
-                None => format!("all {n} equal"),
-                Some((k, gap)) => format!("first differs at step {k} (reference gap {gap:.3})"),
-            });
+            eprintln!(
+                "{label} prompt {i} vs {name}: max_abs {abs:.4} rel_rms {rel:.5}; greedy {}",
+                match div {
+                    None => format!("all {n} equal"),
+                    Some((k, gap)) => format!("first differs at step {k} (reference gap {gap:.3})"),
+                }
+            );
             worst_abs = worst_abs.max(abs);
             worst_rel = worst_rel.max(rel);
             if abs > tol.max_abs || rel > tol.rel_rms {
-                failures.push(format!("prompt {i} vs {name}: logits {abs} / {rel} beyond {} / {}", tol.max_abs, tol.rel_rms));
+                failures.push(format!(
+                    "prompt {i} vs {name}: logits {abs} / {rel} beyond {} / {}",
+                    tol.max_abs, tol.rel_rms
+                ));
             }
             if let Some((k, gap)) = div {
                 if gap >= margin {
-                    failures.push(format!("prompt {i} vs {name}: greedy differs at step {k} where the reference gap is {gap}"));
+                    failures.push(format!(
+                        "prompt {i} vs {name}: greedy differs at step {k} where the reference gap is {gap}"
+                    ));
                 }
             }
         }

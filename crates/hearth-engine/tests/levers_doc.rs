@@ -33,20 +33,33 @@ fn environment_table() -> Vec<Vec<String>> {
 fn cli_doc_lists_every_lever_with_its_default() {
     let rows = environment_table();
     let header = rows.first().expect("docs/cli.md: the environment section has a table");
-    let col = |name: &str| header.iter().position(|h| h == name).unwrap_or_else(|| panic!("the lever table has no `{name}` column: {header:?}"));
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("the lever table has no `{name}` column: {header:?}"))
+    };
     let (var, kind, builds, default) = (col("variable"), col("kind"), col("builds"), col("default"));
-    let documented: Vec<&Vec<String>> = rows[1..].iter().filter(|r| r.get(var).is_some_and(|v| v.starts_with("`HEARTH_"))).collect();
+    let documented: Vec<&Vec<String>> =
+        rows[1..].iter().filter(|r| r.get(var).is_some_and(|v| v.starts_with("`HEARTH_"))).collect();
     let name_of = |r: &Vec<String>| r[var].trim_matches('`').to_string();
     let doc_names: Vec<String> = documented.iter().map(|r| name_of(r)).collect();
     let reg_names: Vec<String> = table().iter().map(|d| d.name.to_string()).collect();
     let missing: Vec<&String> = reg_names.iter().filter(|n| !doc_names.contains(n)).collect();
     let extra: Vec<&String> = doc_names.iter().filter(|n| !reg_names.contains(n)).collect();
-    assert!(missing.is_empty() && extra.is_empty(), "docs/cli.md's lever table: missing {missing:?}, not levers {extra:?}");
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "docs/cli.md's lever table: missing {missing:?}, not levers {extra:?}"
+    );
     assert_eq!(doc_names, reg_names, "docs/cli.md lists the levers in another order than the registry");
     for (row, d) in documented.iter().zip(table()) {
         let LeverDoc { name, kind: k, default: def, cuda_only, .. } = *d;
         let want_builds = if cuda_only { "cuda" } else { "all" };
         let got = (row[kind].as_str(), row[builds].as_str(), row[default].as_str());
-        assert_eq!(got, (k.to_string().as_str(), want_builds, def), "{name}: (kind, builds, default) in docs/cli.md vs the registry");
+        assert_eq!(
+            got,
+            (k.to_string().as_str(), want_builds, def),
+            "{name}: (kind, builds, default) in docs/cli.md vs the registry"
+        );
     }
 }

@@ -2,11 +2,12 @@
 //! (tools/oracle/logits_goldens.py). Two configurations:
 //! - exact math (`--dequantize`: GGUF matrices dequantized to f32, as transformers loads them): logits within
 //!   EXACT_TOL of transformers and greedy tokens equal to transformers' wherever its gap exceeds EXACT_GAP;
-//! - the default quantized path (activations quantized to 8 bits inside the matmuls, as llama.cpp does): Prompt ids must be identical; greedy tokens must equal llama.cpp's on every
-//! step until the first step where the reference's own top-1/top-2 gap is below GAP_MARGIN (there the two
-//! implementations may legitimately pick differently); last-position logits must agree within the stated
-//! tolerances (max-abs over the golden's sampled ids, and relative RMS). docs/parity.md records the measured
-//! differences.
+//! - the default quantized path (activations quantized to 8 bits inside the matmuls, as llama.cpp does).
+//!
+//! Prompt ids must be identical; greedy tokens must equal llama.cpp's on every step until the first step where the
+//! reference's own top-1/top-2 gap is below GAP_MARGIN (there the two implementations may legitimately pick
+//! differently); last-position logits must agree within the stated tolerances (max-abs over the golden's sampled
+//! ids, and relative RMS). docs/parity.md records the measured differences.
 
 mod common;
 use common::*;
@@ -26,14 +27,21 @@ fn last_logits(m: &LoadedModel, prompt_ids: &[u32]) -> Vec<f32> {
 }
 
 fn greedy(m: &LoadedModel, prompt_ids: &[u32], n: usize) -> Vec<u32> {
-    let req = GenerateRequest { prompt_ids: prompt_ids.to_vec(), max_tokens: n, sampling: SamplingParams::default(), ignore_eos: true, prefill_chunk: 512 };
+    let req = GenerateRequest {
+        prompt_ids: prompt_ids.to_vec(),
+        max_tokens: n,
+        sampling: SamplingParams::default(),
+        ignore_eos: true,
+        prefill_chunk: 512,
+    };
     generate(m, &req, |_| true).unwrap().ids
 }
 
 /// Dequantized weights: hearth's model math against transformers' on the same f32 weights.
 fn run_exact(golden_name: &str, alias: &str) {
     let g = golden(golden_name);
-    let m = load_with(alias, &candle_core::Device::Cpu, None, &LoadOptions { dequantize: true, ..Default::default() }).unwrap();
+    let m = load_with(alias, &candle_core::Device::Cpu, None, &LoadOptions { dequantize: true, ..Default::default() })
+        .unwrap();
     let tol = Tol { max_abs: EXACT_TOL, rel_rms: 1e-4 };
     for (i, p) in g["prompts"].as_array().unwrap().iter().enumerate() {
         let hf = &p["hf"];
@@ -62,14 +70,24 @@ fn run(golden_name: &str, alias: &str, tol_llama: Tol, tol_hf: Tol) {
         }
 
         let n = p["llama_cpp"]["greedy"].as_array().unwrap().len();
-        greedy_matches(&format!("{name} greedy vs llama.cpp"), &greedy(&m, &prompt_ids, n), &p["llama_cpp"], GAP_MARGIN);
+        greedy_matches(
+            &format!("{name} greedy vs llama.cpp"),
+            &greedy(&m, &prompt_ids, n),
+            &p["llama_cpp"],
+            GAP_MARGIN,
+        );
     }
 }
 
 #[test]
 fn smollm2_matches_llama_cpp_and_transformers() {
     // Measured (docs/parity.md): vs llama.cpp max-abs <= 0.85, rel RMS <= 0.043; vs transformers 0.68, 0.037.
-    run("logits_smollm2.json", "smollm2-135m", Tol { max_abs: 1.2, rel_rms: 0.06 }, Tol { max_abs: 1.0, rel_rms: 0.06 });
+    run(
+        "logits_smollm2.json",
+        "smollm2-135m",
+        Tol { max_abs: 1.2, rel_rms: 0.06 },
+        Tol { max_abs: 1.0, rel_rms: 0.06 },
+    );
 }
 
 #[test]
@@ -96,7 +114,13 @@ fn gemma3_matches_llama_cpp_and_transformers() {
 #[test]
 fn chunked_prefill_equals_single_pass() {
     for dequantize in [true, false] {
-        let m = load_with("smollm2-135m", &candle_core::Device::Cpu, None, &LoadOptions { dequantize, ..Default::default() }).unwrap();
+        let m = load_with(
+            "smollm2-135m",
+            &candle_core::Device::Cpu,
+            None,
+            &LoadOptions { dequantize, ..Default::default() },
+        )
+        .unwrap();
         let ids = m.tokenizer.encode("The quick brown fox jumps over the lazy dog. ".repeat(6).as_str(), true).unwrap();
         let one = last_logits(&m, &ids);
         let n = m.model.config().num_layers;

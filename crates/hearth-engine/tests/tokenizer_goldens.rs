@@ -41,7 +41,11 @@ fn check(golden_name: &str, alias: &str) {
         assert_eq!(out, text, "{alias}: streaming decode round trip");
     }
     // transformers' own GGUF tokenizer conversion must agree too (docs/parity.md).
-    assert!(hf_mismatch.is_empty(), "{alias}: {} entries differ from HF's tokenizer: {hf_mismatch:?}", hf_mismatch.len());
+    assert!(
+        hf_mismatch.is_empty(),
+        "{alias}: {} entries differ from HF's tokenizer: {hf_mismatch:?}",
+        hf_mismatch.len()
+    );
 }
 
 #[test]
@@ -58,7 +62,8 @@ fn gemma3_tokenizer_matches_llama_cpp() {
 fn streaming_holds_partial_utf8_emoji_and_cjk() {
     let m = real_model("smollm2-135m");
     let tok = &m.tokenizer;
-    for text in ["👩‍👩‍👧 family 🦀", "日本語のテキスト、漢字と仮名。", "한국어 텍스트 🇯🇵"] {
+    for text in ["👩‍👩‍👧 family 🦀", "日本語のテキスト、漢字と仮名。", "한국어 텍스트 🇯🇵"]
+    {
         let ids = tok.encode(text, false).unwrap();
         let mut dec = StreamDecoder::new(tok, false);
         let mut chunks = Vec::new();
@@ -70,7 +75,10 @@ fn streaming_holds_partial_utf8_emoji_and_cjk() {
         chunks.push(dec.finish());
         assert_eq!(chunks.concat(), text);
         // At least one token was a partial character (held back), or the test would not exercise anything.
-        assert!(ids.iter().any(|&i| std::str::from_utf8(tok.token_bytes(i)).is_err()), "{text:?} had no partial-UTF-8 token");
+        assert!(
+            ids.iter().any(|&i| std::str::from_utf8(tok.token_bytes(i)).is_err()),
+            "{text:?} had no partial-UTF-8 token"
+        );
     }
 }
 

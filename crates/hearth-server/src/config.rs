@@ -18,7 +18,13 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        Self { host: "127.0.0.1".into(), port: 8080, max_body: 4 * 1024 * 1024, api_key: None, keepalive: Duration::from_secs(1) }
+        Self {
+            host: "127.0.0.1".into(),
+            port: 8080,
+            max_body: 4 * 1024 * 1024,
+            api_key: None,
+            keepalive: Duration::from_secs(1),
+        }
     }
 }
 

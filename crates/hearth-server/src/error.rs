@@ -1,10 +1,10 @@
 //! Every failure leaves the server in OpenAI's error shape:
 //! `{"error": {"message": "...", "type": "...", "param": null | "name", "code": null | "..."}}`.
 
+use crate::wire::{ErrorBody, ErrorObject};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use hearth_engine::engine::SubmitError;
-use serde_json::{json, Value};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -79,8 +79,15 @@ impl ApiError {
         Self { status, message: message.into(), kind, param: None, code }
     }
 
-    pub fn body(&self) -> Value {
-        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
+    pub fn body(&self) -> ErrorBody<'_> {
+        ErrorBody {
+            error: ErrorObject {
+                message: &self.message,
+                kind: self.kind,
+                param: self.param.as_deref(),
+                code: self.code,
+            },
+        }
     }
 }
 
@@ -91,7 +98,9 @@ impl From<SubmitError> for ApiError {
             SubmitError::QueueFull { .. } => ApiError::from_status(StatusCode::TOO_MANY_REQUESTS, msg),
             SubmitError::TooLong(_) => ApiError::bad_request(msg).with_code("context_length_exceeded"),
             SubmitError::Invalid(_) => ApiError::bad_request(msg).with_code("invalid_value"),
-            SubmitError::Unavailable => ApiError::from_status(StatusCode::SERVICE_UNAVAILABLE, msg).with_code("engine_stopped"),
+            SubmitError::Unavailable => {
+                ApiError::from_status(StatusCode::SERVICE_UNAVAILABLE, msg).with_code("engine_stopped")
+            }
         }
     }
 }
@@ -115,10 +124,15 @@ mod tests {
     fn shape_and_statuses() {
         let e = ApiError::param("temperature", "temperature must be >= 0");
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
-        let b = e.body();
+        let b = serde_json::to_value(e.body()).unwrap_or_default();
         assert_eq!(b["error"]["param"], "temperature");
         assert_eq!(b["error"]["type"], "invalid_request_error");
-        assert_eq!(ApiError::from(SubmitError::QueueFull { waiting: 1, limit: 1 }).status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(b["error"]["code"], "invalid_value");
+        assert_eq!(b["error"]["message"], "temperature must be >= 0");
+        assert_eq!(
+            ApiError::from(SubmitError::QueueFull { waiting: 1, limit: 1 }).status,
+            StatusCode::TOO_MANY_REQUESTS
+        );
         assert_eq!(ApiError::from(SubmitError::TooLong("x".into())).code, Some("context_length_exceeded"));
         assert_eq!(ApiError::from(SubmitError::Unavailable).status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(ApiError::from_status(StatusCode::PAYLOAD_TOO_LARGE, "big").code, Some("body_too_large"));

@@ -3,8 +3,7 @@
 //! cancels the work in the engine (a client that hangs up costs nothing more).
 
 use crate::stream::ChoiceText;
-use hearth_engine::engine::{EngineEvent, RequestStream};
-use hearth_engine::generate::FinishReason;
+use hearth_engine::engine::{EngineEvent, FinishReason, RequestStream};
 use hearth_engine::sampling::TopLogprob;
 use hearth_engine::tokenizer::Tokenizer;
 use std::collections::VecDeque;

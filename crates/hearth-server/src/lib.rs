@@ -13,6 +13,7 @@ pub mod openai;
 pub mod sse;
 pub mod state;
 pub mod stream;
+pub mod wire;
 
 pub use config::{DefaultOverrides, SamplingDefaults, ServerConfig};
 pub use state::{AppState, Ready};
@@ -21,7 +22,13 @@ use anyhow::Context;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
+use tower::ServiceBuilder;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
+/// Every route, behind these layers (outermost first): request id, tracing span, CORS, compression, JSON errors,
+/// API key, body limit.
 pub fn router(state: AppState) -> Router {
     let max_body = state.cfg.max_body;
     Router::new()
@@ -35,16 +42,32 @@ pub fn router(state: AppState) -> Router {
         .route("/detokenize", post(admin::detokenize))
         .route("/apply-template", post(admin::apply_template))
         .fallback(middleware::not_found)
+        // Each `Router::layer` wraps what is already there, so these calls read innermost first (the
+        // `ServiceBuilder` in the last one reads outermost first).
+        // The limit (413 on a too-large Content-Length, or once a streamed body passes it) replaces axum's own.
+        .layer(RequestBodyLimitLayer::new(max_body))
+        .layer(DefaultBodyLimit::disable())
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::require_api_key))
         .layer(axum::middleware::from_fn(middleware::json_errors))
-        .layer(axum::middleware::from_fn(middleware::cors))
-        .layer(DefaultBodyLimit::max(max_body))
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::new(middleware::REQUEST_ID, MakeRequestUuid))
+                .layer(TraceLayer::new_for_http().make_span_with(middleware::RequestSpan).on_response(
+                    DefaultOnResponse::new().level(tracing::Level::INFO).latency_unit(tower_http::LatencyUnit::Millis),
+                ))
+                .layer(PropagateRequestIdLayer::new(middleware::REQUEST_ID))
+                .layer(middleware::cors())
+                .layer(middleware::compression()),
+        )
         .with_state(state)
 }
 
 /// Serve on an already-bound listener until Ctrl-C / SIGTERM.
 pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> anyhow::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal()).await.context("the HTTP server failed")
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("the HTTP server failed")
 }
 
 /// Bind, load the model with `load` on a blocking thread, print the ready banner, serve.

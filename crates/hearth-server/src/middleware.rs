@@ -1,16 +1,32 @@
-//! Cross-cutting layers: API-key check, CORS, and the rewrite that puts every non-JSON error (axum's 405, a
-//! bare 413, ...) into OpenAI's error shape.
+//! Cross-cutting layers. tower-http does the generic HTTP work: request ids (`x-request-id`, made when absent and
+//! echoed back), one tracing span per request carrying that id, CORS, gzip, and the body-size limit. Two small
+//! layers stay hand-written because no library does what the API promises:
+//!
+//! - `require_api_key`: OpenAI clients send `Authorization: Bearer`, Anthropic-style ones `x-api-key`; `/health`
+//!   stays open for probes; a refusal is a 401 in the API's error shape. (tower-http's bearer check does none of
+//!   the three.)
+//! - `json_errors`: errors made below the handlers (axum's 405, tower-http's 413) are plain text; the API answers
+//!   every failure in OpenAI's JSON error shape.
 
+use crate::body::TOO_LARGE;
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::body::to_bytes;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderName, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use std::time::Duration;
+use tower_http::compression::predicate::DefaultPredicate;
+use tower_http::compression::CompressionLayer;
+use tower_http::cors::{Any, CorsLayer};
+use tower_http::trace::MakeSpan;
 
 /// Routes that never need the API key.
 const OPEN_PATHS: &[&str] = &["/health"];
+
+/// The header that carries a request's id.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// With `--api-key`, require `Authorization: Bearer <key>` (or `x-api-key: <key>`) everywhere but `/health`.
 pub async fn require_api_key(State(st): State<AppState>, req: Request, next: Next) -> Response {
@@ -34,20 +50,31 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Answer CORS preflights and allow any origin (a local server used from browser apps on other ports).
-pub async fn cors(req: Request, next: Next) -> Response {
-    if req.method() == Method::OPTIONS && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD) {
-        let mut r = StatusCode::NO_CONTENT.into_response();
-        let h = r.headers_mut();
-        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
-        h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, OPTIONS"));
-        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("authorization, content-type, x-api-key"));
-        h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
-        return r;
+/// Any origin may call (a local server used from browser apps on other ports); preflights need no API key.
+pub fn cors() -> CorsLayer {
+    CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, HeaderName::from_static("x-api-key")])
+        .expose_headers([REQUEST_ID])
+        .max_age(Duration::from_secs(86400))
+}
+
+/// gzip for clients that ask. The default predicate leaves out `text/event-stream` (a compressor would hold
+/// tokens back until its block fills), images, gRPC and bodies under 32 bytes.
+pub fn compression() -> CompressionLayer<DefaultPredicate> {
+    CompressionLayer::new().gzip(true).compress_when(DefaultPredicate::new())
+}
+
+/// The span of one request: method, path and request id, so every log line of the request carries them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestSpan;
+
+impl<B> MakeSpan<B> for RequestSpan {
+    fn make_span(&mut self, req: &axum::http::Request<B>) -> tracing::Span {
+        let id = req.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
+        tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
     }
-    let mut r = next.run(req).await;
-    r.headers_mut().insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
-    r
 }
 
 /// Rewrite error responses that are not already JSON into the OpenAI error shape.
@@ -58,17 +85,23 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
     if !(status.is_client_error() || status.is_server_error()) {
         return resp;
     }
-    let is_json =
-        resp.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/json"));
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
     if is_json {
         return resp;
     }
     let allow = resp.headers().get(header::ALLOW).cloned();
-    let text = to_bytes(resp.into_body(), 4096).await.map(|b| String::from_utf8_lossy(&b).trim().to_string()).unwrap_or_default();
+    let text = to_bytes(resp.into_body(), 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
     let message = match status {
         StatusCode::METHOD_NOT_ALLOWED => format!("{method} is not allowed on {path}"),
         StatusCode::NOT_FOUND => format!("no route for {method} {path}"),
-        StatusCode::PAYLOAD_TOO_LARGE => "the request body is larger than the server's limit (--max-body)".to_string(),
+        StatusCode::PAYLOAD_TOO_LARGE => TOO_LARGE.to_string(),
         _ if !text.is_empty() => text,
         s => s.canonical_reason().unwrap_or("request failed").to_string(),
     };

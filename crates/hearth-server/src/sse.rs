@@ -1,16 +1,22 @@
-//! Server-sent events for a streamed request. A task drives the `Generation` and writes `data: {json}` frames
-//! into a small channel that the response body reads. Until the first token it also writes `: keep-alive`
-//! comments, so clients do not time out during a long prefill. When the client hangs up, the body and the
-//! channel's receiver are dropped; the task sees it at once (even mid-prefill) and drops the engine stream,
-//! which cancels the request.
+//! Server-sent events for a streamed request, framed by axum's `Sse`: `data: {json}` per chunk, `data: [DONE]` at
+//! the end.
+//!
+//! A task drives the `Generation` (it borrows the tokenizer, so it cannot live inside the response body) and sends
+//! events into a small channel that the body reads. When the client hangs up, hyper drops the body and with it the
+//! channel's receiver; the task sees that at once (even mid-prefill), stops, and drops the engine stream, which
+//! cancels the request.
+//!
+//! Keep-alive comments (`: keep-alive`) are sent by the task, not by axum's `KeepAlive`: the API promises them only
+//! until the first token, so a client that counts frames sees nothing but data once tokens flow, whereas `KeepAlive`
+//! fills every pause of the stream.
 
 use crate::error::ApiError;
 use crate::generation::{Event, Generation, Job, TextOptions, UsageTotals};
-use axum::body::{Body, Bytes};
-use axum::http::{header, StatusCode};
-use axum::response::Response;
+use axum::http::HeaderValue;
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
 use hearth_engine::tokenizer::Tokenizer;
-use serde_json::Value;
+use serde::Serialize;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,12 +27,15 @@ use tracing::Instrument;
 
 /// Turns generation events into the API's chunk objects.
 pub trait ChunkFormat: Send + 'static {
+    type Chunk<'a>: Serialize
+    where
+        Self: 'a;
     /// Chunks sent as soon as the request is accepted (chat: the role delta).
-    fn start(&mut self) -> Vec<Value>;
+    fn start(&mut self) -> Vec<Self::Chunk<'_>>;
     /// Chunks for one event (`Token` / `Finish`); an empty vec sends nothing.
-    fn event(&mut self, tok: &Tokenizer, ev: Event) -> Vec<Value>;
+    fn event(&mut self, tok: &Tokenizer, ev: Event) -> Vec<Self::Chunk<'_>>;
     /// The final usage chunk (`stream_options.include_usage`).
-    fn usage(&self, u: UsageTotals) -> Value;
+    fn usage(&self, u: UsageTotals) -> Self::Chunk<'_>;
 }
 
 pub struct StreamSpec {
@@ -36,13 +45,17 @@ pub struct StreamSpec {
     pub keepalive: Duration,
 }
 
-fn frame(v: &Value) -> Bytes {
-    Bytes::from(format!("data: {v}\n\n"))
+/// `data: {json}`. Our chunk types always serialize; should one not, a comment takes its place (clients skip it).
+fn data<T: Serialize>(v: &T) -> SseEvent {
+    SseEvent::default().json_data(v).unwrap_or_else(|e| {
+        tracing::warn!("could not serialize a stream chunk: {e}");
+        SseEvent::default().comment("unserializable chunk")
+    })
 }
 
 /// Start streaming: returns the response at once; the task runs until the generation ends or the client leaves.
 pub fn respond<F: ChunkFormat>(tok: Arc<Tokenizer>, spec: StreamSpec, fmt: F) -> Response {
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let (tx, rx) = mpsc::channel::<SseEvent>(64);
     let span = tracing::Span::current();
     tokio::spawn(
         async move {
@@ -62,32 +75,30 @@ pub fn respond<F: ChunkFormat>(tok: Arc<Tokenizer>, spec: StreamSpec, fmt: F) ->
         }
         .instrument(span),
     );
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .body(Body::from_stream(ChunkStream(rx)))
-        .unwrap_or_else(|_| Response::new(Body::empty()))
+    let mut r = Sse::new(EventStream(rx)).into_response();
+    // Reverse proxies (nginx) would otherwise buffer the stream.
+    r.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r
 }
 
 async fn pump<F: ChunkFormat>(
     tok: &Tokenizer,
     g: &mut Generation<'_>,
     fmt: &mut F,
-    tx: &mpsc::Sender<Bytes>,
+    tx: &mpsc::Sender<SseEvent>,
     include_usage: bool,
     keepalive: Duration,
 ) -> &'static str {
     macro_rules! send {
-        ($b:expr) => {
-            if tx.send($b).await.is_err() {
+        ($e:expr) => {
+            if tx.send($e).await.is_err() {
                 return "client disconnected";
             }
         };
     }
-    for c in fmt.start() {
-        send!(frame(&c));
+    let start: Vec<SseEvent> = fmt.start().iter().map(data).collect();
+    for e in start {
+        send!(e);
     }
     let mut before_first = true;
     let mut ka = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
@@ -99,36 +110,39 @@ async fn pump<F: ChunkFormat>(
             _ = tx.closed() => return "client disconnected",
             ev = g.next() => ev,
             _ = ka.tick(), if before_first => {
-                send!(Bytes::from_static(b": keep-alive\n\n"));
+                send!(SseEvent::default().comment("keep-alive"));
                 continue;
             }
         };
         match ev {
             None => break,
             Some(Event::Error(message)) => {
-                send!(frame(&ApiError::internal(message).body()));
+                send!(data(&ApiError::internal(message).body()));
                 outcome = "engine error";
                 break;
             }
             Some(ev) => {
                 before_first = false;
-                for c in fmt.event(tok, ev) {
-                    send!(frame(&c));
+                let chunks: Vec<SseEvent> = fmt.event(tok, ev).iter().map(data).collect();
+                for e in chunks {
+                    send!(e);
                 }
             }
         }
     }
     if include_usage && outcome == "finished" {
-        send!(frame(&fmt.usage(g.usage())));
+        let e = data(&fmt.usage(g.usage()));
+        send!(e);
     }
-    send!(Bytes::from_static(b"data: [DONE]\n\n"));
+    send!(SseEvent::default().data("[DONE]"));
     outcome
 }
 
-struct ChunkStream(mpsc::Receiver<Bytes>);
+/// The channel's receiver as the `Stream` that `Sse` reads.
+struct EventStream(mpsc::Receiver<SseEvent>);
 
-impl futures_core::Stream for ChunkStream {
-    type Item = Result<Bytes, Infallible>;
+impl futures_core::Stream for EventStream {
+    type Item = Result<SseEvent, Infallible>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.0.poll_recv(cx).map(|o| o.map(Ok))

@@ -21,14 +21,22 @@ impl ContiguousKv {
 }
 
 impl KvStore for ContiguousKv {
-    fn attend(&mut self, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, ctx: &BatchContext, p: &AttnParams) -> Result<Tensor> {
+    fn attend(
+        &mut self,
+        layer: usize,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        ctx: &BatchContext,
+        p: &AttnParams,
+    ) -> Result<Tensor> {
         let mut outs = Vec::with_capacity(ctx.rows.len());
         for row in &ctx.rows {
             let (layers, cap) = (self.num_layers, self.capacity);
-            let caches = self.slots.entry(row.slot).or_insert_with(|| (0..layers).map(|_| KvCache::new(1, cap)).collect());
-            let cache = caches
-                .get_mut(layer)
-                .ok_or_else(|| Error::InvalidRequest(format!("layer {layer} out of range")))?;
+            let caches =
+                self.slots.entry(row.slot).or_insert_with(|| (0..layers).map(|_| KvCache::new(1, cap)).collect());
+            let cache =
+                caches.get_mut(layer).ok_or_else(|| Error::InvalidRequest(format!("layer {layer} out of range")))?;
             if cache.current_seq_len() != row.pos0 {
                 return Err(Error::InvalidRequest(format!(
                     "slot {} holds {} tokens but the row starts at position {}",

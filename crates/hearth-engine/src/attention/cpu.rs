@@ -7,7 +7,14 @@ use candle_core::{DType, Device, Tensor};
 
 /// Causal (and optionally sliding-window) mask for `lq` queries starting at position `pos0` over keys at
 /// positions `kv_pos0..kv_pos0+lk`. Returns (lq, lk) f32 with 0 / -inf, or None when nothing is masked.
-pub fn mask(lq: usize, pos0: usize, lk: usize, kv_pos0: usize, window: Option<usize>, device: &Device) -> Result<Option<Tensor>> {
+pub fn mask(
+    lq: usize,
+    pos0: usize,
+    lk: usize,
+    kv_pos0: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> Result<Option<Tensor>> {
     let mut any = false;
     let mut m = vec![0f32; lq * lk];
     for i in 0..lq {
@@ -67,9 +74,24 @@ mod tests {
     fn attention_matches_naive_gqa() {
         let dev = Device::Cpu;
         let (lq, h, kvh, d, lk) = (2, 4, 2, 3, 3);
-        let q = Tensor::arange(0f32, (lq * h * d) as f32, &dev).unwrap().reshape((lq, h, d)).unwrap().affine(0.01, 0.0).unwrap();
-        let k = Tensor::arange(0f32, (kvh * lk * d) as f32, &dev).unwrap().reshape((kvh, lk, d)).unwrap().affine(-0.02, 0.1).unwrap();
-        let v = Tensor::arange(0f32, (kvh * lk * d) as f32, &dev).unwrap().reshape((kvh, lk, d)).unwrap().affine(0.03, -0.2).unwrap();
+        let q = Tensor::arange(0f32, (lq * h * d) as f32, &dev)
+            .unwrap()
+            .reshape((lq, h, d))
+            .unwrap()
+            .affine(0.01, 0.0)
+            .unwrap();
+        let k = Tensor::arange(0f32, (kvh * lk * d) as f32, &dev)
+            .unwrap()
+            .reshape((kvh, lk, d))
+            .unwrap()
+            .affine(-0.02, 0.1)
+            .unwrap();
+        let v = Tensor::arange(0f32, (kvh * lk * d) as f32, &dev)
+            .unwrap()
+            .reshape((kvh, lk, d))
+            .unwrap()
+            .affine(0.03, -0.2)
+            .unwrap();
         let p = AttnParams { scale: 0.5, window: None, softcap: None };
         let out = attend_row(&q, &k, &v, 1, 0, &p).unwrap().to_vec2::<f32>().unwrap();
         let (qv, kv, vv) = (q.to_vec3::<f32>().unwrap(), k.to_vec3::<f32>().unwrap(), v.to_vec3::<f32>().unwrap());
@@ -77,7 +99,8 @@ mod tests {
             for hh in 0..h {
                 let g = hh / (h / kvh);
                 let visible = 1 + i + 1; // pos0 = 1
-                let s: Vec<f32> = (0..visible).map(|j| (0..d).map(|x| qv[i][hh][x] * kv[g][j][x]).sum::<f32>() * 0.5).collect();
+                let s: Vec<f32> =
+                    (0..visible).map(|j| (0..d).map(|x| qv[i][hh][x] * kv[g][j][x]).sum::<f32>() * 0.5).collect();
                 let mx = s.iter().cloned().fold(f32::MIN, f32::max);
                 let e: Vec<f32> = s.iter().map(|x| (x - mx).exp()).collect();
                 let z: f32 = e.iter().sum();

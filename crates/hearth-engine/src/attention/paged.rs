@@ -8,8 +8,6 @@ use crate::kv::PagedKv;
 use crate::Result;
 use candle_core::{DType, Device, Tensor};
 
-
-
 enum Backend {
     Gather,
     #[cfg(feature = "cuda")]
@@ -25,7 +23,16 @@ pub struct PagedAttention {
 impl PagedAttention {
     /// Storage for `num_blocks` blocks of `block_size` tokens of a model with these heads, on `device`.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(num_layers: usize, num_blocks: usize, block_size: usize, heads: usize, kv_heads: usize, head_dim: usize, dtype: DType, device: &Device) -> Result<Self> {
+    pub fn new(
+        num_layers: usize,
+        num_blocks: usize,
+        block_size: usize,
+        heads: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
         let kv = PagedKv::new(num_layers, num_blocks, block_size, kv_heads, head_dim, dtype, device)?;
         #[cfg(feature = "cuda")]
         let backend = match super::cuda::paged::CudaPaged::choose(device, heads, kv_heads, head_dim, dtype) {
@@ -60,7 +67,15 @@ impl PagedAttention {
 
 impl KvStore for PagedAttention {
     #[allow(unused_variables)]
-    fn attend_qkv(&mut self, layer: usize, qkv: &Tensor, rope: &super::RopeTables, heads: super::Heads, ctx: &BatchContext, p: &AttnParams) -> Result<Option<Tensor>> {
+    fn attend_qkv(
+        &mut self,
+        layer: usize,
+        qkv: &Tensor,
+        rope: &super::RopeTables,
+        heads: super::Heads,
+        ctx: &BatchContext,
+        p: &AttnParams,
+    ) -> Result<Option<Tensor>> {
         match &mut self.backend {
             Backend::Gather => Ok(None),
             #[cfg(feature = "cuda")]
@@ -68,7 +83,15 @@ impl KvStore for PagedAttention {
         }
     }
 
-    fn attend(&mut self, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, ctx: &BatchContext, p: &AttnParams) -> Result<Tensor> {
+    fn attend(
+        &mut self,
+        layer: usize,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        ctx: &BatchContext,
+        p: &AttnParams,
+    ) -> Result<Tensor> {
         match &mut self.backend {
             Backend::Gather => super::paged_gather::attend(&self.kv, layer, q, k, v, ctx, p),
             #[cfg(feature = "cuda")]

@@ -7,7 +7,15 @@ use crate::Result;
 use candle_core::Tensor;
 
 /// Append this step's k/v of every row of `ctx` at `layer` and attend. `q`: (T, H, D), `k`/`v`: (T, KvH, D).
-pub fn attend(kv: &PagedKv, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, ctx: &BatchContext, p: &AttnParams) -> Result<Tensor> {
+pub fn attend(
+    kv: &PagedKv,
+    layer: usize,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    ctx: &BatchContext,
+    p: &AttnParams,
+) -> Result<Tensor> {
     let (kbuf, vbuf) = kv.layer(layer)?;
     let bs = kv.block_size();
     let mut outs = Vec::with_capacity(ctx.rows.len());

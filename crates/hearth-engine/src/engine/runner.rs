@@ -48,7 +48,16 @@ struct StepTimes {
 impl ModelRunner {
     pub fn new(model: Box<dyn Model>, device: Device, cfg: &EngineConfig) -> Result<Self> {
         let c = model.config();
-        let kv = PagedAttention::new(c.num_layers, cfg.kv_blocks, cfg.kv_block_size, c.num_heads, c.num_kv_heads, c.head_dim, model.dtype(), &device)?;
+        let kv = PagedAttention::new(
+            c.num_layers,
+            cfg.kv_blocks,
+            cfg.kv_block_size,
+            c.num_heads,
+            c.num_kv_heads,
+            c.head_dim,
+            model.dtype(),
+            &device,
+        )?;
         tracing::info!(backend = kv.backend_name(), "paged attention");
         #[cfg(feature = "cuda")]
         let argmax_on_device = device.is_cuda() && crate::levers::get().gpu_argmax;

@@ -3,8 +3,8 @@
 //!
 //! On by default on CUDA; `HEARTH_GPU_ARGMAX=0` copies the logits and samples on the host as before.
 
-use super::launch::Launch;
 use super::contiguous;
+use super::launch::Launch;
 use crate::Result;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
@@ -34,7 +34,11 @@ impl candle_core::CustomOp1 for Argmax {
         "hearth-argmax"
     }
 
-    fn cpu_fwd(&self, _: &candle_core::CpuStorage, _: &Layout) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
         candle_core::bail!("hearth-argmax runs on CUDA only")
     }
 

@@ -65,7 +65,11 @@ pub fn qkv_rope(
 
 macro_rules! cpu_unsupported {
     ($name:literal) => {
-        fn cpu_fwd(&self, _: &candle_core::CpuStorage, _: &Layout) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
+        fn cpu_fwd(
+            &self,
+            _: &candle_core::CpuStorage,
+            _: &Layout,
+        ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
             candle_core::bail!(concat!($name, " runs on CUDA only"))
         }
     };
@@ -146,7 +150,11 @@ impl candle_core::CustomOp1 for ActMul {
             Act::GeluTanh => "gelu_mul",
         };
         let func = dev.get_or_load_custom_func(&format!("{name}_{}", sfx_c(s.dtype())?), MODULE, PTX)?;
-        let cfg = LaunchConfig { grid_dim: (n.div_ceil(256).clamp(1, 8192) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: (n.div_ceil(256).clamp(1, 8192) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let (ii, nn) = (inter as i32, n);
         macro_rules! launch {
             ($ty:ty) => {{
@@ -197,7 +205,8 @@ impl candle_core::CustomOp1 for QkvRope {
         let (vs, vl) = self.v.storage_and_layout();
         let (ps, pl) = self.slots.storage_and_layout();
         let ((c0, c1), (s0, s1)) = (contiguous(cl, "cos")?, contiguous(sl, "sin")?);
-        let ((k0, k1), (v0, v1), (p0, p1)) = (contiguous(kl, "K cache")?, contiguous(vl, "V cache")?, contiguous(pl, "slots")?);
+        let ((k0, k1), (v0, v1), (p0, p1)) =
+            (contiguous(kl, "K cache")?, contiguous(vl, "V cache")?, contiguous(pl, "slots")?);
         if c1 - c0 != t * d / 2 || s1 - s0 != t * d / 2 || p1 - p0 != t {
             candle_core::bail!("hearth-qkv-rope: rope tables or slots do not match {t} tokens of head dim {d}");
         }
@@ -206,7 +215,11 @@ impl candle_core::CustomOp1 for QkvRope {
         let slots = cuda_of(&ps)?.as_cuda_slice::<u32>()?.slice(p0..p1);
         let dev = s.device().clone();
         let func = dev.get_or_load_custom_func(&format!("qkv_rope_{}", sfx_c(s.dtype())?), MODULE, PTX)?;
-        let cfg = LaunchConfig { grid_dim: (t as u32, (h + 2 * kvh) as u32, 1), block_dim: ((d / 2) as u32, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: (t as u32, (h + 2 * kvh) as u32, 1),
+            block_dim: ((d / 2) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let (hi, ki, di, il) = (h as i32, kvh as i32, d as i32, self.interleaved as i32);
         macro_rules! launch {
             ($ty:ty) => {{
@@ -217,7 +230,17 @@ impl candle_core::CustomOp1 for QkvRope {
                 let out = unsafe { dev.alloc::<$ty>(t * h * d)? };
                 let stream = dev.cuda_stream();
                 let mut b = Launch::new(&stream, &func);
-                b.ptr(&qkv).ptr(&cos).ptr(&sin).ptr(&out).ptr(&kc).ptr(&vc).ptr(&slots).val(&hi).val(&ki).val(&di).val(&il);
+                b.ptr(&qkv)
+                    .ptr(&cos)
+                    .ptr(&sin)
+                    .ptr(&out)
+                    .ptr(&kc)
+                    .ptr(&vc)
+                    .ptr(&slots)
+                    .val(&hi)
+                    .val(&ki)
+                    .val(&di)
+                    .val(&il);
                 // SAFETY: the caches are written at rows slots[t] < rows (reserved by the scheduler); one stream
                 // orders this write before the attention that reads them.
                 unsafe { b.launch(cfg) }.w()?;

@@ -122,14 +122,27 @@ pub fn matmul_if_on(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
 /// `a`, the norm of h alone (h is returned as is). None when the default path would not take this shape with
 /// `gemv_row` (K beyond one warp's row, `HEARTH_GPU_GEMV=0`), when `HEARTH_GPU_GEMV_NORM=0`, or when the inputs
 /// are not one row of K in w's dtype: the caller runs the norm and the matmul.
-pub fn matmul_add_norm(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+pub fn matmul_add_norm(
+    h: &Tensor,
+    a: Option<&Tensor>,
+    wn: &Tensor,
+    eps: f32,
+    w: &Tensor,
+) -> Result<Option<(Tensor, Tensor)>> {
     add_norm(h, a, wn, eps, w, None)
 }
 
 /// [`matmul_add_norm`] over a fused gate|up matrix w (2I, K) with the gated activation as its epilogue: (h + a,
 /// act(gate) * up), (.., I) — the values `fused::act_mul` makes of the matmul's output, without its launch. None
 /// also when `HEARTH_GPU_GEMV_GATED=0` or 2I is odd.
-pub fn matmul_add_norm_gated(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor, act: Act) -> Result<Option<(Tensor, Tensor)>> {
+pub fn matmul_add_norm_gated(
+    h: &Tensor,
+    a: Option<&Tensor>,
+    wn: &Tensor,
+    eps: f32,
+    w: &Tensor,
+    act: Act,
+) -> Result<Option<(Tensor, Tensor)>> {
     if !crate::levers::get().gpu_gemv_gated || w.dim(0)? % 2 != 0 {
         return Ok(None);
     }
@@ -137,7 +150,14 @@ pub fn matmul_add_norm_gated(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f
 }
 
 /// [`matmul_add_norm`], with the gated-activation epilogue when `gated` names the activation.
-fn add_norm(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor, gated: Option<Act>) -> Result<Option<(Tensor, Tensor)>> {
+fn add_norm(
+    h: &Tensor,
+    a: Option<&Tensor>,
+    wn: &Tensor,
+    eps: f32,
+    w: &Tensor,
+    gated: Option<Act>,
+) -> Result<Option<(Tensor, Tensor)>> {
     let k = h.dim(candle_core::D::Minus1)?;
     let levers = crate::levers::get();
     if !levers.gpu_gemv_norm || !levers.gpu_gemv || one_row_split(k, h.dtype()) != Some(1) {
@@ -147,7 +167,10 @@ fn add_norm(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor, g
         Some(1) => {}
         _ => return Ok(None),
     }
-    if wn.dtype() != h.dtype() || wn.elem_count() != k || a.is_some_and(|a| a.dtype() != h.dtype() || a.elem_count() != k) {
+    if wn.dtype() != h.dtype()
+        || wn.elem_count() != k
+        || a.is_some_and(|a| a.dtype() != h.dtype() || a.elem_count() != k)
+    {
         return Ok(None);
     }
     let Some(h2) = rows_of(h, 1)? else { return Ok(None) };
@@ -166,7 +189,8 @@ fn add_norm(h: &Tensor, a: Option<&Tensor>, wn: &Tensor, eps: f32, w: &Tensor, g
     let with_h = a2.is_some();
     let out = h2.apply_op1_no_bwd(&Gemv { w: w.clone(), input: Input::AddNorm { a: a2, wn, eps, gated } })?;
     // The output row: [h + a (K values, when a was given)][the epilogue's `width` values].
-    let (h_new, y) = if with_h { (out.narrow(1, 0, k)?.reshape(h.dims())?, out.narrow(1, k, width)?) } else { (h.clone(), out) };
+    let (h_new, y) =
+        if with_h { (out.narrow(1, 0, k)?.reshape(h.dims())?, out.narrow(1, k, width)?) } else { (h.clone(), out) };
     Ok(Some((h_new, y.reshape(dims_with_last(h, width))?)))
 }
 
@@ -199,7 +223,11 @@ impl candle_core::CustomOp1 for Gemv {
         "hearth-gemv"
     }
 
-    fn cpu_fwd(&self, _: &candle_core::CpuStorage, _: &Layout) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
         candle_core::bail!("hearth-gemv runs on CUDA only")
     }
 
@@ -236,7 +264,10 @@ impl candle_core::CustomOp1 for Gemv {
             Input::AddNorm { gated: Some(Act::Silu), .. } if s == 1 => format!("gemv_row_addnorm_silu_{sfx}"),
             Input::AddNorm { gated: Some(Act::GeluTanh), .. } if s == 1 => format!("gemv_row_addnorm_gelu_{sfx}"),
             Input::AddNorm { .. } if s == 1 => format!("gemv_row_addnorm_{sfx}"),
-            Input::AddNorm { .. } => candle_core::bail!("hearth-gemv: the add+norm kernel holds rows of at most {} values", 32 * ROW_CHUNK * (16 / xs.dtype().size_in_bytes())),
+            Input::AddNorm { .. } => candle_core::bail!(
+                "hearth-gemv: the add+norm kernel holds rows of at most {} values",
+                32 * ROW_CHUNK * (16 / xs.dtype().size_in_bytes())
+            ),
         };
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
         let cfg = LaunchConfig { grid_dim: (grid as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
@@ -275,7 +306,11 @@ impl candle_core::CustomOp1 for Gemv {
                             None => b.null(),
                         };
                         b.ptr(&wn);
-                        if h_len > 0 { b.ptr(&h_out) } else { b.null() };
+                        if h_len > 0 {
+                            b.ptr(&h_out)
+                        } else {
+                            b.null()
+                        };
                         b.val(eps).ptr(&w).ptr(&y).val(&ni).val(&ki);
                         // SAFETY: one row of k (checked by `add_norm` and above: K fits one warp's row, 16-byte
                         // aligned starts; a gated epilogue writes n / 2 values); the kernel reads only weights before
@@ -303,4 +338,3 @@ impl candle_core::CustomOp1 for Gemv {
         Ok((out, Shape::from((m, width))))
     }
 }
-

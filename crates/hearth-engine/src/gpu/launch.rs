@@ -17,7 +17,9 @@
 //! sit between the kernels that PDL overlaps; hearth runs every kernel of a device on that device's one stream.
 
 use candle_core::cuda_backend::cudarc::driver::sys;
-use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, DevicePtr, DeviceRepr, DriverError, LaunchConfig, SyncOnDrop};
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaFunction, CudaStream, DevicePtr, DeviceRepr, DriverError, LaunchConfig, SyncOnDrop,
+};
 use std::ffi::c_void;
 
 /// The most device-pointer arguments one launch takes.
@@ -40,11 +42,14 @@ const CACHED_DEVICES: usize = 16;
 
 /// This stream's device's [`DeviceProps`], cached per device ordinal.
 pub fn device_props(stream: &CudaStream) -> DeviceProps {
-    static CACHE: [std::sync::OnceLock<DeviceProps>; CACHED_DEVICES] = [const { std::sync::OnceLock::new() }; CACHED_DEVICES];
+    static CACHE: [std::sync::OnceLock<DeviceProps>; CACHED_DEVICES] =
+        [const { std::sync::OnceLock::new() }; CACHED_DEVICES];
     let ctx = stream.context();
     let query = || {
         let major = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap_or(0);
-        let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_or(132, |v| v.max(1) as usize);
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_or(132, |v| v.max(1) as usize);
         DeviceProps { hopper: major >= 9, sms }
     };
     match CACHE.get(ctx.ordinal()) {
@@ -85,7 +90,17 @@ pub struct Launch<'a> {
 
 impl<'a> Launch<'a> {
     pub fn new(stream: &'a CudaStream, func: &'a CudaFunction) -> Self {
-        Self { stream, func, ptrs: Box::new([0; MAX_PTRS]), n_ptrs: 0, args: Vec::with_capacity(24), guards: Vec::new(), overflow: false, plain: false, cluster: None }
+        Self {
+            stream,
+            func,
+            ptrs: Box::new([0; MAX_PTRS]),
+            n_ptrs: 0,
+            args: Vec::with_capacity(24),
+            guards: Vec::new(),
+            overflow: false,
+            plain: false,
+            cluster: None,
+        }
     }
 
     /// Launch this kernel without the PDL attribute (it then starts after the previous kernel has completed).
@@ -170,7 +185,9 @@ impl<'a> Launch<'a> {
         };
         // SAFETY: `args` points at live values (the boxed pointer array, the caller's scalars) for the call; the
         // caller vouches for the kernel's signature and bounds.
-        let r = unsafe { sys::cuLaunchKernelEx(&lc, self.func.cu_function(), self.args.as_mut_ptr(), std::ptr::null_mut()) };
+        let r = unsafe {
+            sys::cuLaunchKernelEx(&lc, self.func.cu_function(), self.args.as_mut_ptr(), std::ptr::null_mut())
+        };
         drop(std::mem::take(&mut self.guards));
         match r {
             sys::CUresult::CUDA_SUCCESS => Ok(()),

@@ -94,7 +94,12 @@ impl StepTimer {
     /// A timer for a CUDA device when `HEARTH_CUDA_STEP_TIMING=1`, else None.
     pub fn from_env(device: &Device) -> Option<Self> {
         let Device::Cuda(d) = device else { return None };
-        crate::levers::get().cuda_step_timing.then(|| Self { stream: d.cuda_stream(), start: None, end: None, prev_end: None })
+        crate::levers::get().cuda_step_timing.then(|| Self {
+            stream: d.cuda_stream(),
+            start: None,
+            end: None,
+            prev_end: None,
+        })
     }
 
     fn record(&self) -> Option<candle_core::cuda_backend::cudarc::driver::CudaEvent> {

@@ -53,15 +53,10 @@ pub fn decode_matmul(
 ) -> Result<()> {
     let bytes = block_bytes(dtype);
     if bytes == 0 {
-        return Err(Error::Unsupported(format!(
-            "fast decode matmul for {dtype:?}"
-        )));
+        return Err(Error::Unsupported(format!("fast decode matmul for {dtype:?}")));
     }
     if !k.is_multiple_of(QK) || w.len() != n * (k / QK) * bytes {
-        return Err(Error::InvalidModel(format!(
-            "{dtype:?} weight of {} bytes for {n}x{k}",
-            w.len()
-        )));
+        return Err(Error::InvalidModel(format!("{dtype:?} weight of {} bytes for {n}x{k}", w.len())));
     }
     let nb = k / QK;
     XQ.with(|cell| {
@@ -78,23 +73,10 @@ pub fn decode_matmul(
             // SAFETY: the caller checked that the CPU supports `isa`; each chunk writes only the output
             // columns of its own weight rows.
             unsafe {
-                x86::run(
-                    dtype,
-                    isa,
-                    w.as_ptr(),
-                    nb,
-                    xq,
-                    m,
-                    n,
-                    rows,
-                    out_ptr as *mut f32,
-                )
+                x86::run(dtype, isa, w.as_ptr(), nb, xq, m, n, rows, out_ptr as *mut f32)
             }
             #[cfg(not(target_arch = "x86_64"))]
-            unreachable!(
-                "no Isa exists off x86_64 ({rows:?}, {out_ptr}, {})",
-                xq.len()
-            )
+            unreachable!("no Isa exists off x86_64 ({rows:?}, {out_ptr}, {})", xq.len())
         });
     });
     Ok(())
@@ -169,12 +151,7 @@ mod x86 {
     /// 32 bits -> 32 bytes, 0xFF where the bit is set.
     #[inline(always)]
     unsafe fn bits_to_bytes(bits: u32) -> __m256i {
-        let shuf = _mm256_set_epi64x(
-            0x0303030303030303,
-            0x0202020202020202,
-            0x0101010101010101,
-            0,
-        );
+        let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
         let b = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuf);
         let sel = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
         _mm256_cmpeq_epi8(_mm256_or_si256(b, sel), _mm256_set1_epi64x(-1))
@@ -226,11 +203,7 @@ mod x86 {
         const HAS_MIN: bool = false;
         #[inline(always)]
         unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
-            (
-                _mm256_loadu_si256(p.add(2) as *const __m256i),
-                f16_at(p),
-                0.0,
-            )
+            (_mm256_loadu_si256(p.add(2) as *const __m256i), f16_at(p), 0.0)
         }
         #[inline(always)]
         unsafe fn dot<M: Mac>(w: __m256i, y: __m256i, corr: *const i32) -> __m256i {
@@ -253,8 +226,7 @@ mod x86 {
                 let xb = &*xs[r].add(b);
                 let y = _mm256_loadu_si256(xb.qs.as_ptr() as *const __m256i);
                 let dot = K::dot::<M>(wv, y, xb.corr.as_ptr());
-                acc[r] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xb.d), acc[r]);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xb.d), acc[r]);
                 if K::HAS_MIN {
                     sm[r] += mw * xb.s;
                 }
@@ -269,12 +241,7 @@ mod x86 {
 
     /// Two weight rows against one activation row: two independent accumulator chains for m = 1.
     #[inline(always)]
-    unsafe fn row_pair<K: Kind, M: Mac>(
-        w0: *const u8,
-        w1: *const u8,
-        nb: usize,
-        x: *const XBlock,
-    ) -> (f32, f32) {
+    unsafe fn row_pair<K: Kind, M: Mac>(w0: *const u8, w1: *const u8, nb: usize, x: *const XBlock) -> (f32, f32) {
         let mut a0 = _mm256_setzero_ps();
         let mut a1 = _mm256_setzero_ps();
         let mut s0 = 0f32;

@@ -26,14 +26,7 @@ pub fn row_len(k: usize, split_min: bool) -> usize {
 }
 
 /// W (n, k) as f32 rows, in a new buffer (see [`dequantize_into`]).
-pub fn dequantize(
-    dtype: GgmlDType,
-    isa: Isa,
-    w: &[u8],
-    n: usize,
-    k: usize,
-    split_min: bool,
-) -> Result<Vec<f32>> {
+pub fn dequantize(dtype: GgmlDType, isa: Isa, w: &[u8], n: usize, k: usize, split_min: bool) -> Result<Vec<f32>> {
     let mut out = vec![0f32; n * row_len(k, split_min)];
     dequantize_into(dtype, isa, w, n, k, split_min, &mut out)?;
     Ok(out)
@@ -54,21 +47,13 @@ pub fn dequantize_into(
     let bs = dtype.block_size();
     let ts = dtype.type_size();
     if !k.is_multiple_of(bs) || w.len() != n * (k / bs) * ts {
-        return Err(Error::InvalidModel(format!(
-            "{dtype:?} weight of {} bytes for {n}x{k}",
-            w.len()
-        )));
+        return Err(Error::InvalidModel(format!("{dtype:?} weight of {} bytes for {n}x{k}", w.len())));
     }
     if split_min && dtype != GgmlDType::Q4_1 {
-        return Err(Error::Unsupported(format!(
-            "split_min dequantization of {dtype:?}"
-        )));
+        return Err(Error::Unsupported(format!("split_min dequantization of {dtype:?}")));
     }
     if out.len() != n * row_len(k, split_min) {
-        return Err(Error::InvalidRequest(format!(
-            "dequantize_into: {} output values for {n}x{k}",
-            out.len()
-        )));
+        return Err(Error::InvalidRequest(format!("dequantize_into: {} output values for {n}x{k}", out.len())));
     }
     let row_bytes = (k / bs) * ts;
     let ks = row_len(k, split_min);
@@ -76,8 +61,7 @@ pub fn dequantize_into(
     let run = |rows: std::ops::Range<usize>, f: &(dyn Fn(&[u8], &mut [f32]) + Sync)| {
         let ptr = &ptr;
         // SAFETY: chunks are disjoint row ranges of `out` (n*ks values).
-        let dst =
-            unsafe { std::slice::from_raw_parts_mut(ptr.0.add(rows.start * ks), rows.len() * ks) };
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr.0.add(rows.start * ks), rows.len() * ks) };
         f(&w[rows.start * row_bytes..rows.end * row_bytes], dst)
     };
     macro_rules! generic {
@@ -85,9 +69,7 @@ pub fn dequantize_into(
             if std::mem::size_of::<$t>() != ts {
                 return Err(Error::Unsupported(format!("{dtype:?} block size mismatch")));
             }
-            par_chunks(Pool::Rayon, n, grain(k), |rows| {
-                run(rows, &|src, dst| to_float::<$t>(src, dst))
-            })
+            par_chunks(Pool::Rayon, n, grain(k), |rows| run(rows, &|src, dst| to_float::<$t>(src, dst)))
         }};
     }
     match dtype {
@@ -95,9 +77,7 @@ pub fn dequantize_into(
         GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => {
             let _ = isa; // every Isa includes AVX2
             par_chunks(Pool::Rayon, n, grain(k), |rows| {
-                run(rows, &|src, dst| unsafe {
-                    x86::dequant_avx2(dtype, src, dst, k / 32, split_min)
-                })
+                run(rows, &|src, dst| unsafe { x86::dequant_avx2(dtype, src, dst, k / 32, split_min) })
             })
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -121,11 +101,7 @@ pub fn dequantize_into(
 fn to_float<T: GgmlType>(src: &[u8], dst: &mut [f32]) {
     let sz = std::mem::size_of::<T>();
     assert_eq!(src.len() % sz, 0);
-    assert_eq!(
-        src.as_ptr() as usize % std::mem::align_of::<T>(),
-        0,
-        "misaligned quantized weight"
-    );
+    assert_eq!(src.as_ptr() as usize % std::mem::align_of::<T>(), 0, "misaligned quantized weight");
     // SAFETY: candle's block types are plain repr(C) data; size and alignment checked above.
     let blocks = unsafe { std::slice::from_raw_parts(src.as_ptr() as *const T, src.len() / sz) };
     T::to_float(blocks, dst);
@@ -145,12 +121,7 @@ mod x86 {
     /// 32 signed bytes (as two halves) -> 4×8 f32 of q·d (+ m), stored at dst.
     #[inline(always)]
     unsafe fn store_i8x32(lo: __m128i, hi: __m128i, d: __m256, m: Option<__m256>, dst: *mut f32) {
-        let parts = [
-            lo,
-            _mm_unpackhi_epi64(lo, lo),
-            hi,
-            _mm_unpackhi_epi64(hi, hi),
-        ];
+        let parts = [lo, _mm_unpackhi_epi64(lo, lo), hi, _mm_unpackhi_epi64(hi, hi)];
         for (i, p) in parts.into_iter().enumerate() {
             let f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(p)), d);
             let f = match m {
@@ -165,13 +136,7 @@ mod x86 {
     /// AVX2+FMA+F16C; `src` holds whole rows of `nb` blocks of `dtype`, `dst` the matching rows of 32·nb values
     /// (plus nb minima per row with `split_min`, Q4_1 only).
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dequant_avx2(
-        dtype: GgmlDType,
-        src: &[u8],
-        dst: &mut [f32],
-        nb: usize,
-        split_min: bool,
-    ) {
+    pub unsafe fn dequant_avx2(dtype: GgmlDType, src: &[u8], dst: &mut [f32], nb: usize, split_min: bool) {
         let mask = _mm_set1_epi8(0x0f);
         let d = dst.as_mut_ptr();
         match dtype {
@@ -189,13 +154,7 @@ mod x86 {
                         store_i8x32(lo, hi, dv, None, row.add(32 * b));
                         *row.add(32 * nb + b) = f16_at(p.add(2));
                     } else {
-                        store_i8x32(
-                            lo,
-                            hi,
-                            dv,
-                            Some(_mm256_set1_ps(f16_at(p.add(2)))),
-                            row.add(32 * b),
-                        );
+                        store_i8x32(lo, hi, dv, Some(_mm256_set1_ps(f16_at(p.add(2)))), row.add(32 * b));
                     }
                 }
             }
@@ -209,22 +168,14 @@ mod x86 {
                     let qh = std::ptr::read_unaligned(p.add(2) as *const u32);
                     let q = _mm_loadu_si128(p.add(6) as *const __m128i);
                     // bits 0..16 -> bytes of lo, bits 16..32 -> bytes of hi
-                    let bits_lo = _mm_cmpeq_epi8(
-                        _mm_or_si128(_mm_shuffle_epi8(_mm_set1_epi32(qh as i32), shuf), sel),
-                        ones,
-                    );
+                    let bits_lo =
+                        _mm_cmpeq_epi8(_mm_or_si128(_mm_shuffle_epi8(_mm_set1_epi32(qh as i32), shuf), sel), ones);
                     let bits_hi = _mm_cmpeq_epi8(
-                        _mm_or_si128(
-                            _mm_shuffle_epi8(_mm_set1_epi32((qh >> 16) as i32), shuf),
-                            sel,
-                        ),
+                        _mm_or_si128(_mm_shuffle_epi8(_mm_set1_epi32((qh >> 16) as i32), shuf), sel),
                         ones,
                     );
                     let lo = _mm_or_si128(_mm_and_si128(q, mask), _mm_and_si128(bits_lo, sixteen));
-                    let hi = _mm_or_si128(
-                        _mm_and_si128(_mm_srli_epi16::<4>(q), mask),
-                        _mm_and_si128(bits_hi, sixteen),
-                    );
+                    let hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16::<4>(q), mask), _mm_and_si128(bits_hi, sixteen));
                     let lo = _mm_sub_epi8(lo, sixteen);
                     let hi = _mm_sub_epi8(hi, sixteen);
                     store_i8x32(lo, hi, _mm256_set1_ps(f16_at(p)), None, d.add(32 * b));

@@ -55,10 +55,7 @@ impl Isa {
     pub fn detect() -> Option<Isa> {
         #[cfg(target_arch = "x86_64")]
         {
-            if is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-            {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
                 if is_x86_feature_detected!("avxvnni") {
                     return Some(Isa::AvxVnni);
                 }
@@ -91,7 +88,9 @@ pub fn isa_for(setting: FastQuant, detected: Option<Isa>) -> Option<Isa> {
 /// [`isa_for`] of a raw `HEARTH_FAST_QUANT` value (None: unset), parsed by the lever registry; a malformed value
 /// counts as unset, as `levers::get` does.
 pub fn isa_from_setting(setting: Option<&str>, detected: Option<Isa>) -> Option<Isa> {
-    let levers = crate::levers::Levers::from_lookup(|name| (name == "HEARTH_FAST_QUANT").then(|| setting.map(str::to_string)).flatten());
+    let levers = crate::levers::Levers::from_lookup(|name| {
+        (name == "HEARTH_FAST_QUANT").then(|| setting.map(str::to_string)).flatten()
+    });
     isa_for(levers.map_or(FastQuant::On, |l| l.fast_quant), detected)
 }
 
@@ -148,24 +147,13 @@ impl Plan {
                     192
                 }
             }
-            _ => {
-                return Plan {
-                    decode_below: 0,
-                    dequant_from: usize::MAX,
-                }
-            }
+            _ => return Plan { decode_below: 0, dequant_from: usize::MAX },
         };
         if n * k > DEQUANT_MAX_ELEMS {
             // e.g. a vocabulary head: dequantizing it per call costs far more than it saves
-            return Plan {
-                decode_below: usize::MAX,
-                dequant_from: usize::MAX,
-            };
+            return Plan { decode_below: usize::MAX, dequant_from: usize::MAX };
         }
-        Plan {
-            decode_below: crossover,
-            dequant_from: crossover,
-        }
+        Plan { decode_below: crossover, dequant_from: crossover }
     }
 
     pub fn path(&self, m: usize) -> Path {
@@ -214,15 +202,7 @@ pub struct FastQMatMul {
 
 impl std::fmt::Debug for FastQMatMul {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "FastQMatMul({:?}, {}x{}, {:?}, {:?})",
-            self.w.dtype(),
-            self.n,
-            self.k,
-            self.isa,
-            self.plan
-        )
+        write!(f, "FastQMatMul({:?}, {}x{}, {:?}, {:?})", self.w.dtype(), self.n, self.k, self.isa, self.plan)
     }
 }
 
@@ -237,7 +217,8 @@ impl FastQMatMul {
         let isa = active_isa()?;
         let (n, k) = q.shape().dims2().ok()?;
         let plan = Plan::for_weight(q.dtype(), isa, n, k);
-        let plan = if row_invariant && decode_supported(q.dtype()) { Plan { decode_below: usize::MAX, ..plan } } else { plan };
+        let plan =
+            if row_invariant && decode_supported(q.dtype()) { Plan { decode_below: usize::MAX, ..plan } } else { plan };
         Self::with_plan(q.clone(), isa, plan)
     }
 
@@ -249,29 +230,14 @@ impl FastQMatMul {
         let (n, k) = w.shape().dims2().ok()?;
         let dtype = w.dtype();
         let plan = Plan {
-            decode_below: if decode_supported(dtype) {
-                plan.decode_below
-            } else {
-                0
-            },
-            dequant_from: if dequant_supported(dtype) {
-                plan.dequant_from
-            } else {
-                usize::MAX
-            },
+            decode_below: if decode_supported(dtype) { plan.decode_below } else { 0 },
+            dequant_from: if dequant_supported(dtype) { plan.dequant_from } else { usize::MAX },
         };
         if plan.decode_below == 0 && plan.dequant_from == usize::MAX {
             return None;
         }
         let fallback = QMatMul::QTensor(w.clone());
-        Some(Self {
-            w,
-            fallback,
-            isa,
-            plan,
-            n,
-            k,
-        })
+        Some(Self { w, fallback, isa, plan, n, k })
     }
 
     pub fn plan(&self) -> Plan {
@@ -302,11 +268,8 @@ impl FastQMatMul {
                 let mut out = vec![0f32; m * self.n];
                 {
                     let (storage, layout) = x.storage_and_layout();
-                    let candle_core::Storage::Cpu(cpu) = &*storage else {
-                        unreachable!("checked is_cpu")
-                    };
-                    let xs = &cpu.as_slice::<f32>()?
-                        [layout.start_offset()..layout.start_offset() + m * k];
+                    let candle_core::Storage::Cpu(cpu) = &*storage else { unreachable!("checked is_cpu") };
+                    let xs = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + m * k];
                     decode_matmul(&self.w, self.isa, xs, m, &mut out)?;
                 }
                 Ok(Tensor::from_vec(out, out_dims, &Device::Cpu)?)
@@ -349,10 +312,7 @@ pub fn dequant_matmul(w: &QTensor, isa: Isa, x: &Tensor) -> Result<Tensor> {
     let (n, k) = w.shape().dims2()?;
     let (m, xk) = x.dims2()?;
     if xk != k || x.dtype() != DType::F32 || !x.device().is_cpu() {
-        return Err(crate::Error::InvalidRequest(format!(
-            "dequant_matmul: x {:?} for a {n}x{k} weight",
-            x.shape()
-        )));
+        return Err(crate::Error::InvalidRequest(format!("dequant_matmul: x {:?} for a {n}x{k} weight", x.shape())));
     }
     if !isa_supported(isa) {
         return Err(crate::Error::Unsupported(format!("this CPU lacks {isa:?}")));
@@ -366,11 +326,7 @@ pub fn dequant_matmul(w: &QTensor, isa: Isa, x: &Tensor) -> Result<Tensor> {
     // thread (rayon may run another task here while gemm waits) then allocates its own instead of
     // overwriting ours mid-use.
     let w_buf = take_scratch(&W_SCRATCH, n * ks)?;
-    let x_buf = if decode_supported(dtype) {
-        Some(take_scratch(&X_SCRATCH, m * ks)?)
-    } else {
-        None
-    };
+    let x_buf = if decode_supported(dtype) { Some(take_scratch(&X_SCRATCH, m * ks)?) } else { None };
     let run = || -> Result<Tensor> {
         let wt = fill_view(&w_buf, n * ks, (n, ks), &|out| {
             dequant::dequantize_into(dtype, isa, &data, n, k, split_min, out)
@@ -379,9 +335,7 @@ pub fn dequant_matmul(w: &QTensor, isa: Isa, x: &Tensor) -> Result<Tensor> {
             return Ok(x.matmul(&wt.t()?)?);
         };
         let (storage, layout) = x.storage_and_layout();
-        let candle_core::Storage::Cpu(cpu) = &*storage else {
-            unreachable!("checked is_cpu")
-        };
+        let candle_core::Storage::Cpu(cpu) = &*storage else { unreachable!("checked is_cpu") };
         let xs = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + m * k];
         let xq = fill_view(x_buf, m * ks, (m, ks), &|out| {
             quant::round_rows_into(xs, m, k, split_min, out);
@@ -451,17 +405,10 @@ impl candle_core::InplaceOp1 for Fill<'_> {
         "hearth-kernels-fill"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &mut candle_core::CpuStorage,
-        layout: &candle_core::Layout,
-    ) -> candle_core::Result<()> {
-        let candle_core::CpuStorage::F32(v) = storage else {
-            candle_core::bail!("scratch buffer is not f32")
-        };
+    fn cpu_fwd(&self, storage: &mut candle_core::CpuStorage, layout: &candle_core::Layout) -> candle_core::Result<()> {
+        let candle_core::CpuStorage::F32(v) = storage else { candle_core::bail!("scratch buffer is not f32") };
         let start = layout.start_offset();
-        (self.fill)(&mut v[start..start + self.len])
-            .map_err(|e| candle_core::Error::Msg(e.to_string()))
+        (self.fill)(&mut v[start..start + self.len]).map_err(|e| candle_core::Error::Msg(e.to_string()))
     }
 }
 
@@ -488,12 +435,7 @@ pub(crate) enum Pool {
 }
 
 /// Split `n_items` over `pool` in chunks of at least `grain` items.
-pub(crate) fn par_chunks(
-    pool: Pool,
-    n_items: usize,
-    grain: usize,
-    f: impl Fn(std::ops::Range<usize>) + Sync,
-) {
+pub(crate) fn par_chunks(pool: Pool, n_items: usize, grain: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
     if n_items == 0 {
         return;
     }

@@ -22,12 +22,7 @@ pub struct XBlock {
 }
 
 impl XBlock {
-    pub const ZERO: XBlock = XBlock {
-        qs: [0; QK],
-        corr: [0; 8],
-        d: 0.0,
-        s: 0.0,
-    };
+    pub const ZERO: XBlock = XBlock { qs: [0; QK], corr: [0; 8], d: 0.0, s: 0.0 };
 }
 
 /// Scalar reference (and the non-x86 path): bit-identical to candle's Q8_1 `from_float`.
@@ -76,33 +71,22 @@ pub fn round_rows_into(x: &[f32], m: usize, k: usize, with_s: bool, out: &mut [f
     assert_eq!(out.len(), m * ks);
     assert_eq!(x.len(), m * k);
     let ptr = out.as_mut_ptr() as usize;
-    super::par_chunks(
-        super::Pool::Rayon,
-        m,
-        (64 * 1024 / (k * 4).max(1)).max(1),
-        |rows| {
-            let mut blocks = vec![XBlock::ZERO; nb];
-            for r in rows {
-                quantize_rows(
-                    &x[r * k..(r + 1) * k],
-                    &mut blocks,
-                    0,
-                    cfg!(target_arch = "x86_64"),
-                );
-                // SAFETY: each row of `out` is written by exactly one chunk.
-                let o =
-                    unsafe { std::slice::from_raw_parts_mut((ptr as *mut f32).add(r * ks), ks) };
-                for (b, blk) in blocks.iter().enumerate() {
-                    for (v, &q) in o[b * QK..(b + 1) * QK].iter_mut().zip(&blk.qs) {
-                        *v = q as f32 * blk.d;
-                    }
-                    if with_s {
-                        o[k + b] = blk.s;
-                    }
+    super::par_chunks(super::Pool::Rayon, m, (64 * 1024 / (k * 4).max(1)).max(1), |rows| {
+        let mut blocks = vec![XBlock::ZERO; nb];
+        for r in rows {
+            quantize_rows(&x[r * k..(r + 1) * k], &mut blocks, 0, cfg!(target_arch = "x86_64"));
+            // SAFETY: each row of `out` is written by exactly one chunk.
+            let o = unsafe { std::slice::from_raw_parts_mut((ptr as *mut f32).add(r * ks), ks) };
+            for (b, blk) in blocks.iter().enumerate() {
+                for (v, &q) in o[b * QK..(b + 1) * QK].iter_mut().zip(&blk.qs) {
+                    *v = q as f32 * blk.d;
+                }
+                if with_s {
+                    o[k + b] = blk.s;
                 }
             }
-        },
-    );
+        }
+    });
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -116,8 +100,7 @@ mod x86 {
         let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(p);
         let frac = _mm256_sub_ps(p, t); // exact
         let absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-        let ge_half =
-            _mm256_cmp_ps::<_CMP_GE_OQ>(_mm256_and_ps(frac, absmask), _mm256_set1_ps(0.5));
+        let ge_half = _mm256_cmp_ps::<_CMP_GE_OQ>(_mm256_and_ps(frac, absmask), _mm256_set1_ps(0.5));
         let one_signed = _mm256_or_ps(_mm256_andnot_ps(absmask, p), _mm256_set1_ps(1.0));
         _mm256_add_ps(t, _mm256_and_ps(ge_half, one_signed))
     }
@@ -158,14 +141,8 @@ mod x86 {
             _mm256_storeu_si256(o.qs.as_mut_ptr() as *mut __m256i, q);
             // lane sums of 4 consecutive values, then the total
             let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(ones_u8, q), ones_i16);
-            _mm256_storeu_si256(
-                o.corr.as_mut_ptr() as *mut __m256i,
-                _mm256_mullo_epi32(lanes, mult),
-            );
-            let l4 = _mm_add_epi32(
-                _mm256_castsi256_si128(lanes),
-                _mm256_extracti128_si256::<1>(lanes),
-            );
+            _mm256_storeu_si256(o.corr.as_mut_ptr() as *mut __m256i, _mm256_mullo_epi32(lanes, mult));
+            let l4 = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256::<1>(lanes));
             let l2 = _mm_add_epi32(l4, _mm_unpackhi_epi64(l4, l4));
             let l1 = _mm_add_epi32(l2, _mm_shuffle_epi32::<0b01>(l2));
             let sum = _mm_cvtsi128_si32(l1);

@@ -50,10 +50,7 @@ fn tensor(rows: usize, cols: usize, seed: u64) -> Tensor {
 }
 
 fn isas() -> Vec<Isa> {
-    [Isa::Avx2, Isa::AvxVnni]
-        .into_iter()
-        .filter(|&i| isa_supported(i))
-        .collect()
+    [Isa::Avx2, Isa::AvxVnni].into_iter().filter(|&i| isa_supported(i)).collect()
 }
 
 /// max |a - b| / max |b|
@@ -68,13 +65,7 @@ fn rel_err(a: &[f32], b: &[f32]) -> f32 {
 }
 
 fn candle_ref(w: &Arc<QTensor>, x: &Tensor) -> Vec<f32> {
-    QMatMul::QTensor(w.clone())
-        .forward(x)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
+    QMatMul::QTensor(w.clone()).forward(x).unwrap().flatten_all().unwrap().to_vec1().unwrap()
 }
 
 fn ours_decode(w: &QTensor, isa: Isa, x: &Tensor) -> Vec<f32> {
@@ -110,11 +101,7 @@ fn parse_q8(bytes: &[u8], with_s: bool) -> Vec<(u16, u16, Vec<i8>)> {
         .chunks_exact(bs)
         .map(|b| {
             let d = u16::from_le_bytes([b[0], b[1]]);
-            let (s, off) = if with_s {
-                (u16::from_le_bytes([b[2], b[3]]), 4)
-            } else {
-                (0, 2)
-            };
+            let (s, off) = if with_s { (u16::from_le_bytes([b[2], b[3]]), 4) } else { (0, 2) };
             (d, s, b[off..off + 32].iter().map(|&v| v as i8).collect())
         })
         .collect()
@@ -127,28 +114,12 @@ fn activation_quantization_is_bit_identical_to_candle() {
     let mut xs = values(m * k, 7);
     // exact rounding ties: amax 127 gives d = 1, so x = j + 0.5 must round away from zero
     for (j, v) in xs[..32].iter_mut().enumerate() {
-        *v = if j == 0 {
-            127.0
-        } else {
-            (j as f32 - 16.0) + 0.5
-        };
+        *v = if j == 0 { 127.0 } else { (j as f32 - 16.0) + 0.5 };
     }
     xs[32..64].iter_mut().for_each(|v| *v = 0.0); // d = 0
     let x = Tensor::from_vec(xs.clone(), (m, k), &Device::Cpu).unwrap();
-    let q81 = parse_q8(
-        &QTensor::quantize(&x, GgmlDType::Q8_1)
-            .unwrap()
-            .data()
-            .unwrap(),
-        true,
-    );
-    let q80 = parse_q8(
-        &QTensor::quantize(&x, GgmlDType::Q8_0)
-            .unwrap()
-            .data()
-            .unwrap(),
-        false,
-    );
+    let q81 = parse_q8(&QTensor::quantize(&x, GgmlDType::Q8_1).unwrap().data().unwrap(), true);
+    let q80 = parse_q8(&QTensor::quantize(&x, GgmlDType::Q8_0).unwrap().data().unwrap(), false);
     for simd in [false, true] {
         if simd && !isa_supported(Isa::Avx2) {
             continue;
@@ -158,17 +129,9 @@ fn activation_quantization_is_bit_identical_to_candle() {
         for (i, b) in ours.iter().enumerate() {
             let (d1, s1, qs1) = &q81[i];
             let (d0, _, qs0) = &q80[i];
-            assert_eq!(
-                f16::from_f32(b.d).to_bits(),
-                *d1,
-                "block {i} d (simd={simd})"
-            );
+            assert_eq!(f16::from_f32(b.d).to_bits(), *d1, "block {i} d (simd={simd})");
             assert_eq!(*d0, *d1);
-            assert_eq!(
-                f16::from_f32(b.s).to_bits(),
-                *s1,
-                "block {i} s (simd={simd})"
-            );
+            assert_eq!(f16::from_f32(b.s).to_bits(), *s1, "block {i} s (simd={simd})");
             assert_eq!(&b.qs[..], &qs1[..], "block {i} qs (simd={simd})");
             assert_eq!(qs0, qs1);
             for l in 0..8 {
@@ -199,10 +162,7 @@ fn decode_matches_candle_qmatmul() {
                     if std::env::var("KERNEL_TEST_VERBOSE").is_ok() {
                         eprintln!("{dtype:?} {isa:?} n={n} k={k} m={m}: {e:e}");
                     }
-                    assert!(
-                        e <= DECODE_TOL,
-                        "{dtype:?} {isa:?} n={n} k={k} m={m}: rel err {e:e}"
-                    );
+                    assert!(e <= DECODE_TOL, "{dtype:?} {isa:?} n={n} k={k} m={m}: rel err {e:e}");
                 }
             }
         }
@@ -235,52 +195,30 @@ fn decode_catches_a_one_ulp_block_scale_error() {
                 if std::env::var("KERNEL_TEST_VERBOSE").is_ok() {
                     eprintln!("mutated {dtype:?} {isa:?} offset {off}: {e:e}");
                 }
-                assert!(
-                    e > DECODE_TOL,
-                    "{dtype:?} {isa:?} offset {off}: a wrong scale went unnoticed ({e:e})"
-                );
+                assert!(e > DECODE_TOL, "{dtype:?} {isa:?} offset {off}: a wrong scale went unnoticed ({e:e})");
             }
         }
         // and a wrong output scale of 1e-5
         for isa in isas() {
-            let scaled: Vec<f32> = ours_decode(&w, isa, &x)
-                .iter()
-                .map(|v| v * (1.0 + 1e-5))
-                .collect();
+            let scaled: Vec<f32> = ours_decode(&w, isa, &x).iter().map(|v| v * (1.0 + 1e-5)).collect();
             assert!(rel_err(&scaled, &reference) > DECODE_TOL);
         }
     }
 }
 
-const DEQUANT_TYPES: [GgmlDType; 6] = [
-    GgmlDType::Q4_1,
-    GgmlDType::Q5_0,
-    GgmlDType::Q8_0,
-    GgmlDType::Q4K,
-    GgmlDType::Q6K,
-    GgmlDType::Q5K,
-];
+const DEQUANT_TYPES: [GgmlDType; 6] =
+    [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q5K];
 
 #[test]
 fn dequantize_is_bit_identical_to_candle() {
     for dtype in DEQUANT_TYPES {
         for (n, k) in [(37, 512), (96, 768)] {
             let w = quantized(n, k, dtype, 11);
-            let reference: Vec<f32> = w
-                .dequantize(&Device::Cpu)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1()
-                .unwrap();
+            let reference: Vec<f32> = w.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             let ours = dequantize(&w, Isa::Avx2).unwrap();
             assert_eq!(ours.len(), reference.len());
             for (i, (a, b)) in ours.iter().zip(&reference).enumerate() {
-                assert_eq!(
-                    a.to_bits(),
-                    b.to_bits(),
-                    "{dtype:?} {n}x{k} value {i}: {a} vs {b}"
-                );
+                assert_eq!(a.to_bits(), b.to_bits(), "{dtype:?} {n}x{k} value {i}: {a} vs {b}");
             }
         }
     }
@@ -297,57 +235,30 @@ fn dequant_matmul_matches_candle_and_f32_reference() {
             let wf = w.dequantize(&Device::Cpu).unwrap();
             for m in MS {
                 let x = tensor(m, k, 300 + m as u64);
-                let ours: Vec<f32> = dequant_matmul(&w, Isa::Avx2, &x)
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1()
-                    .unwrap();
+                let ours: Vec<f32> =
+                    dequant_matmul(&w, Isa::Avx2, &x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
                 if decode_supported(dtype) {
                     // same math as candle's quantized matmul, up to f32 rounding
                     let e = rel_err(&ours, &candle_ref(&w, &x));
                     if std::env::var("KERNEL_TEST_VERBOSE").is_ok() {
                         eprintln!("dequant path {dtype:?} {n}x{k} m={m}: vs candle {e:e}");
                     }
-                    assert!(
-                        e <= F32_VS_CANDLE_TOL,
-                        "{dtype:?} {n}x{k} m={m}: vs candle rel err {e:e}"
-                    );
+                    assert!(e <= F32_VS_CANDLE_TOL, "{dtype:?} {n}x{k} m={m}: vs candle rel err {e:e}");
                     if dtype != GgmlDType::Q4_1 {
                         // and the f32 product of candle's dequantized x and W (Q4_1's min term uses f16 sums instead)
-                        let xq = QTensor::quantize(&x, GgmlDType::Q8_0)
-                            .unwrap()
-                            .dequantize(&Device::Cpu)
-                            .unwrap();
-                        let r: Vec<f32> = xq
-                            .matmul(&wf.t().unwrap())
-                            .unwrap()
-                            .flatten_all()
-                            .unwrap()
-                            .to_vec1()
-                            .unwrap();
+                        let xq = QTensor::quantize(&x, GgmlDType::Q8_0).unwrap().dequantize(&Device::Cpu).unwrap();
+                        let r: Vec<f32> =
+                            xq.matmul(&wf.t().unwrap()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
                         let e = rel_err(&ours, &r);
                         if std::env::var("KERNEL_TEST_VERBOSE").is_ok() {
                             eprintln!("dequant path {dtype:?} {n}x{k} m={m}: vs f32 ref {e:e}");
                         }
-                        assert!(
-                            e <= F32_TOL,
-                            "{dtype:?} {n}x{k} m={m}: vs f32 reference rel err {e:e}"
-                        );
+                        assert!(e <= F32_TOL, "{dtype:?} {n}x{k} m={m}: vs f32 reference rel err {e:e}");
                     }
                 } else {
-                    let r: Vec<f32> = x
-                        .matmul(&wf.t().unwrap())
-                        .unwrap()
-                        .flatten_all()
-                        .unwrap()
-                        .to_vec1()
-                        .unwrap();
+                    let r: Vec<f32> = x.matmul(&wf.t().unwrap()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
                     let e = rel_err(&ours, &r);
-                    assert!(
-                        e <= F32_TOL,
-                        "{dtype:?} {n}x{k} m={m}: vs f32 reference rel err {e:e}"
-                    );
+                    assert!(e <= F32_TOL, "{dtype:?} {n}x{k} m={m}: vs f32 reference rel err {e:e}");
                 }
             }
         }
@@ -356,14 +267,10 @@ fn dequant_matmul_matches_candle_and_f32_reference() {
 
 #[test]
 fn forward_follows_the_plan_and_matches_candle() {
-    for (isa, dtype) in isas()
-        .into_iter()
-        .flat_map(|i| DEQUANT_TYPES.map(|d| (i, d)))
-    {
+    for (isa, dtype) in isas().into_iter().flat_map(|i| DEQUANT_TYPES.map(|d| (i, d))) {
         let (n, k) = (67, 512);
         let w = quantized(n, k, dtype, 31);
-        let Some(fast) = FastQMatMul::with_plan(w.clone(), isa, Plan::for_weight(dtype, isa, n, k))
-        else {
+        let Some(fast) = FastQMatMul::with_plan(w.clone(), isa, Plan::for_weight(dtype, isa, n, k)) else {
             assert_eq!(Plan::for_weight(dtype, isa, n, k).path(1), Path::Candle);
             assert_eq!(Plan::for_weight(dtype, isa, n, k).path(512), Path::Candle);
             continue;
@@ -377,104 +284,51 @@ fn forward_follows_the_plan_and_matches_candle() {
             assert_eq!(y.dims(), &[1, m, n]);
             let ours: Vec<f32> = y.flatten_all().unwrap().to_vec1().unwrap();
             let e = rel_err(&ours, &candle_ref(&w, &x.squeeze(0).unwrap()));
-            assert!(
-                e <= DECODE_TOL.max(F32_VS_CANDLE_TOL),
-                "{dtype:?} m={m} {:?}: rel err {e:e}",
-                fast.path(m)
-            );
+            assert!(e <= DECODE_TOL.max(F32_VS_CANDLE_TOL), "{dtype:?} m={m} {:?}: rel err {e:e}", fast.path(m));
         }
-        assert!(
-            paths.contains(&Path::Decode) && paths.contains(&Path::DequantF32),
-            "{dtype:?}: {paths:?}"
-        );
+        assert!(paths.contains(&Path::Decode) && paths.contains(&Path::DequantF32), "{dtype:?}: {paths:?}");
     }
 }
 
 #[test]
 fn a_row_does_not_depend_on_its_batch() {
     // 300 rows in one call (dequant+f32 path) vs the same rows one at a time (int8 path)
-    for (isa, dtype) in isas()
-        .into_iter()
-        .flat_map(|i| DECODE_TYPES.map(|d| (i, d)))
-    {
+    for (isa, dtype) in isas().into_iter().flat_map(|i| DECODE_TYPES.map(|d| (i, d))) {
         let (n, k) = (67, 576);
         let w = quantized(n, k, dtype, 77);
-        let fast =
-            FastQMatMul::with_plan(w.clone(), isa, Plan::for_weight(dtype, isa, n, k)).unwrap();
+        let fast = FastQMatMul::with_plan(w.clone(), isa, Plan::for_weight(dtype, isa, n, k)).unwrap();
         let x = tensor(300, k, 78);
-        assert_eq!(
-            (fast.path(300), fast.path(1)),
-            (Path::DequantF32, Path::Decode)
-        );
-        let all: Vec<f32> = fast
-            .forward(&x)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap();
+        assert_eq!((fast.path(300), fast.path(1)), (Path::DequantF32, Path::Decode));
+        let all: Vec<f32> = fast.forward(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         let mut rows = Vec::new();
         for r in 0..300 {
             rows.extend(
-                fast.forward(&x.narrow(0, r, 1).unwrap())
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap(),
+                fast.forward(&x.narrow(0, r, 1).unwrap()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap(),
             );
         }
         let e = rel_err(&all, &rows);
-        assert!(
-            e <= DECODE_TOL.max(F32_VS_CANDLE_TOL),
-            "{dtype:?}: batched vs row-by-row rel err {e:e}"
-        );
+        assert!(e <= DECODE_TOL.max(F32_VS_CANDLE_TOL), "{dtype:?}: batched vs row-by-row rel err {e:e}");
     }
 }
 
 #[test]
 fn plan_paths_and_fallbacks() {
     let isa = isas()[0];
-    let p = Plan {
-        decode_below: 4,
-        dequant_from: 16,
-    };
+    let p = Plan { decode_below: 4, dequant_from: 16 };
     assert_eq!(p.path(1), Path::Decode);
     assert_eq!(p.path(4), Path::Candle);
     assert_eq!(p.path(16), Path::DequantF32);
     // unsupported types get no fast path at all
     let w = quantized(8, 64, GgmlDType::Q8_1, 1);
-    assert!(FastQMatMul::with_plan(
-        w,
-        isa,
-        Plan {
-            decode_below: 8,
-            dequant_from: 8
-        }
-    )
-    .is_none());
+    assert!(FastQMatMul::with_plan(w, isa, Plan { decode_below: 8, dequant_from: 8 }).is_none());
     // k-quants never take the decode path, whatever the plan says
     let w = quantized(8, 256, GgmlDType::Q4K, 1);
-    let f = FastQMatMul::with_plan(
-        w,
-        isa,
-        Plan {
-            decode_below: 8,
-            dequant_from: 8,
-        },
-    )
-    .unwrap();
+    let f = FastQMatMul::with_plan(w, isa, Plan { decode_below: 8, dequant_from: 8 }).unwrap();
     assert_eq!(f.path(1), Path::Candle);
     // a vocabulary-sized head is never dequantized per call
     let head = Plan::for_weight(GgmlDType::Q8_0, isa, 262144, 640);
-    assert_eq!(
-        (head.path(1), head.path(4096)),
-        (Path::Decode, Path::Decode)
-    );
-    assert_eq!(
-        Plan::for_weight(GgmlDType::Q4K, isa, 640, 2048).path(512),
-        Path::Candle
-    );
+    assert_eq!((head.path(1), head.path(4096)), (Path::Decode, Path::Decode));
+    assert_eq!(Plan::for_weight(GgmlDType::Q4K, isa, 640, 2048).path(512), Path::Candle);
     // dense weights stay with candle
     let dense = QMatMul::Tensor(tensor(8, 64, 1));
     assert!(FastQMatMul::new(&dense, false).is_none());
@@ -506,42 +360,23 @@ fn dump_model_logits() {
         .tokenizer
         .encode(
             "The quick brown fox jumps over the lazy dog. "
-                .repeat(
-                    std::env::var("KERNELS_REPEAT")
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .unwrap_or(6),
-                )
+                .repeat(std::env::var("KERNELS_REPEAT").ok().and_then(|s| s.parse().ok()).unwrap_or(6))
                 .as_str(),
             true,
         )
         .unwrap();
     let n = m.model.config().num_layers;
     let mut kv = ContiguousKv::new(n, ids.len());
-    let one = forward_one(m.model.as_ref(), &mut kv, 0, &ids, 0, false, &Device::Cpu)
-        .unwrap()
-        .pop()
-        .unwrap();
+    let one = forward_one(m.model.as_ref(), &mut kv, 0, &ids, 0, false, &Device::Cpu).unwrap().pop().unwrap();
     let mut kv = ContiguousKv::new(n, ids.len());
     let mut chunked = Vec::new();
     let mut pos = 0;
     for c in ids.chunks(7) {
-        chunked = forward_one(m.model.as_ref(), &mut kv, 0, c, pos, false, &Device::Cpu)
-            .unwrap()
-            .pop()
-            .unwrap();
+        chunked = forward_one(m.model.as_ref(), &mut kv, 0, c, pos, false, &Device::Cpu).unwrap().pop().unwrap();
         pos += c.len();
     }
-    let max = one
-        .iter()
-        .zip(&chunked)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    eprintln!(
-        "{alias}: {} prompt tokens, isa {:?}, chunked vs single-pass max diff {max}",
-        ids.len(),
-        active_isa()
-    );
+    let max = one.iter().zip(&chunked).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    eprintln!("{alias}: {} prompt tokens, isa {:?}, chunked vs single-pass max diff {max}", ids.len(), active_isa());
     if let Ok(path) = std::env::var("KERNELS_DUMP") {
         let json = serde_json::json!({ "single": one, "chunked": chunked });
         std::fs::write(path, json.to_string()).unwrap();

@@ -44,7 +44,14 @@ impl Attention {
         })
     }
 
-    fn forward(&self, x: &Tensor, layer: usize, rope: &RopeAt, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
+    fn forward(
+        &self,
+        x: &Tensor,
+        layer: usize,
+        rope: &RopeAt,
+        ctx: &BatchContext,
+        kv: &mut dyn KvStore,
+    ) -> Result<Tensor> {
         // 1. project
         let q = split_heads(&self.q_proj.forward(x)?, self.heads, self.head_dim)?;
         let k = split_heads(&self.k_proj.forward(x)?, self.kv_heads, self.head_dim)?;

@@ -23,7 +23,8 @@ pub struct Loader<'a> {
 impl Loader<'_> {
     pub fn linear(&self, prefix: &str, bias: bool) -> Result<Linear> {
         let w = self.dense_if_asked(self.weights.matrix(&format!("{prefix}.weight"), self.dtype, self.device)?)?;
-        let b = if bias { Some(self.weights.vector(&format!("{prefix}.bias"), self.dtype, self.device)?) } else { None };
+        let b =
+            if bias { Some(self.weights.vector(&format!("{prefix}.bias"), self.dtype, self.device)?) } else { None };
         Ok(Linear::new(w, b, self.batch_invariant))
     }
 
@@ -155,7 +156,13 @@ impl Linear {
     /// (h + a, act(gate) * up). None where that kernel does not apply (not one row on the GPU, a bias, a quantized
     /// matrix, `HEARTH_GPU_GEMV_GATED=0`): the caller runs the separate kernels.
     #[cfg(feature = "cuda")]
-    pub fn forward_add_norm_gated(&self, h: &Tensor, a: Option<&Tensor>, norm: &RmsNorm, act: crate::gpu::fused::Act) -> Result<Option<(Tensor, Tensor)>> {
+    pub fn forward_add_norm_gated(
+        &self,
+        h: &Tensor,
+        a: Option<&Tensor>,
+        norm: &RmsNorm,
+        act: crate::gpu::fused::Act,
+    ) -> Result<Option<(Tensor, Tensor)>> {
         match (&self.w, &self.b, norm.w_act.as_ref()) {
             (QMatMul::Tensor(w), None, Some(wn)) => crate::gpu::gemv::matmul_add_norm_gated(h, a, wn, norm.eps, w, act),
             _ => Ok(None),
@@ -247,7 +254,14 @@ pub fn inv_freqs(dim: usize, base: f64, scaling: &RopeScaling) -> Vec<f32> {
 }
 
 impl Rope {
-    pub fn new(dim: usize, base: f64, scaling: &RopeScaling, max_pos: usize, interleaved: bool, device: &Device) -> Result<Self> {
+    pub fn new(
+        dim: usize,
+        base: f64,
+        scaling: &RopeScaling,
+        max_pos: usize,
+        interleaved: bool,
+        device: &Device,
+    ) -> Result<Self> {
         let inv = inv_freqs(dim, base, scaling);
         let half = inv.len();
         let inv = Tensor::from_vec(inv, (1, half), device)?;
@@ -317,7 +331,10 @@ impl Mlp {
     pub fn load(l: &Loader, prefix: &str) -> Result<Self> {
         let gate_up = match l.fused_linear(&[format!("{prefix}.gate_proj"), format!("{prefix}.up_proj")], false)? {
             Some(f) => GateUp::Fused(f),
-            None => GateUp::Split { gate: l.linear(&format!("{prefix}.gate_proj"), false)?, up: l.linear(&format!("{prefix}.up_proj"), false)? },
+            None => GateUp::Split {
+                gate: l.linear(&format!("{prefix}.gate_proj"), false)?,
+                up: l.linear(&format!("{prefix}.up_proj"), false)?,
+            },
         };
         Ok(Self { gate_up, down: l.linear(&format!("{prefix}.down_proj"), false)?, act: l.cfg.activation })
     }
@@ -357,7 +374,7 @@ impl Mlp {
     }
 
     /// down(act(gu[.., :I]) * gu[.., I:]) of a fused gate|up output (the activation in its own fused kernel: the
-    /// down projection computing it while loading its input lost, docs/benchmarks.md sixth session).
+    /// down projection computing it while loading its input lost, "levers tried and rejected" in docs/benchmarks.md).
     fn down_act(&self, gu: &Tensor) -> Result<Tensor> {
         self.down.forward(&fused_act_mul(gu, self.act)?)
     }
@@ -414,7 +431,12 @@ mod tests {
 
     #[test]
     fn llama3_scaling_keeps_high_freqs_and_divides_low() {
-        let s = RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 8192.0 };
+        let s = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        };
         let plain = inv_freqs(128, 500_000.0, &RopeScaling::None);
         let scaled = inv_freqs(128, 500_000.0, &s);
         assert_eq!(plain[0], scaled[0]); // wavelength 2π < high_wavelen: unchanged

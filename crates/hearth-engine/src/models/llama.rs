@@ -34,7 +34,11 @@ impl Attention {
         let fused = if c.qk_norm { None } else { l.fused_linear(&names, bias)? };
         let qkv = match fused {
             Some(f) => Qkv::Fused(f),
-            None => Qkv::Split { q: l.linear(&names[0], bias)?, k: l.linear(&names[1], bias)?, v: l.linear(&names[2], bias)? },
+            None => Qkv::Split {
+                q: l.linear(&names[0], bias)?,
+                k: l.linear(&names[1], bias)?,
+                v: l.linear(&names[2], bias)?,
+            },
         };
         Ok(Self {
             qkv,
@@ -55,7 +59,16 @@ impl Attention {
     /// Attention over rmsnorm(h + a) (`norm` is the layer's input norm; no `a` before the first layer): returns the
     /// residual stream h + a and the attention's output projection.
     #[allow(clippy::too_many_arguments)]
-    fn forward(&self, h: &Tensor, a: Option<&Tensor>, norm: &RmsNorm, layer: usize, rope: &RopeAt, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<(Tensor, Tensor)> {
+    fn forward(
+        &self,
+        h: &Tensor,
+        a: Option<&Tensor>,
+        norm: &RmsNorm,
+        layer: usize,
+        rope: &RopeAt,
+        ctx: &BatchContext,
+        kv: &mut dyn KvStore,
+    ) -> Result<(Tensor, Tensor)> {
         // 0. the residual add and the input norm (fused into the q|k|v projection where the GPU can)
         // 1. project to per-head q, k, v (fused: rotate, store and attend in the KV store's kernels when it can)
         let (h, (q, k, v)) = match &self.qkv {
@@ -70,7 +83,14 @@ impl Attention {
                     return Ok((h, self.o_proj.forward(&out)?));
                 }
                 let (nq, nk) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
-                (h, (qkv.narrow(1, 0, nq)?.contiguous()?, qkv.narrow(1, nq, nk)?.contiguous()?, qkv.narrow(1, nq + nk, nk)?.contiguous()?))
+                (
+                    h,
+                    (
+                        qkv.narrow(1, 0, nq)?.contiguous()?,
+                        qkv.narrow(1, nq, nk)?.contiguous()?,
+                        qkv.narrow(1, nq + nk, nk)?.contiguous()?,
+                    ),
+                )
             }
         };
         let q = split_heads(&q, self.heads, self.head_dim)?;
@@ -124,8 +144,23 @@ impl Llama {
             });
         }
         let lm_head = l.lm_head(&embed_tokens)?;
-        let rope = Rope::new(c.head_dim, c.rope_theta, &c.rope_scaling, c.max_position_embeddings, c.rope_interleaved, l.device)?;
-        Ok(Self { cfg: c.clone(), dtype: l.dtype, embed_tokens, layers, norm: l.rms_norm("model.norm")?, lm_head, rope })
+        let rope = Rope::new(
+            c.head_dim,
+            c.rope_theta,
+            &c.rope_scaling,
+            c.max_position_embeddings,
+            c.rope_interleaved,
+            l.device,
+        )?;
+        Ok(Self {
+            cfg: c.clone(),
+            dtype: l.dtype,
+            embed_tokens,
+            layers,
+            norm: l.rms_norm("model.norm")?,
+            lm_head,
+            rope,
+        })
     }
 }
 

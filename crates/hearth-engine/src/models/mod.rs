@@ -58,7 +58,14 @@ pub fn load_model(weights: &Weights, cfg: &ModelConfig, device: &Device, opts: &
             )))
         }
     };
-    let l = layers::Loader { weights, cfg, device, dtype, dequantize: opts.dequantize, batch_invariant: opts.batch_invariant };
+    let l = layers::Loader {
+        weights,
+        cfg,
+        device,
+        dtype,
+        dequantize: opts.dequantize,
+        batch_invariant: opts.batch_invariant,
+    };
     Ok(match cfg.family {
         Family::Llama => Box::new(llama::Llama::load(&l)?),
         Family::Gemma3 => Box::new(gemma3::Gemma3::load(&l)?),
@@ -72,6 +79,8 @@ pub fn parse_dtype(s: &str) -> Result<Option<DType>> {
         "f32" | "float32" => Some(DType::F32),
         "bf16" | "bfloat16" => Some(DType::BF16),
         "f16" | "float16" => Some(DType::F16),
-        other => return Err(Error::InvalidRequest(format!("unknown dtype `{other}`: expected auto, f32, bf16 or f16"))),
+        other => {
+            return Err(Error::InvalidRequest(format!("unknown dtype `{other}`: expected auto, f32, bf16 or f16")))
+        }
     })
 }

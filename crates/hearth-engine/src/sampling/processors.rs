@@ -40,7 +40,13 @@ mod tests {
 
     #[test]
     fn penalties_by_hand() {
-        let p = SamplingParams { repetition_penalty: 2.0, presence_penalty: 0.5, frequency_penalty: 0.25, penalty_last_n: Some(3), ..Default::default() };
+        let p = SamplingParams {
+            repetition_penalty: 2.0,
+            presence_penalty: 0.5,
+            frequency_penalty: 0.25,
+            penalty_last_n: Some(3),
+            ..Default::default()
+        };
         let mut l = vec![4.0, -4.0, 1.0, 1.0];
         // window = last 3 = [1, 1, 0]; token 3 is outside the window.
         apply_penalties(&mut l, &[3, 1, 1, 0], &p);

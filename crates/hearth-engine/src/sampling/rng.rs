@@ -22,7 +22,10 @@ impl Rng {
 
     /// Seeded from the clock and the address space: different every run.
     pub fn from_entropy() -> Self {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
         let local = 0u8;
         Self::seeded(t ^ (&local as *const u8 as u64).rotate_left(32))
     }

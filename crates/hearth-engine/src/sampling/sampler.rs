@@ -101,7 +101,8 @@ impl Sampler {
     pub fn filtered_probs(&mut self, logits: &[f32]) -> Vec<(usize, f32)> {
         let p = self.params.clone();
         let t = p.temperature.max(1e-6);
-        let mut cand: Vec<(usize, f32)> = logits.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (i, l / t)).collect();
+        let mut cand: Vec<(usize, f32)> =
+            logits.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (i, l / t)).collect();
         if cand.is_empty() {
             return vec![(argmax(logits), 1.0)];
         }
@@ -225,7 +226,10 @@ mod tests {
         let l = ln(&[0.1, 0.4, 0.3, 0.2]);
         close(&Sampler::new(params(|p| p.top_k = 2)).filtered_probs(&l), &[(1, 0.4 / 0.7), (2, 0.3 / 0.7)]);
         // top_p 0.75: 0.4 + 0.3 = 0.7 < 0.75, + 0.2 = 0.9 -> keep three
-        close(&Sampler::new(params(|p| p.top_p = 0.75)).filtered_probs(&l), &[(1, 0.4 / 0.9), (2, 0.3 / 0.9), (3, 0.2 / 0.9)]);
+        close(
+            &Sampler::new(params(|p| p.top_p = 0.75)).filtered_probs(&l),
+            &[(1, 0.4 / 0.9), (2, 0.3 / 0.9), (3, 0.2 / 0.9)],
+        );
         // min_p 0.6: floor 0.24 -> keep 0.4, 0.3
         close(&Sampler::new(params(|p| p.min_p = 0.6)).filtered_probs(&l), &[(1, 0.4 / 0.7), (2, 0.3 / 0.7)]);
     }

@@ -26,7 +26,7 @@ pub use sequence::Sequence;
 use crate::attention::PIECE_ALIGN;
 use crate::kv::BlockPool;
 use crate::types::{blocks_to_admit, EngineConfig, EngineEvent, EngineStats, FinishReason};
-use plan::{PieceBudget, Pick};
+use plan::{Pick, PieceBudget};
 use std::collections::VecDeque;
 
 pub struct Scheduler {
@@ -45,7 +45,12 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(cfg: EngineConfig, eos: Vec<u32>, max_positions: usize) -> Self {
         let pool = BlockPool::new(cfg.kv_blocks, cfg.kv_block_size);
-        let stats = EngineStats { kv_blocks_total: cfg.kv_blocks, kv_blocks_free: cfg.kv_blocks, kv_block_size: cfg.kv_block_size, ..Default::default() };
+        let stats = EngineStats {
+            kv_blocks_total: cfg.kv_blocks,
+            kv_blocks_free: cfg.kv_blocks,
+            kv_block_size: cfg.kv_block_size,
+            ..Default::default()
+        };
         Self { pool, cfg, eos, max_positions, running: Vec::new(), waiting: VecDeque::new(), copies: Vec::new(), stats }
     }
 
@@ -85,7 +90,8 @@ impl Scheduler {
             .filter_map(|(slot, n)| {
                 let s = &self.running[self.index_of(slot)?];
                 let samples = s.computed + n >= s.tokens.len();
-                let greedy = s.sampler.params().is_plain_greedy() && s.siblings.iter().all(|b| b.sampler.params().is_plain_greedy());
+                let greedy = s.sampler.params().is_plain_greedy()
+                    && s.siblings.iter().all(|b| b.sampler.params().is_plain_greedy());
                 Some(PlannedRow {
                     slot,
                     pos0: s.computed,
@@ -115,13 +121,16 @@ impl Scheduler {
             let mut s = self.running.remove(i);
             let before = s.computed;
             s.computed += row.tokens.len();
-            self.stats.prompt_tokens_processed_total += (s.computed.min(s.prompt_len) - before.min(s.prompt_len)) as u64;
+            self.stats.prompt_tokens_processed_total +=
+                (s.computed.min(s.prompt_len) - before.min(s.prompt_len)) as u64;
             if s.pending() > 0 {
                 self.running.insert(i, s); // mid-prefill
                 continue;
             }
             let Some(pick) = out.row(r) else {
-                s.emit(EngineEvent::Error { message: format!("the step returned {} outputs for {} rows", out.len(), plan.rows.len()) });
+                s.emit(EngineEvent::Error {
+                    message: format!("the step returned {} outputs for {} rows", out.len(), plan.rows.len()),
+                });
                 self.free(s);
                 continue;
             };
@@ -212,7 +221,8 @@ impl Scheduler {
                 i += 1;
             }
         }
-        let (keep, gone): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.waiting).into_iter().partition(|s| !s.is_cancelled());
+        let (keep, gone): (VecDeque<_>, VecDeque<_>) =
+            std::mem::take(&mut self.waiting).into_iter().partition(|s| !s.is_cancelled());
         self.waiting = keep;
         for s in gone {
             self.cancelled(s);
@@ -277,8 +287,7 @@ impl Scheduler {
     /// Ensure blocks for the planned pieces, preempting as needed; returns the pieces of rows still running.
     fn reserve(&mut self, pieces: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
         for &(slot, n_new) in &pieces {
-            loop {
-                let Some(i) = self.index_of(slot) else { break };
+            while let Some(i) = self.index_of(slot) {
                 let needed = self.pool.blocks_for(self.running[i].computed + n_new);
                 if self.running[i].blocks.len() >= needed {
                     break;
@@ -326,9 +335,11 @@ impl Scheduler {
     fn fork(&mut self, parent_blocks: &[u32], mut sib: Sequence) -> Option<Sequence> {
         let bs = self.pool.block_size();
         let full = sib.prompt_len / bs;
-        let partial = sib.prompt_len % bs != 0;
+        let partial = !sib.prompt_len.is_multiple_of(bs);
         if parent_blocks.len() < full + partial as usize {
-            sib.emit(EngineEvent::Error { message: format!("choice {} cannot fork: its prompt has no KV blocks", sib.choice) });
+            sib.emit(EngineEvent::Error {
+                message: format!("choice {} cannot fork: its prompt has no KV blocks", sib.choice),
+            });
             return None;
         }
         let mut blocks: Vec<u32> = parent_blocks[..full].to_vec();

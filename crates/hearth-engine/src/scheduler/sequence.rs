@@ -43,7 +43,10 @@ impl Sequence {
             .map(|(choice, flag)| {
                 let slot = next_slot();
                 // Each choice draws from its own seed (seed + choice), so choices differ yet replay.
-                let params = SamplingParams { seed: req.sampling.seed.map(|s| s.wrapping_add(choice as u64)), ..req.sampling.clone() };
+                let params = SamplingParams {
+                    seed: req.sampling.seed.map(|s| s.wrapping_add(choice as u64)),
+                    ..req.sampling.clone()
+                };
                 Sequence {
                     slot,
                     arrival: slot as u64,

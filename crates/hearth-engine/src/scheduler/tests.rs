@@ -39,7 +39,10 @@ impl Runner for FakeRunner {
             // Next token: a position-weighted sum of every visible token, read back through the block table.
             let end = row.pos0 + row.tokens.len();
             let sum: u64 = (0..end)
-                .map(|p| self.kv[row.blocks[p / BS] as usize][p % BS].expect("a visible position was never written") as u64 * (p as u64 + 1))
+                .map(|p| {
+                    self.kv[row.blocks[p / BS] as usize][p % BS].expect("a visible position was never written") as u64
+                        * (p as u64 + 1)
+                })
                 .sum();
             let mut l = vec![0f32; VOCAB];
             l[(sum % VOCAB as u64) as usize] = 1.0;
@@ -51,7 +54,15 @@ impl Runner for FakeRunner {
 }
 
 fn config(blocks: usize, batch: usize) -> EngineConfig {
-    EngineConfig { max_batch: batch, kv_block_size: BS, kv_blocks: blocks, step_tokens: 64, step_tokens_decoding: 32, max_prefill_rows: 0, max_queue: 64 }
+    EngineConfig {
+        max_batch: batch,
+        kv_block_size: BS,
+        kv_blocks: blocks,
+        step_tokens: 64,
+        step_tokens_decoding: 32,
+        max_prefill_rows: 0,
+        max_queue: 64,
+    }
 }
 
 fn core(blocks: usize, batch: usize) -> EngineCore<FakeRunner> {
@@ -112,7 +123,11 @@ fn solo(req: &EngineRequest) -> Vec<u32> {
 
 #[test]
 fn pieces_end_at_fixed_boundaries_whatever_the_budget() {
-    let b = |step_tokens, decoding, pieces| plan::PieceBudget { step_tokens, step_tokens_decoding: decoding, max_pieces: pieces };
+    let b = |step_tokens, decoding, pieces| plan::PieceBudget {
+        step_tokens,
+        step_tokens_decoding: decoding,
+        max_pieces: pieces,
+    };
     // A 100-token prompt alone: 64 budget -> a 64-token piece (a multiple of 32); 50 -> 32; the rest when it fits.
     assert_eq!(plan::plan_pieces(&[(0, 0, 0, 100)], b(64, 32, 0), 32), vec![(0, 64)]);
     assert_eq!(plan::plan_pieces(&[(0, 0, 0, 100)], b(50, 32, 0), 32), vec![(0, 32)]);
@@ -156,7 +171,8 @@ fn the_newest_row_is_preempted_and_recomputed() {
     run_to_idle(&mut c);
     assert!(c.scheduler().stats().preemptions_total > 0, "the pool must have run out");
     // The oldest row never lost its KV: its prompt was computed exactly once.
-    let computed_from_zero = |slot| c.runner.plans.iter().filter(|p| p.rows.iter().any(|r| r.slot == slot && r.pos0 == 0)).count();
+    let computed_from_zero =
+        |slot| c.runner.plans.iter().filter(|p| p.rows.iter().any(|r| r.slot == slot && r.pos0 == 0)).count();
     assert_eq!(computed_from_zero(0), 1);
     assert!(computed_from_zero(2) > 1, "the newest row was recomputed");
     for (s, r) in streams.iter_mut().zip(&reqs) {

@@ -42,7 +42,13 @@ fn strip_generation_tags(src: &str) -> String {
 
 fn python_float(x: f64) -> String {
     if !x.is_finite() {
-        return if x.is_nan() { "NaN".into() } else if x > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+        return if x.is_nan() {
+            "NaN".into()
+        } else if x > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
     }
     let a = x.abs();
     if a != 0.0 && !(1e-4..1e16).contains(&a) {
@@ -81,7 +87,13 @@ fn json_string(s: &str, out: &mut String) {
 }
 
 /// Python `json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=sort_keys)`.
-fn py_json(v: &Value, indent: Option<usize>, sort_keys: bool, depth: usize, out: &mut String) -> std::result::Result<(), minijinja::Error> {
+fn py_json(
+    v: &Value,
+    indent: Option<usize>,
+    sort_keys: bool,
+    depth: usize,
+    out: &mut String,
+) -> std::result::Result<(), minijinja::Error> {
     let nl = |out: &mut String, d: usize| {
         if let Some(n) = indent {
             out.push('\n');
@@ -163,7 +175,11 @@ fn strftime_now(fmt: String) -> String {
 }
 
 /// Print values the way Jinja2 on Python does: None, True, False.
-fn python_formatter(out: &mut minijinja::Output, state: &State, v: &Value) -> std::result::Result<(), minijinja::Error> {
+fn python_formatter(
+    out: &mut minijinja::Output,
+    state: &State,
+    v: &Value,
+) -> std::result::Result<(), minijinja::Error> {
     match v.kind() {
         ValueKind::None => out.write_str("None").map_err(minijinja::Error::from),
         ValueKind::Bool => out.write_str(if v.is_true() { "True" } else { "False" }).map_err(minijinja::Error::from),
@@ -188,7 +204,8 @@ impl ChatTemplate {
 
     /// Load a template file given with `--chat-template`.
     pub fn from_file(path: &std::path::Path, bos_token: &str, eos_token: &str) -> Result<Self> {
-        let src = std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading chat template {}", path.display()), e))?;
+        let src = std::fs::read_to_string(path)
+            .map_err(|e| Error::io(format!("reading chat template {}", path.display()), e))?;
         Self::new(&src, bos_token, eos_token)
     }
 
@@ -232,7 +249,8 @@ mod tests {
 
     #[test]
     fn python_tojson_does_not_html_escape_and_keeps_key_order() {
-        let out = render("{{ messages[0] | tojson }}", json!([{"z": "<a&b>", "a": [1, 2.5, null, true], "é": "ü"}])).unwrap();
+        let out =
+            render("{{ messages[0] | tojson }}", json!([{"z": "<a&b>", "a": [1, 2.5, null, true], "é": "ü"}])).unwrap();
         assert_eq!(out, r#"{"z": "<a&b>", "a": [1, 2.5, null, true], "é": "ü"}"#);
         let out = render("{{ messages[0] | tojson(indent=2) }}", json!([{"a": [1]}])).unwrap();
         assert_eq!(out, "{\n  \"a\": [\n    1\n  ]\n}");

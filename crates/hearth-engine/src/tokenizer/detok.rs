@@ -38,7 +38,14 @@ const CLEANUP_FOLLOWERS: &[&str] = &[".", "?", "!", ",", "'m", "'s", "'ve", "'re
 
 impl<'a> StreamDecoder<'a> {
     pub fn new(tok: &'a Tokenizer, trim_leading_space: bool) -> Self {
-        Self { tok, pending: Vec::new(), emitted_any: false, trim_leading_space, skip_special: false, held_space: false }
+        Self {
+            tok,
+            pending: Vec::new(),
+            emitted_any: false,
+            trim_leading_space,
+            skip_special: false,
+            held_space: false,
+        }
     }
 
     /// Drop control tokens from the text (they are emitted by default, as mlx_lm does).

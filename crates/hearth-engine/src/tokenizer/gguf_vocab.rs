@@ -16,11 +16,24 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer};
 
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_REGEX: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// The `tokenizer.ggml.pre` values hearth knows, as llama.cpp defines them.
-pub const KNOWN_PRE: &[&str] =
-    &["default", "gpt2", "gpt-2", "smollm", "starcoder", "refact", "codeshell", "llama3", "llama-bpe", "llama-v3", "qwen2", "deepseek-r1-qwen"];
+pub const KNOWN_PRE: &[&str] = &[
+    "default",
+    "gpt2",
+    "gpt-2",
+    "smollm",
+    "starcoder",
+    "refact",
+    "codeshell",
+    "llama3",
+    "llama-bpe",
+    "llama-v3",
+    "qwen2",
+    "deepseek-r1-qwen",
+];
 
 fn split(regex: &str) -> Result<PreTokenizerWrapper> {
     let s = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
@@ -141,9 +154,7 @@ pub fn from_gguf(g: &GgufFile) -> Result<(Tokenizer, VocabInfo)> {
             if prefix {
                 norms.push(Prepend::new("▁".into()).into());
             }
-            norms.push(
-                Replace::new(" ", "▁").map_err(|e| Error::Tokenizer(format!("normalizer: {e}")))?.into(),
-            );
+            norms.push(Replace::new(" ", "▁").map_err(|e| Error::Tokenizer(format!("normalizer: {e}")))?.into());
             t.with_normalizer(Some(tokenizers::normalizers::Sequence::new(norms)))
                 .map_err(|e| Error::Tokenizer(format!("normalizer: {e}")))?;
             (t, false)

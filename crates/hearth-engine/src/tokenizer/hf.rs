@@ -27,7 +27,9 @@ fn token_string(v: Option<&Value>) -> Option<String> {
 fn chat_template_source(dir: &Path, cfg: Option<&Value>) -> Result<Option<String>> {
     let file = dir.join("chat_template.jinja");
     if file.is_file() {
-        return std::fs::read_to_string(&file).map(Some).map_err(|e| Error::io(format!("reading {}", file.display()), e));
+        return std::fs::read_to_string(&file)
+            .map(Some)
+            .map_err(|e| Error::io(format!("reading {}", file.display()), e));
     }
     Ok(match cfg.and_then(|c| c.get("chat_template")) {
         Some(Value::String(s)) => Some(s.clone()),
@@ -48,8 +50,8 @@ pub fn load(dir: &Path) -> Result<Tokenizer> {
             dir.display()
         )));
     }
-    let inner = tokenizers::Tokenizer::from_file(&path)
-        .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+    let inner =
+        tokenizers::Tokenizer::from_file(&path).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
     let raw = read_json(&path)?.unwrap_or(Value::Null);
     let cfg = read_json(&dir.join("tokenizer_config.json"))?;
 
@@ -64,11 +66,15 @@ pub fn load(dir: &Path) -> Result<Tokenizer> {
     let byte_fallback = raw.pointer("/model/byte_fallback").and_then(|b| b.as_bool()).unwrap_or(false);
     let mut kinds: Vec<TokenKind> = tokens
         .iter()
-        .map(|t| if byte_fallback && t.len() == 6 && t.starts_with("<0x") { TokenKind::Byte } else { TokenKind::Normal })
+        .map(
+            |t| if byte_fallback && t.len() == 6 && t.starts_with("<0x") { TokenKind::Byte } else { TokenKind::Normal },
+        )
         .collect();
     if let Some(added) = raw.get("added_tokens").and_then(|a| a.as_array()) {
         for a in added {
-            let (Some(id), special) = (a.get("id").and_then(|i| i.as_u64()), a.get("special").and_then(|s| s.as_bool())) else {
+            let (Some(id), special) =
+                (a.get("id").and_then(|i| i.as_u64()), a.get("special").and_then(|s| s.as_bool()))
+            else {
                 continue;
             };
             if let Some(k) = kinds.get_mut(id as usize) {
@@ -98,11 +104,8 @@ pub fn load(dir: &Path) -> Result<Tokenizer> {
     } else {
         (true, false)
     };
-    let clean_up_spaces = cfg
-        .as_ref()
-        .and_then(|c| c.get("clean_up_tokenization_spaces"))
-        .and_then(|b| b.as_bool())
-        .unwrap_or(false);
+    let clean_up_spaces =
+        cfg.as_ref().and_then(|c| c.get("clean_up_tokenization_spaces")).and_then(|b| b.as_bool()).unwrap_or(false);
     let info = VocabInfo { tokens, kinds, byte_level, bos_id, eos_ids, add_bos, manual_bos, clean_up_spaces };
     let mut tok = Tokenizer::from_parts(inner, info, None);
     if let Some(src) = chat_template_source(dir, cfg.as_ref())? {

@@ -67,7 +67,9 @@ fn token_bytes_table(info: &VocabInfo) -> Vec<Vec<u8>> {
         .iter()
         .zip(&info.kinds)
         .map(|(t, k)| match k {
-            TokenKind::Control | TokenKind::UserDefined | TokenKind::Unknown | TokenKind::Unused => t.as_bytes().to_vec(),
+            TokenKind::Control | TokenKind::UserDefined | TokenKind::Unknown | TokenKind::Unused => {
+                t.as_bytes().to_vec()
+            }
             TokenKind::Byte => parse_byte_token(t).map(|b| vec![b]).unwrap_or_else(|| t.as_bytes().to_vec()),
             TokenKind::Normal => match &map {
                 Some(m) => {
@@ -112,7 +114,11 @@ impl Tokenizer {
                 let (inner, info) = gguf_vocab::from_gguf(&g)?;
                 let mut t = Self::from_parts(inner, info, None);
                 if let Some(src) = g.get_str("tokenizer.chat_template") {
-                    t.chat_template = Some(ChatTemplate::new(src, &t.special_text(t.info.bos_id), &t.special_text(t.info.eos_ids.first().copied()))?);
+                    t.chat_template = Some(ChatTemplate::new(
+                        src,
+                        &t.special_text(t.info.bos_id),
+                        &t.special_text(t.info.eos_ids.first().copied()),
+                    )?);
                 }
                 t
             }

@@ -24,9 +24,16 @@ pub enum Activation {
 pub enum RopeScaling {
     None,
     /// Positions divided by `factor` (frequencies divided by it).
-    Linear { factor: f64 },
+    Linear {
+        factor: f64,
+    },
     /// Llama 3.1 frequency-dependent scaling.
-    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position_embeddings: f64 },
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: f64,
+    },
     /// Per-dimension frequency divisors read from a GGUF `rope_freqs.weight` tensor.
     FreqFactors(Vec<f32>),
 }
@@ -83,10 +90,10 @@ impl ModelConfig {
 
     fn validate(self) -> Result<Self> {
         let bad = |m: String| Err(Error::InvalidModel(m));
-        if self.num_heads == 0 || self.num_kv_heads == 0 || self.num_heads % self.num_kv_heads != 0 {
+        if self.num_heads == 0 || self.num_kv_heads == 0 || !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return bad(format!("{} heads is not a multiple of {} kv heads", self.num_heads, self.num_kv_heads));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad(format!("head_dim {} must be even and non-zero", self.head_dim));
         }
         if self.num_layers == 0 || self.hidden_size == 0 || self.vocab_size == 0 {
@@ -131,13 +138,15 @@ impl ModelConfig {
         let head_dim = g
             .get_u64(&key("attention.key_length"))
             .map(|v| v as usize)
-            .unwrap_or(if heads > 0 { hidden / heads } else { 0 });
+            .unwrap_or(hidden.checked_div(heads).unwrap_or(0));
         let layers = need("block_count")? as usize;
         let vocab = match g.get_u64(&key("vocab_size")) {
             Some(v) => v as usize,
-            None => g.get("tokenizer.ggml.tokens").and_then(|v| v.to_vec().ok()).map(|v| v.len()).ok_or_else(
-                || Error::InvalidModel("GGUF has neither a vocab_size nor tokenizer.ggml.tokens".into()),
-            )?,
+            None => {
+                g.get("tokenizer.ggml.tokens").and_then(|v| v.to_vec().ok()).map(|v| v.len()).ok_or_else(|| {
+                    Error::InvalidModel("GGUF has neither a vocab_size nor tokenizer.ggml.tokens".into())
+                })?
+            }
         };
         let rope_scaling = if g.has_tensor("rope_freqs.weight") {
             let t = g.tensor_f32("rope_freqs.weight", &candle_core::Device::Cpu)?;
@@ -147,7 +156,9 @@ impl ModelConfig {
                 Some("linear") => RopeScaling::Linear { factor: g.get_f64(&key("rope.scaling.factor")).unwrap_or(1.0) },
                 None | Some("none") => RopeScaling::None,
                 Some(other) => {
-                    return Err(Error::Unsupported(format!("GGUF rope scaling `{other}`; supported: none, linear, llama3")))
+                    return Err(Error::Unsupported(format!(
+                        "GGUF rope scaling `{other}`; supported: none, linear, llama3"
+                    )))
                 }
             }
         };
@@ -178,7 +189,11 @@ impl ModelConfig {
             tie_word_embeddings: !g.has_tensor("output.weight"),
             layer_window,
             // llama.cpp: Gemma 3 27B (62 layers) scales by hidden/heads; the other sizes by head_dim.
-            query_pre_attn_scalar: if is_gemma && layers == 62 { (hidden / heads.max(1)) as f64 } else { head_dim as f64 },
+            query_pre_attn_scalar: if is_gemma && layers == 62 {
+                (hidden / heads.max(1)) as f64
+            } else {
+                head_dim as f64
+            },
             final_logit_softcapping: g.get_f64(&key("final_logit_softcapping")),
             attn_logit_softcapping: g.get_f64(&key("attn_logit_softcapping")),
             activation: if is_gemma { Activation::GeluTanh } else { Activation::Silu },
@@ -191,8 +206,7 @@ impl ModelConfig {
     }
 
     pub fn from_hf_json(text: &str) -> Result<Self> {
-        let c: HfConfig =
-            serde_json::from_str(text).map_err(|e| Error::InvalidModel(format!("config.json: {e}")))?;
+        let c: HfConfig = serde_json::from_str(text).map_err(|e| Error::InvalidModel(format!("config.json: {e}")))?;
         // Gemma 3 multimodal checkpoints nest the text model.
         let c = match c.text_config {
             Some(inner) if c.model_type.as_deref() == Some("gemma3") => {
@@ -209,7 +223,7 @@ impl ModelConfig {
         let hidden = req(c.hidden_size, "hidden_size")?;
         let heads = req(c.num_attention_heads, "num_attention_heads")?;
         let layers = req(c.num_hidden_layers, "num_hidden_layers")?;
-        let head_dim = c.head_dim.unwrap_or(if heads > 0 { hidden / heads } else { 0 });
+        let head_dim = c.head_dim.unwrap_or(hidden.checked_div(heads).unwrap_or(0));
         let rope_scaling = match &c.rope_scaling {
             None => RopeScaling::None,
             Some(s) => {
@@ -232,10 +246,7 @@ impl ModelConfig {
             }
         };
         let layer_window = if let Some(types) = &c.layer_types {
-            types
-                .iter()
-                .map(|t| if t == "sliding_attention" { c.sliding_window } else { None })
-                .collect()
+            types.iter().map(|t| if t == "sliding_attention" { c.sliding_window } else { None }).collect()
         } else if is_gemma {
             gemma_windows(layers, c.sliding_window.unwrap_or(4096), c.sliding_window_pattern.unwrap_or(6))
         } else if c.use_sliding_window.unwrap_or(true) {
@@ -269,7 +280,9 @@ impl ModelConfig {
                 Some("gelu_pytorch_tanh") | Some("gelu_tanh") => Activation::GeluTanh,
                 Some("silu") | Some("swish") | None if !is_gemma => Activation::Silu,
                 None => Activation::GeluTanh,
-                Some(other) => return Err(Error::Unsupported(format!("hidden_act `{other}`; supported: silu, gelu_pytorch_tanh"))),
+                Some(other) => {
+                    return Err(Error::Unsupported(format!("hidden_act `{other}`; supported: silu, gelu_pytorch_tanh")))
+                }
             },
             norm_weight_offset: if is_gemma { 1.0 } else { 0.0 },
             bos_token_id: c.bos_token_id.as_ref().and_then(|v| v.ids().first().copied()),

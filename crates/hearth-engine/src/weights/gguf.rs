@@ -97,9 +97,11 @@ impl GgufFile {
 
     /// Load one tensor by its GGUF name, still quantized.
     pub fn qtensor(&self, gguf_name: &str, device: &Device) -> Result<QTensor> {
-        let info = self.content.tensor_infos.get(gguf_name).ok_or_else(|| {
-            Error::InvalidModel(format!("{}: missing tensor `{gguf_name}`", self.path.display()))
-        })?;
+        let info = self
+            .content
+            .tensor_infos
+            .get(gguf_name)
+            .ok_or_else(|| Error::InvalidModel(format!("{}: missing tensor `{gguf_name}`", self.path.display())))?;
         if !SUPPORTED_DTYPES.contains(&info.ggml_dtype) {
             return Err(Error::Unsupported(format!(
                 "tensor `{gguf_name}` has type {:?}; hearth supports {}",
@@ -148,7 +150,7 @@ impl GgufFile {
                 None => counts.push((name, 1)),
             }
         }
-        counts.sort_by(|a, b| b.1.cmp(&a.1));
+        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
         counts.iter().map(|(n, c)| format!("{n}×{c}")).collect::<Vec<_>>().join(" ")
     }
 }

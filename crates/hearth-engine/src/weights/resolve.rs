@@ -5,10 +5,8 @@ use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
 /// Aliases of the models `scripts/fetch-models` puts in the model cache: (alias, file name).
-pub const ALIASES: &[(&str, &str)] = &[
-    ("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-    ("gemma3-270m", "gemma-3-270m-q4_k_m.gguf"),
-];
+pub const ALIASES: &[(&str, &str)] =
+    &[("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"), ("gemma3-270m", "gemma-3-270m-q4_k_m.gguf")];
 
 /// The default model: SmolLM2-135M-Instruct.
 pub const DEFAULT_MODEL: &str = "smollm2-135m";
@@ -148,15 +146,25 @@ pub fn list_models() -> Vec<ListedModel> {
     for (alias, file) in ALIASES {
         let p = models_dir().join(file);
         if p.is_file() {
-            out.push(ListedModel { name: alias.to_string(), location: Some(ModelLocation::Gguf(p)), note: String::new() });
+            out.push(ListedModel {
+                name: alias.to_string(),
+                location: Some(ModelLocation::Gguf(p)),
+                note: String::new(),
+            });
         } else {
-            out.push(ListedModel { name: alias.to_string(), location: None, note: "not fetched: run scripts/fetch-models".into() });
+            out.push(ListedModel {
+                name: alias.to_string(),
+                location: None,
+                note: "not fetched: run scripts/fetch-models".into(),
+            });
         }
     }
     if let Ok(rd) = std::fs::read_dir(hf_hub_cache()) {
         let mut ids: Vec<String> = rd
             .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix("models--")).map(|n| n.replacen("--", "/", 1)))
+            .filter_map(|e| {
+                e.file_name().to_str().and_then(|n| n.strip_prefix("models--")).map(|n| n.replacen("--", "/", 1))
+            })
             .collect();
         ids.sort();
         for id in ids {

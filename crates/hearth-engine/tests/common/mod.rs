@@ -14,7 +14,8 @@ pub fn repo_root() -> PathBuf {
 
 pub fn golden(name: &str) -> serde_json::Value {
     let p = repo_root().join("tests/goldens").join(name);
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("golden {} missing ({e}); see tools/oracle/README.md", p.display()));
+    let text = std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("golden {} missing ({e}); see tools/oracle/README.md", p.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("golden {}: {e}", p.display()))
 }
 
@@ -24,17 +25,23 @@ pub fn fixture(name: &str) -> PathBuf {
 
 /// Load a real model by alias on the CPU. Fails (never skips) when the model is missing: run scripts/fetch-models.
 pub fn real_model(alias: &str) -> LoadedModel {
-    load(alias, &candle_core::Device::Cpu, None).unwrap_or_else(|e| panic!("loading {alias}: {e} (run scripts/fetch-models)"))
+    load(alias, &candle_core::Device::Cpu, None)
+        .unwrap_or_else(|e| panic!("loading {alias}: {e} (run scripts/fetch-models)"))
 }
 
 /// Load a real model for the serving engine: batch-invariant CPU matmuls, as `hearth serve` loads it.
 pub fn engine_model(alias: &str) -> LoadedModel {
     let opts = hearth_engine::models::LoadOptions { batch_invariant: true, ..Default::default() };
-    load_with(alias, &candle_core::Device::Cpu, None, &opts).unwrap_or_else(|e| panic!("loading {alias}: {e} (run scripts/fetch-models)"))
+    load_with(alias, &candle_core::Device::Cpu, None, &opts)
+        .unwrap_or_else(|e| panic!("loading {alias}: {e} (run scripts/fetch-models)"))
 }
 
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap_or_else(|| panic!("expected an id array, got {v}")).iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap_or_else(|| panic!("expected an id array, got {v}"))
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 pub fn floats(v: &serde_json::Value) -> Vec<f32> {
@@ -43,11 +50,7 @@ pub fn floats(v: &serde_json::Value) -> Vec<f32> {
 
 /// [[id, logit], ...]
 pub fn pairs(v: &serde_json::Value) -> Vec<(usize, f32)> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p[0].as_u64().unwrap() as usize, p[1].as_f64().unwrap() as f32))
-        .collect()
+    v.as_array().unwrap().iter().map(|p| (p[0].as_u64().unwrap() as usize, p[1].as_f64().unwrap() as f32)).collect()
 }
 
 /// Logit gap (top-1 minus top-2, in the reference) below which a greedy disagreement is a tie, not a bug.
@@ -73,7 +76,10 @@ pub fn logit_diff(ours: &[f32], reference: &serde_json::Value) -> (f32, f32) {
 
 pub fn compare_logits(name: &str, ours: &[f32], reference: &serde_json::Value, tol: &Tol) -> (f32, f32) {
     let (max_abs, rel_rms) = logit_diff(ours, reference);
-    eprintln!("{name}: max_abs {max_abs:.4} rel_rms {rel_rms:.5} over {} ids", pairs(&reference["sample"]).len() + pairs(&reference["top"]).len());
+    eprintln!(
+        "{name}: max_abs {max_abs:.4} rel_rms {rel_rms:.5} over {} ids",
+        pairs(&reference["sample"]).len() + pairs(&reference["top"]).len()
+    );
     assert!(max_abs <= tol.max_abs, "{name}: max-abs logit diff {max_abs} > {}", tol.max_abs);
     assert!(rel_rms <= tol.rel_rms, "{name}: relative RMS {rel_rms} > {}", tol.rel_rms);
     // The reference's top-1 must be our top-1 when its margin is clear.

@@ -1,36 +1,48 @@
 //! `POST /v1/chat/completions`.
 
-use super::{logprobs, messages, params, usage_json, ResponseMeta};
-use crate::body::{JsonObject, Params};
+use super::{logprobs, messages, params};
+use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::generation::{collect, Event, Generation, Job, TextOptions, UsageTotals};
 use crate::sse::{self, ChunkFormat, StreamSpec};
 use crate::state::{new_id, unix_now, AppState};
+use crate::wire::chat::{AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionRequest, Delta};
+use crate::wire::{Chunk, ResponseMeta};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use axum::Json;
 use hearth_engine::tokenizer::Tokenizer;
-use serde_json::{json, Value};
 use tracing::Instrument;
 
-pub async fn handler(State(st): State<AppState>, JsonObject(body): JsonObject) -> ApiResult<Response> {
+const OBJECT: &str = "chat.completion";
+const CHUNK_OBJECT: &str = "chat.completion.chunk";
+
+pub async fn handler(
+    State(st): State<AppState>,
+    JsonBody(req): JsonBody<ChatCompletionRequest>,
+) -> ApiResult<Response> {
     let id = new_id("chatcmpl");
     let span = tracing::info_span!("chat", id = %id);
-    run(st, body, id).instrument(span).await
+    run(st, req, id).instrument(span).await
 }
 
-async fn run(st: AppState, body: serde_json::Map<String, Value>, id: String) -> ApiResult<Response> {
+async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<Response> {
     let ready = st.ready()?;
-    let p = Params(&body);
-    let mut g = params::parse(p, &ready.defaults, ready.engine.info.vocab_size, &["max_completion_tokens", "max_tokens"])?;
-    let want_logprobs = p.bool("logprobs")?.unwrap_or(false);
-    let top = params::top_count(p, "top_logprobs")?;
+    let ChatCompletionRequest { params: p, options, conversation } = req;
+    let max_tokens = match options.max_completion_tokens {
+        Some(m) => ("max_completion_tokens", Some(m)),
+        None => ("max_tokens", p.max_tokens),
+    };
+    let mut g = params::resolve(&p, &ready.defaults, ready.engine.info.vocab_size, max_tokens)?;
+    let want_logprobs = options.logprobs.unwrap_or(false);
+    let top = params::top_count("top_logprobs", options.top_logprobs)?;
     if top.is_some_and(|k| k > 0) && !want_logprobs {
         return Err(ApiError::param("top_logprobs", "`top_logprobs` needs `logprobs: true`"));
     }
     if want_logprobs {
         g.sampling.logprobs = Some(top.unwrap_or(0));
     }
-    let prompt = messages::prompt_ids(&ready, p)?;
+    let prompt = messages::prompt_ids(&ready, &conversation)?;
     let req = g.engine_request(prompt, &ready)?;
     let prompt_tokens = req.prompt.len();
     tracing::info!(prompt_tokens, max_tokens = req.max_tokens, n = g.n, stream = g.stream, "accepted");
@@ -45,22 +57,18 @@ async fn run(st: AppState, body: serde_json::Map<String, Value>, id: String) -> 
     }
     let tok = ready.tokenizer.clone();
     let (choices, usage) = collect(Generation::new(&tok, jobs, &text)).await.map_err(ApiError::internal)?;
-    let choices: Vec<Value> = choices
-        .iter()
+    let choices = choices
+        .into_iter()
         .enumerate()
-        .map(|(i, c)| {
-            json!({
-                "index": i,
-                "message": {"role": "assistant", "content": c.text},
-                "logprobs": if want_logprobs { logprobs::chat(&tok, &c.logprobs) } else { Value::Null },
-                "finish_reason": c.finish_reason,
-            })
+        .map(|(index, c)| ChatChoice {
+            index,
+            logprobs: want_logprobs.then(|| logprobs::chat(&tok, &c.logprobs)),
+            message: AssistantMessage { role: "assistant", content: c.text },
+            finish_reason: c.finish_reason,
         })
         .collect();
     tracing::info!(completion_tokens = usage.completion_tokens, "done");
-    let mut v = meta.envelope("chat.completion", Value::Array(choices), Some(usage_json(usage)));
-    v["system_fingerprint"] = Value::Null;
-    Ok(axum::Json(v).into_response())
+    Ok(Json(crate::wire::Response::new(&meta, OBJECT, choices, usage.into())).into_response())
 }
 
 /// `chat.completion.chunk` objects.
@@ -71,49 +79,65 @@ struct ChatChunks {
 }
 
 impl ChatChunks {
-    fn chunk(&self, choice: Value) -> Value {
-        self.meta.envelope("chat.completion.chunk", json!([choice]), self.include_usage.then_some(Value::Null))
+    fn chunk(&self, choice: ChatChunkChoice) -> Chunk<'_, ChatChunkChoice> {
+        Chunk::new(&self.meta, CHUNK_OBJECT, vec![choice], self.include_usage)
+    }
+
+    fn content(
+        &self,
+        index: usize,
+        text: String,
+        logprobs: Option<crate::wire::chat::ChatLogprobs>,
+    ) -> Chunk<'_, ChatChunkChoice> {
+        self.chunk(ChatChunkChoice {
+            index,
+            delta: Delta { role: None, content: Some(text) },
+            logprobs,
+            finish_reason: None,
+        })
     }
 }
 
 impl ChunkFormat for ChatChunks {
-    fn start(&mut self) -> Vec<Value> {
+    type Chunk<'a> = Chunk<'a, ChatChunkChoice>;
+
+    fn start(&mut self) -> Vec<Self::Chunk<'_>> {
         (0..self.n)
-            .map(|i| {
-                self.chunk(
-                    json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}),
-                )
+            .map(|index| {
+                let delta = Delta { role: Some("assistant"), content: Some(String::new()) };
+                self.chunk(ChatChunkChoice { index, delta, logprobs: None, finish_reason: None })
             })
             .collect()
     }
 
-    fn event(&mut self, tok: &Tokenizer, ev: Event) -> Vec<Value> {
+    fn event(&mut self, tok: &Tokenizer, ev: Event) -> Vec<Self::Chunk<'_>> {
         match ev {
             Event::Token { choice, text, logprob } => {
                 if text.is_empty() && logprob.is_none() {
                     return Vec::new();
                 }
-                let lp = match logprob {
-                    Some(l) => logprobs::chat(tok, std::slice::from_ref(&l)),
-                    None => Value::Null,
-                };
-                vec![self.chunk(json!({"index": choice, "delta": {"content": text}, "logprobs": lp, "finish_reason": null}))]
+                let lp = logprob.map(|l| logprobs::chat(tok, std::slice::from_ref(&l)));
+                vec![self.content(choice, text, lp)]
             }
             Event::Finish { choice, text, reason } => {
                 let mut out = Vec::new();
                 if !text.is_empty() {
-                    out.push(
-                        self.chunk(json!({"index": choice, "delta": {"content": text}, "logprobs": null, "finish_reason": null})),
-                    );
+                    out.push(self.content(choice, text, None));
                 }
-                out.push(self.chunk(json!({"index": choice, "delta": {}, "logprobs": null, "finish_reason": reason})));
+                let done = ChatChunkChoice {
+                    index: choice,
+                    delta: Delta::default(),
+                    logprobs: None,
+                    finish_reason: Some(reason),
+                };
+                out.push(self.chunk(done));
                 out
             }
             Event::Error(_) => Vec::new(),
         }
     }
 
-    fn usage(&self, u: UsageTotals) -> Value {
-        self.meta.envelope("chat.completion.chunk", json!([]), Some(usage_json(u)))
+    fn usage(&self, u: UsageTotals) -> Self::Chunk<'_> {
+        Chunk::usage(&self.meta, CHUNK_OBJECT, u.into())
     }
 }

@@ -1,79 +1,55 @@
-//! `POST /v1/completions`: `prompt` is a string, a list of strings, a list of token ids, or a list of lists of
-//! token ids. Each prompt is one engine request with `n` choices; choice `i` of prompt `p` has index `p*n + i`.
+//! `POST /v1/completions`: each prompt (`wire::completions::Prompts`) is one engine request with `n` choices;
+//! choice `i` of prompt `p` has index `p*n + i`.
 
-use super::{logprobs, params, usage_json, ResponseMeta};
-use crate::body::{token_ids, type_name, JsonObject, Params};
+use super::{logprobs, params};
+use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::generation::{collect, Event, Generation, Job, TextOptions, UsageTotals};
 use crate::sse::{self, ChunkFormat, StreamSpec};
 use crate::state::{new_id, unix_now, AppState, Ready};
+use crate::wire::completions::{CompletionChoice, CompletionLogprobs, CompletionRequest, Prompt, Prompts};
+use crate::wire::{Chunk, ResponseMeta};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use axum::Json;
 use hearth_engine::tokenizer::Tokenizer;
-use serde_json::{json, Value};
 use tracing::Instrument;
 
-/// Most prompts in one request.
-pub const MAX_PROMPTS: usize = 64;
+const OBJECT: &str = "text_completion";
 
-/// One prompt: its text (for `echo`) and tokens.
+/// One prompt to submit: text, or token ids inside the vocabulary.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PromptInput {
     Text(String),
     Tokens(Vec<u32>),
 }
 
-/// Parse `prompt` into one or more prompts.
-pub fn parse_prompts(p: Params, vocab: usize) -> ApiResult<Vec<PromptInput>> {
-    let bad = |m: String| ApiError::param("prompt", m);
-    let prompts = match p.get("prompt") {
-        None => return Err(bad("`prompt` is required".into())),
-        Some(Value::String(s)) => vec![PromptInput::Text(s.clone())],
-        Some(Value::Array(items)) if items.is_empty() => return Err(bad("`prompt` must not be an empty list".into())),
-        Some(Value::Array(items)) => match &items[0] {
-            Value::String(_) => items
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(|s| PromptInput::Text(s.to_string()))
-                        .ok_or_else(|| bad(format!("`prompt` mixes strings with {}", type_name(v))))
-                })
-                .collect::<ApiResult<_>>()?,
-            Value::Number(_) => vec![PromptInput::Tokens(token_ids("prompt", items, vocab)?)],
-            Value::Array(_) => items
-                .iter()
-                .map(|v| match v.as_array() {
-                    Some(a) if !a.is_empty() => token_ids("prompt", a, vocab).map(PromptInput::Tokens),
-                    Some(_) => Err(bad("`prompt` holds an empty token list".into())),
-                    None => Err(bad(format!("`prompt` mixes token lists with {}", type_name(v)))),
-                })
-                .collect::<ApiResult<_>>()?,
-            other => {
-                return Err(bad(format!(
-                    "`prompt` list items must be strings, token ids or token lists, got {}",
-                    type_name(other)
-                )))
-            }
-        },
-        Some(v) => return Err(bad(format!("`prompt` must be a string, a list of strings, or token ids, got {}", type_name(v)))),
-    };
-    if prompts.len() > MAX_PROMPTS {
-        return Err(bad(format!("`prompt` may hold at most {MAX_PROMPTS} prompts, got {}", prompts.len())));
-    }
-    Ok(prompts)
+/// The prompts (required), every token id checked against the vocabulary before any is submitted.
+pub fn checked_prompts(prompts: Option<Prompts>, vocab: usize) -> ApiResult<Vec<PromptInput>> {
+    let Some(Prompts(prompts)) = prompts else { return Err(ApiError::param("prompt", "`prompt` is required")) };
+    prompts
+        .into_iter()
+        .map(|p| match p {
+            Prompt::Text(t) => Ok(PromptInput::Text(t)),
+            Prompt::Tokens(ids) => ids.check("prompt", vocab).map(PromptInput::Tokens),
+        })
+        .collect()
 }
 
-pub async fn handler(State(st): State<AppState>, JsonObject(body): JsonObject) -> ApiResult<Response> {
+pub async fn handler(State(st): State<AppState>, JsonBody(req): JsonBody<CompletionRequest>) -> ApiResult<Response> {
     let id = new_id("cmpl");
     let span = tracing::info_span!("completion", id = %id);
-    run(st, body, id).instrument(span).await
+    run(st, req, id).instrument(span).await
 }
 
+/// A prompt's tokens and its text (for `echo`).
 fn tokens_and_text(ready: &Ready, prompt: PromptInput) -> ApiResult<(Vec<u32>, String)> {
     match prompt {
         PromptInput::Text(t) => {
-            let ids =
-                ready.tokenizer.encode(&t, true).map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))?;
+            let ids = ready
+                .tokenizer
+                .encode(&t, true)
+                .map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))?;
             if ids.is_empty() {
                 return Err(ApiError::param("prompt", "the prompt is empty"));
             }
@@ -86,26 +62,26 @@ fn tokens_and_text(ready: &Ready, prompt: PromptInput) -> ApiResult<(Vec<u32>, S
     }
 }
 
-async fn run(st: AppState, body: serde_json::Map<String, Value>, id: String) -> ApiResult<Response> {
+async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Response> {
     let ready = st.ready()?;
-    let p = Params(&body);
-    let mut g = params::parse(p, &ready.defaults, ready.engine.info.vocab_size, &["max_tokens"])?;
-    let want = params::top_count(p, "logprobs")?;
+    let CompletionRequest { params: p, options: o } = req;
+    let mut g = params::resolve(&p, &ready.defaults, ready.engine.info.vocab_size, ("max_tokens", p.max_tokens))?;
+    let want = params::top_count("logprobs", o.logprobs)?;
     g.sampling.logprobs = want;
-    let echo = p.bool("echo")?.unwrap_or(false);
+    let echo = o.echo.unwrap_or(false);
     if echo && want.is_some() {
         return Err(ApiError::param(
             "echo",
             "`echo` with `logprobs` is not supported (prompt log-probabilities are not computed)",
         ));
     }
-    if p.str("suffix")?.is_some_and(|s| !s.is_empty()) {
+    if o.suffix.is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::param("suffix", "`suffix` (insertion) is not supported"));
     }
-    if p.int_in("best_of", 1, params::MAX_N)?.is_some_and(|b| b as usize != g.n) {
+    if params::int_in("best_of", o.best_of, 1, params::MAX_N)?.is_some_and(|b| b as usize != g.n) {
         return Err(ApiError::param("best_of", "`best_of` other than `n` is not supported"));
     }
-    let prompts = parse_prompts(p, ready.engine.info.vocab_size)?;
+    let prompts = checked_prompts(o.prompt, ready.engine.info.vocab_size)?;
     let mut jobs = Vec::with_capacity(prompts.len());
     let mut echoes = Vec::with_capacity(prompts.len());
     for prompt in prompts {
@@ -128,23 +104,19 @@ async fn run(st: AppState, body: serde_json::Map<String, Value>, id: String) -> 
     }
     let tok = ready.tokenizer.clone();
     let (choices, usage) = collect(Generation::new(&tok, jobs, &text)).await.map_err(ApiError::internal)?;
-    let choices: Vec<Value> = choices
-        .iter()
-        .zip(&echoes)
+    let choices = choices
+        .into_iter()
+        .zip(echoes)
         .enumerate()
-        .map(|(i, (c, e))| {
-            json!({
-                "index": i,
-                "text": format!("{e}{}", c.text),
-                "logprobs": if want.is_some() { logprobs::completion(&tok, &c.logprobs, 0) } else { Value::Null },
-                "finish_reason": c.finish_reason,
-            })
+        .map(|(index, (c, echo))| CompletionChoice {
+            index,
+            logprobs: want.map(|_| logprobs::completion(&tok, &c.logprobs, 0)),
+            text: echo + &c.text,
+            finish_reason: Some(c.finish_reason),
         })
         .collect();
     tracing::info!(completion_tokens = usage.completion_tokens, "done");
-    let mut v = meta.envelope("text_completion", Value::Array(choices), Some(usage_json(usage)));
-    v["system_fingerprint"] = Value::Null;
-    Ok(axum::Json(v).into_response())
+    Ok(Json(crate::wire::Response::new(&meta, OBJECT, choices, usage.into())).into_response())
 }
 
 /// `text_completion` stream chunks.
@@ -156,60 +128,79 @@ struct CompletionChunks {
 }
 
 impl CompletionChunks {
-    fn chunk(&self, index: usize, text: String, logprobs: Value, finish: Value) -> Value {
-        let choice = json!({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish});
-        self.meta.envelope("text_completion", json!([choice]), self.include_usage.then_some(Value::Null))
+    fn chunk(
+        &self,
+        index: usize,
+        text: String,
+        logprobs: Option<CompletionLogprobs>,
+        finish_reason: Option<&'static str>,
+    ) -> Chunk<'_, CompletionChoice> {
+        Chunk::new(
+            &self.meta,
+            OBJECT,
+            vec![CompletionChoice { index, text, logprobs, finish_reason }],
+            self.include_usage,
+        )
     }
 }
 
 impl ChunkFormat for CompletionChunks {
-    fn start(&mut self) -> Vec<Value> {
+    type Chunk<'a> = Chunk<'a, CompletionChoice>;
+
+    fn start(&mut self) -> Vec<Self::Chunk<'_>> {
         let echoes = std::mem::take(&mut self.echoes);
         echoes
             .into_iter()
             .enumerate()
             .filter(|(_, e)| !e.is_empty())
-            .map(|(i, e)| self.chunk(i, e, Value::Null, Value::Null))
+            .map(|(i, e)| self.chunk(i, e, None, None))
             .collect()
     }
 
-    fn event(&mut self, tok: &Tokenizer, ev: Event) -> Vec<Value> {
+    fn event(&mut self, tok: &Tokenizer, ev: Event) -> Vec<Self::Chunk<'_>> {
         match ev {
             Event::Token { choice, text, logprob } => {
                 if text.is_empty() && logprob.is_none() {
                     return Vec::new();
                 }
-                let lp = match logprob {
-                    Some(l) => logprobs::completion(tok, std::slice::from_ref(&l), 0),
-                    None => Value::Null,
-                };
-                vec![self.chunk(choice, text, lp, Value::Null)]
+                let lp = logprob.map(|l| logprobs::completion(tok, std::slice::from_ref(&l), 0));
+                vec![self.chunk(choice, text, lp, None)]
             }
-            Event::Finish { choice, text, reason } => vec![self.chunk(choice, text, Value::Null, json!(reason))],
+            Event::Finish { choice, text, reason } => vec![self.chunk(choice, text, None, Some(reason))],
             Event::Error(_) => Vec::new(),
         }
     }
 
-    fn usage(&self, u: UsageTotals) -> Value {
-        self.meta.envelope("text_completion", json!([]), Some(usage_json(u)))
+    fn usage(&self, u: UsageTotals) -> Self::Chunk<'_> {
+        Chunk::usage(&self.meta, OBJECT, u.into())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::RequestBody;
+    use serde_json::{json, Value};
 
     fn prompts(v: Value) -> ApiResult<Vec<PromptInput>> {
-        let m = json!({ "prompt": v });
-        parse_prompts(Params(m.as_object().unwrap_or(&serde_json::Map::new())), 100)
+        let r = CompletionRequest::from_body(&json!({ "prompt": v }))?;
+        checked_prompts(r.options.prompt, 100)
+    }
+
+    fn message(v: Value) -> String {
+        prompts(v).map(|_| "ok".into()).unwrap_or_else(|e| e.message)
+    }
+
+    fn ids(v: &[u32]) -> PromptInput {
+        PromptInput::Tokens(v.to_vec())
     }
 
     #[test]
     fn prompt_shapes() {
         assert_eq!(prompts(json!("hi")).unwrap(), vec![PromptInput::Text("hi".into())]);
         assert_eq!(prompts(json!(["a", "b"])).unwrap().len(), 2);
-        assert_eq!(prompts(json!([1, 2, 3])).unwrap(), vec![PromptInput::Tokens(vec![1, 2, 3])]);
-        assert_eq!(prompts(json!([[1], [2, 3]])).unwrap(), vec![PromptInput::Tokens(vec![1]), PromptInput::Tokens(vec![2, 3])]);
+        assert_eq!(prompts(json!([1, 2, 3])).unwrap(), vec![ids(&[1, 2, 3])]);
+        assert_eq!(prompts(json!([[1], [2, 3]])).unwrap(), vec![ids(&[1]), ids(&[2, 3])]);
         for bad in [
             json!(null),
             json!(5),
@@ -225,5 +216,22 @@ mod tests {
             let e = prompts(bad.clone()).unwrap_err();
             assert_eq!(e.param.as_deref(), Some("prompt"), "{bad}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn prompt_messages_are_exact() {
+        assert_eq!(message(json!(null)), "`prompt` is required");
+        assert_eq!(message(json!(5)), "`prompt` must be a string, a list of strings, or token ids, got a number");
+        assert_eq!(message(json!([])), "`prompt` must not be an empty list");
+        assert_eq!(message(json!(["a", 1])), "`prompt` mixes strings with a number");
+        assert_eq!(message(json!([1, "a"])), "`prompt` must hold non-negative integer token ids, found a string");
+        assert_eq!(message(json!([[1], []])), "`prompt` holds an empty token list");
+        assert_eq!(message(json!([[1], 2])), "`prompt` mixes token lists with a number");
+        assert_eq!(message(json!([200])), "token id 200 in `prompt` is outside the vocabulary (size 100)");
+        assert_eq!(
+            message(json!([{}])),
+            "`prompt` list items must be strings, token ids or token lists, got an object"
+        );
+        assert_eq!(message(json!(vec!["a"; 65])), "`prompt` may hold at most 64 prompts, got 65");
     }
 }

@@ -4,17 +4,18 @@
 //! `system` (templates do not know it); a tool call's `arguments` JSON string becomes an object, which is what
 //! HF templates expect. Every other field of a message is passed through.
 
-use crate::body::{type_name, Params};
 use crate::error::{ApiError, ApiResult};
 use crate::state::Ready;
+use crate::wire::chat::Conversation;
+use crate::wire::de::kind;
 use hearth_engine::tokenizer::chat_template::RenderOptions;
 use serde_json::{Map, Value};
 
 const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
 
 /// Validate and normalize `messages`.
-pub fn normalize(p: Params) -> ApiResult<Value> {
-    let msgs = p.array("messages")?.ok_or_else(|| ApiError::param("messages", "`messages` is required"))?;
+pub fn normalize(c: &Conversation) -> ApiResult<Value> {
+    let msgs = c.messages.as_ref().ok_or_else(|| ApiError::param("messages", "`messages` is required"))?;
     if msgs.is_empty() {
         return Err(ApiError::param("messages", "`messages` must hold at least one message"));
     }
@@ -24,7 +25,7 @@ pub fn normalize(p: Params) -> ApiResult<Value> {
 fn message(i: usize, m: &Value) -> ApiResult<Value> {
     let at = format!("messages[{i}]");
     let Some(obj) = m.as_object() else {
-        return Err(ApiError::param(&at, format!("`{at}` must be an object, got {}", type_name(m))));
+        return Err(ApiError::param(&at, format!("`{at}` must be an object, got {}", kind(m))));
     };
     let mut out = obj.clone();
     let role = match obj.get("role") {
@@ -36,7 +37,10 @@ fn message(i: usize, m: &Value) -> ApiResult<Value> {
             ))
         }
         Some(v) => {
-            return Err(ApiError::param(&format!("{at}.role"), format!("`{at}.role` must be a string, got {}", type_name(v))))
+            return Err(ApiError::param(
+                &format!("{at}.role"),
+                format!("`{at}.role` must be a string, got {}", kind(v)),
+            ))
         }
         None => return Err(ApiError::param(&format!("{at}.role"), format!("`{at}.role` is required"))),
     };
@@ -47,14 +51,17 @@ fn message(i: usize, m: &Value) -> ApiResult<Value> {
     let content = match obj.get("content") {
         None | Some(Value::Null) if role == "assistant" && has_tool_calls => Value::Null,
         None | Some(Value::Null) => {
-            return Err(ApiError::param(&format!("{at}.content"), format!("`{at}.content` is required for a {role} message")))
+            return Err(ApiError::param(
+                &format!("{at}.content"),
+                format!("`{at}.content` is required for a {role} message"),
+            ))
         }
         Some(Value::String(s)) => Value::String(s.clone()),
         Some(Value::Array(parts)) => Value::String(join_parts(&at, parts)?),
         Some(v) => {
             return Err(ApiError::param(
                 &format!("{at}.content"),
-                format!("`{at}.content` must be a string or a list of text parts, got {}", type_name(v)),
+                format!("`{at}.content` must be a string or a list of text parts, got {}", kind(v)),
             ))
         }
     };
@@ -72,7 +79,9 @@ fn join_parts(at: &str, parts: &[Value]) -> ApiResult<String> {
         let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
         match (kind, part.get("text")) {
             ("text", Some(Value::String(t))) => texts.push(t.as_str()),
-            ("text", _) => return Err(ApiError::param(&here, format!("`{here}` is a text part without a `text` string"))),
+            ("text", _) => {
+                return Err(ApiError::param(&here, format!("`{here}` is a text part without a `text` string")))
+            }
             ("", _) => return Err(ApiError::param(&here, format!("`{here}` must be an object with a `type`"))),
             (other, _) => {
                 return Err(ApiError::param(
@@ -88,12 +97,14 @@ fn join_parts(at: &str, parts: &[Value]) -> ApiResult<String> {
 fn tool_calls(at: &str, calls: &Value) -> ApiResult<Value> {
     let here = format!("{at}.tool_calls");
     let Some(list) = calls.as_array() else {
-        return Err(ApiError::param(&here, format!("`{here}` must be a list, got {}", type_name(calls))));
+        return Err(ApiError::param(&here, format!("`{here}` must be a list, got {}", kind(calls))));
     };
     let mut out = list.clone();
     for call in &mut out {
         if let Some(args) = call.get_mut("function").and_then(|f| f.get_mut("arguments")) {
-            if let Some(parsed) = args.as_str().and_then(|s| serde_json::from_str::<Value>(s).ok()).filter(Value::is_object) {
+            if let Some(parsed) =
+                args.as_str().and_then(|s| serde_json::from_str::<Value>(s).ok()).filter(Value::is_object)
+            {
                 *args = parsed;
             }
         }
@@ -102,8 +113,8 @@ fn tool_calls(at: &str, calls: &Value) -> ApiResult<Value> {
 }
 
 /// `tools`: a list of `{"type": "function", "function": {"name": ...}}`.
-fn tools(p: Params) -> ApiResult<Option<Value>> {
-    let Some(list) = p.array("tools")? else { return Ok(None) };
+fn tools(c: &Conversation) -> ApiResult<Option<Value>> {
+    let Some(list) = &c.tools else { return Ok(None) };
     for (i, t) in list.iter().enumerate() {
         let ok = t.get("type").and_then(Value::as_str) == Some("function")
             && t.get("function").and_then(|f| f.get("name")).is_some_and(Value::is_string);
@@ -114,18 +125,18 @@ fn tools(p: Params) -> ApiResult<Option<Value>> {
             ));
         }
     }
-    if p.get("tool_choice").and_then(Value::as_str) == Some("none") {
+    if c.tool_choice.as_ref().and_then(Value::as_str) == Some("none") {
         return Ok(None);
     }
     Ok(Some(Value::Array(list.clone())))
 }
 
 /// Render the request's conversation with the model's chat template.
-pub fn render(ready: &Ready, p: Params) -> ApiResult<String> {
-    let messages = normalize(p)?;
-    let tools = tools(p)?;
-    let extra: Option<&Map<String, Value>> = p.object("chat_template_kwargs")?;
-    let add_generation_prompt = p.bool("add_generation_prompt")?.unwrap_or(true);
+pub fn render(ready: &Ready, c: &Conversation) -> ApiResult<String> {
+    let messages = normalize(c)?;
+    let tools = tools(c)?;
+    let extra: Option<&Map<String, Value>> = c.chat_template_kwargs.as_ref();
+    let add_generation_prompt = c.add_generation_prompt.unwrap_or(true);
     let tmpl = ready.tokenizer.chat_template.as_ref().ok_or_else(|| {
         ApiError::bad_request(
             "this model has no chat template: use /v1/completions with a plain prompt, or restart the server with --chat-template FILE",
@@ -135,24 +146,25 @@ pub fn render(ready: &Ready, p: Params) -> ApiResult<String> {
     let opts = RenderOptions { tools: tools.as_ref(), add_generation_prompt, extra };
     let rendered = tmpl.render(&messages, &opts);
     rendered.map_err(|e| {
-        ApiError::bad_request(format!("the chat template could not render these messages: {e}")).with_code("template_error")
+        ApiError::bad_request(format!("the chat template could not render these messages: {e}"))
+            .with_code("template_error")
     })
 }
 
 /// Render and tokenize (BOS only if the template did not write it).
-pub fn prompt_ids(ready: &Ready, p: Params) -> ApiResult<Vec<u32>> {
-    let text = render(ready, p)?;
+pub fn prompt_ids(ready: &Ready, c: &Conversation) -> ApiResult<Vec<u32>> {
+    let text = render(ready, c)?;
     ready.tokenizer.encode_chat(&text).map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::RequestBody;
     use serde_json::json;
 
     fn norm(v: Value) -> ApiResult<Value> {
-        let m = json!({ "messages": v });
-        normalize(Params(m.as_object().unwrap_or(&Map::new())))
+        normalize(&Conversation::from_body(&json!({ "messages": v }))?)
     }
 
     #[test]
@@ -186,6 +198,30 @@ mod tests {
         );
         assert_eq!(param(json!([{"role": "user", "content": "ok"}, 3])), "messages[1]");
         let e = norm(json!({})).unwrap_err();
-        assert!(e.message.contains("must be an array"), "{}", e.message);
+        assert_eq!(e.message, "`messages` must be an array, got an object");
+    }
+
+    #[test]
+    fn messages_are_exact() {
+        let msg = |v: Value| norm(v).unwrap_err().message;
+        assert_eq!(msg(json!([])), "`messages` must hold at least one message");
+        assert_eq!(msg(json!([3])), "`messages[0]` must be an object, got a number");
+        assert_eq!(
+            msg(json!([{"role": "wizard", "content": "x"}])),
+            "`messages[0].role` must be one of system, developer, user, assistant, tool, got \"wizard\""
+        );
+        assert_eq!(msg(json!([{"role": 1, "content": "x"}])), "`messages[0].role` must be a string, got a number");
+        assert_eq!(
+            msg(json!([{"role": "user", "content": null}])),
+            "`messages[0].content` is required for a user message"
+        );
+        assert_eq!(
+            msg(json!([{"role": "user", "content": [{"type": "image_url"}]}])),
+            "`messages[0].content[0]`: `image_url` content is not supported by this model; only `text` parts are"
+        );
+        assert_eq!(
+            msg(json!([{"role": "user", "content": [{"type": "text"}]}])),
+            "`messages[0].content[0]` is a text part without a `text` string"
+        );
     }
 }

@@ -1,17 +1,15 @@
-//! The generation parameters chat and completions share: sampling, limits, stops, `n`, streaming. Each wrong
-//! type or range is a 400 naming the parameter; unknown fields are ignored.
+//! The generation parameters chat and completions share, checked against their ranges and the model's vocabulary
+//! and resolved against the server's defaults. Each value out of range is a 400 naming the parameter. (Their JSON
+//! shapes were checked when the body was deserialized: `wire::common::GenerationParams`.)
 
-use crate::body::{type_name, Params};
 use crate::config::SamplingDefaults;
 use crate::error::{ApiError, ApiResult};
 use crate::state::Ready;
+use crate::wire::GenerationParams;
 use hearth_engine::engine::EngineRequest;
 use hearth_engine::sampling::params::MAX_TOP_LOGPROBS;
 use hearth_engine::sampling::SamplingParams;
-use serde_json::Value;
 
-/// Most stop strings per request (OpenAI allows 4; agents often send more).
-pub const MAX_STOPS: usize = 16;
 /// Most choices per prompt (the engine's limit).
 pub const MAX_N: i64 = 16;
 /// Default completion length when neither the request nor `--max-tokens` sets one.
@@ -31,8 +29,39 @@ pub struct GenParams {
     pub skip_special: bool,
 }
 
-/// Parse the shared fields. `max_tokens_fields` lists the names a length limit may come under, first wins.
-pub fn parse(p: Params, d: &SamplingDefaults, vocab: usize, max_tokens_fields: &[&str]) -> ApiResult<GenParams> {
+/// A number within `[lo, hi]` (`hi = f64::MAX`: no upper bound).
+pub fn number_in(name: &str, x: Option<f64>, lo: f64, hi: f64) -> ApiResult<Option<f32>> {
+    match x {
+        None => Ok(None),
+        Some(x) if (lo..=hi).contains(&x) => Ok(Some(x as f32)),
+        Some(x) if hi == f64::MAX => Err(ApiError::param(name, format!("`{name}` must be at least {lo}, got {x}"))),
+        Some(x) => Err(ApiError::param(name, format!("`{name}` must be between {lo} and {hi}, got {x}"))),
+    }
+}
+
+/// An integer within `[lo, hi]` (`hi = i64::MAX`: no upper bound).
+pub fn int_in(name: &str, x: Option<i64>, lo: i64, hi: i64) -> ApiResult<Option<i64>> {
+    match x {
+        None => Ok(None),
+        Some(x) if (lo..=hi).contains(&x) => Ok(Some(x)),
+        Some(x) if hi == i64::MAX => Err(ApiError::param(name, format!("`{name}` must be at least {lo}, got {x}"))),
+        Some(x) => Err(ApiError::param(name, format!("`{name}` must be between {lo} and {hi}, got {x}"))),
+    }
+}
+
+/// A `top_logprobs`-style count: 0..=20.
+pub fn top_count(name: &str, x: Option<i64>) -> ApiResult<Option<usize>> {
+    Ok(int_in(name, x, 0, MAX_TOP_LOGPROBS as i64)?.map(|k| k as usize))
+}
+
+/// Check and resolve the shared parameters. `max_tokens` is the length limit under the name it came as (chat's
+/// `max_completion_tokens` wins over `max_tokens`).
+pub fn resolve(
+    p: &GenerationParams,
+    d: &SamplingDefaults,
+    vocab: usize,
+    max_tokens: (&str, Option<i64>),
+) -> ApiResult<GenParams> {
     let mut s = SamplingParams {
         temperature: d.temperature,
         top_p: d.top_p,
@@ -41,147 +70,89 @@ pub fn parse(p: Params, d: &SamplingDefaults, vocab: usize, max_tokens_fields: &
         repetition_penalty: d.repetition_penalty,
         ..SamplingParams::default()
     };
-    if let Some(t) = p.f32_in("temperature", 0.0, f64::MAX)? {
+    if let Some(t) = number_in("temperature", p.temperature, 0.0, f64::MAX)? {
         s.temperature = t;
     }
-    if let Some(t) = p.f32_in("top_p", 0.0, 1.0)? {
+    if let Some(t) = number_in("top_p", p.top_p, 0.0, 1.0)? {
         if t <= 0.0 {
             return Err(ApiError::param("top_p", "`top_p` must be greater than 0 and at most 1"));
         }
         s.top_p = t;
     }
-    // vLLM spells "off" -1; 0 is off too.
-    if let Some(k) = p.int_in("top_k", -1, i64::MAX)? {
+    if let Some(k) = int_in("top_k", p.top_k, -1, i64::MAX)? {
         s.top_k = k.max(0) as usize;
     }
-    if let Some(m) = p.f32_in("min_p", 0.0, 1.0)? {
+    if let Some(m) = number_in("min_p", p.min_p, 0.0, 1.0)? {
         s.min_p = m;
     }
-    if let Some(x) = p.f32_in("presence_penalty", -2.0, 2.0)? {
+    if let Some(x) = number_in("presence_penalty", p.presence_penalty, -2.0, 2.0)? {
         s.presence_penalty = x;
     }
-    if let Some(x) = p.f32_in("frequency_penalty", -2.0, 2.0)? {
+    if let Some(x) = number_in("frequency_penalty", p.frequency_penalty, -2.0, 2.0)? {
         s.frequency_penalty = x;
     }
-    if let Some(r) = p.f32_in("repetition_penalty", 0.0, f64::MAX)? {
+    if let Some(r) = number_in("repetition_penalty", p.repetition_penalty, 0.0, f64::MAX)? {
         if r <= 0.0 {
             return Err(ApiError::param("repetition_penalty", "`repetition_penalty` must be greater than 0 (1 = off)"));
         }
         s.repetition_penalty = r;
     }
-    if let Some(x) = p.f32_in("xtc_probability", 0.0, 1.0)? {
+    if let Some(x) = number_in("xtc_probability", p.xtc_probability, 0.0, 1.0)? {
         s.xtc_probability = x;
     }
-    if let Some(x) = p.f32_in("xtc_threshold", 0.0, 1.0)? {
+    if let Some(x) = number_in("xtc_threshold", p.xtc_threshold, 0.0, 1.0)? {
         s.xtc_threshold = x;
     }
-    s.seed = p.i64("seed")?.map(|x| x as u64);
-    s.logit_bias = logit_bias(p, vocab)?;
-
-    let mut max_tokens = None;
-    for name in max_tokens_fields {
-        if let Some(m) = p.int_in(name, 1, i64::MAX)? {
-            max_tokens = Some(m as usize);
-            break;
-        }
+    // A negative seed is as good as any other: its bits are the seed.
+    s.seed = p.seed.map(|x| x as u64);
+    if let Some(bias) = &p.logit_bias {
+        s.logit_bias = bias
+            .0
+            .iter()
+            .map(|&(id, b)| match id as usize {
+                i if i < vocab => Ok((id, b as f32)),
+                _ => Err(ApiError::param(
+                    "logit_bias",
+                    format!("`logit_bias` token id {id} is outside the vocabulary (size {vocab})"),
+                )),
+            })
+            .collect::<ApiResult<_>>()?;
     }
-    let n = p.int_in("n", 1, MAX_N)?.unwrap_or(1) as usize;
-    let stream = p.bool("stream")?.unwrap_or(false);
-    let include_usage = match p.object("stream_options")? {
-        Some(o) => Params(o)
-            .bool("include_usage")
-            .map_err(|_| ApiError::param("stream_options", "`stream_options.include_usage` must be a boolean"))?
-            .unwrap_or(false),
-        None => false,
+    let (max_name, max_value) = max_tokens;
+    let max_tokens = int_in(max_name, max_value, 1, i64::MAX)?.map(|m| m as usize);
+    let n = int_in("n", p.n, 1, MAX_N)?.unwrap_or(1) as usize;
+    if let Some(kind) = p.response_format.as_ref().and_then(|f| f.kind.as_deref()).filter(|k| *k != "text") {
+        return Err(ApiError::param(
+            "response_format",
+            format!(
+                "`response_format` type `{kind}` is not supported yet (constrained decoding is not implemented); use `text`"
+            ),
+        ));
+    }
+    let stop_token_ids = match &p.stop_token_ids {
+        Some(ids) => ids.check("stop_token_ids", vocab)?,
+        None => Vec::new(),
     };
-    if let Some(rf) = p.object("response_format")? {
-        match rf.get("type").and_then(Value::as_str) {
-            None | Some("text") => {}
-            Some(other) => return Err(ApiError::param(
-                "response_format",
-                format!(
-                    "`response_format` type `{other}` is not supported yet (constrained decoding is not implemented); use `text`"
-                ),
-            )),
-        }
-    }
     Ok(GenParams {
         sampling: s,
         max_tokens,
-        stops: stops(p)?,
-        stop_token_ids: p.token_ids("stop_token_ids", vocab)?.unwrap_or_default(),
+        stops: p.stop.clone().map(|s| s.0).unwrap_or_default(),
+        stop_token_ids,
         n,
-        stream,
-        include_usage,
-        ignore_eos: p.bool("ignore_eos")?.unwrap_or(false),
-        skip_special: p.bool("skip_special_tokens")?.unwrap_or(true),
+        stream: p.stream.unwrap_or(false),
+        include_usage: p.stream_options.is_some_and(|o| o.include_usage),
+        ignore_eos: p.ignore_eos.unwrap_or(false),
+        skip_special: p.skip_special_tokens.unwrap_or(true),
     })
-}
-
-/// `stop`: a string or a list of strings.
-fn stops(p: Params) -> ApiResult<Vec<String>> {
-    let list: Vec<String> = match p.get("stop") {
-        None => return Ok(Vec::new()),
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|v| {
-                v.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| ApiError::param("stop", format!("`stop` must hold strings, found {}", type_name(v))))
-            })
-            .collect::<ApiResult<_>>()?,
-        Some(v) => {
-            return Err(ApiError::param("stop", format!("`stop` must be a string or a list of strings, got {}", type_name(v))))
-        }
-    };
-    if list.len() > MAX_STOPS {
-        return Err(ApiError::param("stop", format!("`stop` may hold at most {MAX_STOPS} strings, got {}", list.len())));
-    }
-    if list.iter().any(String::is_empty) {
-        return Err(ApiError::param("stop", "`stop` strings must not be empty"));
-    }
-    Ok(list)
-}
-
-/// `logit_bias`: `{"token id": bias}` with bias in [-100, 100].
-fn logit_bias(p: Params, vocab: usize) -> ApiResult<Vec<(u32, f32)>> {
-    let Some(m) = p.object("logit_bias")? else { return Ok(Vec::new()) };
-    let bad = |m: String| ApiError::param("logit_bias", m);
-    m.iter()
-        .map(|(k, v)| {
-            let id: u32 = k.trim().parse().map_err(|_| bad(format!("`logit_bias` keys must be token ids, got {k:?}")))?;
-            if id as usize >= vocab {
-                return Err(bad(format!("`logit_bias` token id {id} is outside the vocabulary (size {vocab})")));
-            }
-            match v.as_f64() {
-                Some(b) if (-100.0..=100.0).contains(&b) => Ok((id, b as f32)),
-                Some(b) => Err(bad(format!("`logit_bias` value for token {id} must be between -100 and 100, got {b}"))),
-                None => Err(bad(format!("`logit_bias` value for token {id} must be a number, got {}", type_name(v)))),
-            }
-        })
-        .collect()
-}
-
-/// `top_logprobs`-style count: 0..=20.
-pub fn top_count(p: Params, name: &str) -> ApiResult<Option<usize>> {
-    Ok(p.int_in(name, 0, MAX_TOP_LOGPROBS as i64)?.map(|k| k as usize))
 }
 
 impl GenParams {
     /// The engine request for one tokenized prompt. Without an explicit `max_tokens`, the default is capped to
     /// what is left of the context (and of the KV cache), so a long prompt still gets an answer.
     pub fn engine_request(&self, prompt: Vec<u32>, ready: &Ready) -> ApiResult<EngineRequest> {
+        // The engine's own prompt rule (context and KV pool), as a 400 `context_length_exceeded`.
+        ready.engine.info.check_prompt(prompt.len())?;
         let limit = ready.max_request_tokens();
-        if prompt.len() >= limit {
-            return Err(ApiError::bad_request(format!(
-                "the prompt has {} tokens; this server can hold at most {limit} tokens per request (model context {}, KV cache {})",
-                prompt.len(),
-                ready.engine.info.max_positions,
-                ready.engine.info.kv_capacity_tokens
-            ))
-            .with_code("context_length_exceeded"));
-        }
         let room = limit - prompt.len();
         let max_tokens = match self.max_tokens {
             Some(m) => m,
@@ -201,15 +172,26 @@ impl GenParams {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::wire::chat::ChatCompletionRequest;
+    use crate::wire::RequestBody;
+    use serde_json::{json, Value};
 
+    /// Deserialize as a chat body, then resolve (as the chat handler does).
     fn parse_json(v: Value) -> ApiResult<GenParams> {
-        let m = v.as_object().cloned().unwrap_or_default();
-        parse(Params(&m), &SamplingDefaults::default(), 100, &["max_completion_tokens", "max_tokens"])
+        let r = ChatCompletionRequest::from_body(&v)?;
+        let max = match r.options.max_completion_tokens {
+            Some(m) => ("max_completion_tokens", Some(m)),
+            None => ("max_tokens", r.params.max_tokens),
+        };
+        resolve(&r.params, &SamplingDefaults::default(), 100, max)
     }
 
     fn param_of(v: Value) -> String {
         parse_json(v).map(|_| "ok".to_string()).unwrap_or_else(|e| e.param.unwrap_or_default())
+    }
+
+    fn message_of(v: Value) -> String {
+        parse_json(v).map(|_| "ok".to_string()).unwrap_or_else(|e| e.message)
     }
 
     #[test]
@@ -234,7 +216,7 @@ mod tests {
         assert_eq!(g.max_tokens, Some(7), "max_completion_tokens wins");
         assert_eq!(g.stops, vec!["\n".to_string()]);
         assert_eq!(g.stop_token_ids, vec![5]);
-        assert_eq!(g.sampling.logit_bias.len(), 2);
+        assert_eq!(g.sampling.logit_bias, vec![(12, -100.0), (3, 5.5)]);
         assert!(g.stream && g.include_usage && g.ignore_eos);
         assert_eq!(g.n, 3);
     }
@@ -253,6 +235,7 @@ mod tests {
         assert_eq!(param_of(json!({"n": 17})), "n");
         assert_eq!(param_of(json!({"max_tokens": 0})), "max_tokens");
         assert_eq!(param_of(json!({"max_tokens": "5"})), "max_tokens");
+        assert_eq!(param_of(json!({"max_completion_tokens": 0, "max_tokens": 5})), "max_completion_tokens");
         assert_eq!(param_of(json!({"stop": 5})), "stop");
         assert_eq!(param_of(json!({"stop": [""]})), "stop");
         assert_eq!(param_of(json!({"stop": vec!["a"; 17]})), "stop");
@@ -264,5 +247,47 @@ mod tests {
         assert_eq!(param_of(json!({"stream_options": {"include_usage": 1}})), "stream_options");
         assert_eq!(param_of(json!({"response_format": {"type": "json_object"}})), "response_format");
         assert_eq!(param_of(json!({"response_format": {"type": "text"}})), "ok");
+        assert_eq!(param_of(json!({"response_format": {"type": 5}})), "ok");
+    }
+
+    #[test]
+    fn messages_are_exact() {
+        let cases = [
+            (json!({"temperature": "hot"}), "`temperature` must be a number, got a string"),
+            (json!({"temperature": -0.1}), "`temperature` must be at least 0, got -0.1"),
+            (json!({"top_p": 0}), "`top_p` must be greater than 0 and at most 1"),
+            (json!({"top_p": 1.5}), "`top_p` must be between 0 and 1, got 1.5"),
+            (json!({"top_k": 1.5}), "`top_k` must be an integer, got a number"),
+            (json!({"top_k": -2}), "`top_k` must be at least -1, got -2"),
+            (json!({"presence_penalty": 3}), "`presence_penalty` must be between -2 and 2, got 3"),
+            (json!({"repetition_penalty": 0}), "`repetition_penalty` must be greater than 0 (1 = off)"),
+            (json!({"n": 17}), "`n` must be between 1 and 16, got 17"),
+            (json!({"max_tokens": -1}), "`max_tokens` must be at least 1, got -1"),
+            (json!({"max_tokens": "5"}), "`max_tokens` must be an integer, got a string"),
+            (json!({"seed": true}), "`seed` must be an integer, got a boolean"),
+            (json!({"stream": "yes"}), "`stream` must be a boolean, got a string"),
+            (json!({"stop": 5}), "`stop` must be a string or a list of strings, got a number"),
+            (json!({"stop": ["a", 1]}), "`stop` must hold strings, found a number"),
+            (json!({"stop": [""]}), "`stop` strings must not be empty"),
+            (json!({"stop": vec!["a"; 17]}), "`stop` may hold at most 16 strings, got 17"),
+            (json!({"stop_token_ids": "1"}), "`stop_token_ids` must be an array, got a string"),
+            (json!({"stop_token_ids": [1.5]}), "`stop_token_ids` must hold non-negative integer token ids, found a number"),
+            (json!({"stop_token_ids": [100]}), "token id 100 in `stop_token_ids` is outside the vocabulary (size 100)"),
+            (json!({"logit_bias": []}), "`logit_bias` must be an object, got an array"),
+            (json!({"logit_bias": {"abc": 1}}), "`logit_bias` keys must be token ids, got \"abc\""),
+            (json!({"logit_bias": {"100": 1}}), "`logit_bias` token id 100 is outside the vocabulary (size 100)"),
+            (json!({"logit_bias": {"1": 101}}), "`logit_bias` value for token 1 must be between -100 and 100, got 101"),
+            (json!({"logit_bias": {"1": "x"}}), "`logit_bias` value for token 1 must be a number, got a string"),
+            (json!({"stream_options": true}), "`stream_options` must be an object, got a boolean"),
+            (json!({"stream_options": {"include_usage": 1}}), "`stream_options.include_usage` must be a boolean"),
+            (json!({"response_format": "json"}), "`response_format` must be an object, got a string"),
+            (
+                json!({"response_format": {"type": "json_object"}}),
+                "`response_format` type `json_object` is not supported yet (constrained decoding is not implemented); use `text`",
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(message_of(body.clone()), want, "{body}");
+        }
     }
 }

@@ -54,7 +54,15 @@ fn plan(blocks: usize, visible: usize) -> (usize, usize) {
 /// into the caches, the output (T, H, D); None when the cluster kernel does not serve this step (not decode-only,
 /// more tokens than `p.decode_cluster`, no clusters on this device, an unsupported shape): the caller
 /// runs `qkv_rope` and [`super::paged_attention`].
-pub fn rope_attention(qkv: &Tensor, rope: &RopeTables, k_cache: &Tensor, v_cache: &Tensor, meta: &StepMeta, p: Params, head_dim: usize) -> Result<Option<Tensor>> {
+pub fn rope_attention(
+    qkv: &Tensor,
+    rope: &RopeTables,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &StepMeta,
+    p: Params,
+    head_dim: usize,
+) -> Result<Option<Tensor>> {
     let t = qkv.dim(0)?;
     let Some(cuda) = qkv.device().as_cuda_device().ok() else { return Ok(None) };
     let dtype = qkv.dtype();
@@ -73,7 +81,16 @@ pub fn rope_attention(qkv: &Tensor, rope: &RopeTables, k_cache: &Tensor, v_cache
     {
         return Ok(None);
     }
-    let op = DecodeCluster { cos: rope.cos.contiguous()?, sin: rope.sin.contiguous()?, interleaved: rope.interleaved, k: k_cache.clone(), v: v_cache.clone(), meta, p, d: head_dim };
+    let op = DecodeCluster {
+        cos: rope.cos.contiguous()?,
+        sin: rope.sin.contiguous()?,
+        interleaved: rope.interleaved,
+        k: k_cache.clone(),
+        v: v_cache.clone(),
+        meta,
+        p,
+        d: head_dim,
+    };
     Ok(Some(qkv.contiguous()?.apply_op1_no_bwd(&op)?))
 }
 
@@ -93,7 +110,11 @@ impl candle_core::CustomOp1 for DecodeCluster<'_> {
         "hearth-decode-cluster"
     }
 
-    fn cpu_fwd(&self, _: &candle_core::CpuStorage, _: &Layout) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
         candle_core::bail!("hearth-decode-cluster runs on CUDA only")
     }
 
@@ -103,7 +124,8 @@ impl candle_core::CustomOp1 for DecodeCluster<'_> {
         let (h, kvh) = (p.heads, p.kv_heads);
         let (q0, q1) = contiguous(l, "q|k|v")?;
         let guards = [&self.cos, &self.sin, &self.k, &self.v].map(|x| x.storage_and_layout());
-        let metas = [&self.meta.slots, &self.meta.tables, &self.meta.tok_row, &self.meta.tok_pos].map(|x| x.storage_and_layout());
+        let metas = [&self.meta.slots, &self.meta.tables, &self.meta.tok_row, &self.meta.tok_pos]
+            .map(|x| x.storage_and_layout());
         let [cos, sin] = [0, 1].map(|i| contiguous_view::<f32, _>(&guards[i], "rope table"));
         let (cos, sin) = (cos?, sin?);
         let [slots, tables, rows, pos] = [0, 1, 2, 3].map(|i| contiguous_view::<u32, _>(&metas[i], "step metadata"));
@@ -118,9 +140,15 @@ impl candle_core::CustomOp1 for DecodeCluster<'_> {
         let one_wave = t * kvh * z <= crate::gpu::launch::device_props(&dev.cuda_stream()).sms;
         let batched = crate::levers::get().cuda_pv_batch;
         let pv = if pv32_on() && one_wave && batched { "_pv32" } else { "" };
-        let func = dev.get_or_load_custom_func(&format!("decode_cluster_{}_d{d}_g{gm}{pv}", sfx_c(s.dtype())?), MODULE, PTX)?;
-        let cfg = LaunchConfig { grid_dim: (t as u32, kvh as u32, z as u32), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
-        let (hi, ki, bs, mb, win) = (h as i32, kvh as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
+        let func =
+            dev.get_or_load_custom_func(&format!("decode_cluster_{}_d{d}_g{gm}{pv}", sfx_c(s.dtype())?), MODULE, PTX)?;
+        let cfg = LaunchConfig {
+            grid_dim: (t as u32, kvh as u32, z as u32),
+            block_dim: (ATTN_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (hi, ki, bs, mb, win) =
+            (h as i32, kvh as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
         let (per_i, il, batched) = (per as i32, self.interleaved as i32, batched as i32);
         macro_rules! launch {
             ($ty:ty) => {{
@@ -132,8 +160,26 @@ impl candle_core::CustomOp1 for DecodeCluster<'_> {
                 let stream = dev.cuda_stream();
                 let mut b = Launch::new(&stream, &func);
                 b.cluster((1, 1, z as u32));
-                b.ptr(&qkv).ptr(&cos).ptr(&sin).ptr(&kc).ptr(&vc).ptr(&slots).ptr(&tables).ptr(&rows).ptr(&pos).ptr(&out);
-                b.val(&hi).val(&ki).val(&bs).val(&mb).val(&win).val(&p.scale).val(&p.softcap).val(&per_i).val(&il).val(&batched);
+                b.ptr(&qkv)
+                    .ptr(&cos)
+                    .ptr(&sin)
+                    .ptr(&kc)
+                    .ptr(&vc)
+                    .ptr(&slots)
+                    .ptr(&tables)
+                    .ptr(&rows)
+                    .ptr(&pos)
+                    .ptr(&out);
+                b.val(&hi)
+                    .val(&ki)
+                    .val(&bs)
+                    .val(&mb)
+                    .val(&win)
+                    .val(&p.scale)
+                    .val(&p.softcap)
+                    .val(&per_i)
+                    .val(&il)
+                    .val(&batched);
                 // SAFETY: tables hold valid block ids for every visible position and slots the tokens' own rows
                 // (reserved by the scheduler); the rope tables hold t rows of d / 2 (checked by the caller); the grid
                 // is z clusters deep (z <= 8, the portable cluster size).

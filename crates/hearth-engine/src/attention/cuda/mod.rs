@@ -60,7 +60,11 @@ pub fn supports(heads: usize, kv_heads: usize, head_dim: usize, dtype: DType) ->
 pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &Tensor) -> Result<()> {
     let new = new.contiguous()?;
     if new.dtype() != cache.dtype() {
-        return Err(Error::InvalidRequest(format!("write_kv: {:?} rows into a {:?} cache", new.dtype(), cache.dtype())));
+        return Err(Error::InvalidRequest(format!(
+            "write_kv: {:?} rows into a {:?} cache",
+            new.dtype(),
+            cache.dtype()
+        )));
     }
     cache.inplace_op3(&new, slots, &WriteKv)?;
     Ok(())
@@ -106,7 +110,11 @@ impl candle_core::InplaceOp3 for WriteKv {
         let slots = slots.as_cuda_slice::<u32>()?.slice(s0..s1);
         let name = format!("write_kv_{}", sfx_c(new.dtype())?);
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
-        let cfg = LaunchConfig { grid_dim: (t as u32, 1, 1), block_dim: (row_elems.min(256) as u32, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: (t as u32, 1, 1),
+            block_dim: (row_elems.min(256) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let row_elems = row_elems as i32;
         macro_rules! launch {
             ($ty:ty) => {{
@@ -152,7 +160,10 @@ pub fn split_keys(tokens: usize, kv_heads: usize, max_keys: usize) -> Option<usi
 }
 
 /// A tensor's storage (its read guard) and contiguous element range.
-fn guarded<'a>(x: &'a Tensor, what: &str) -> candle_core::Result<(impl std::ops::Deref<Target = candle_core::Storage> + 'a, (usize, usize))> {
+fn guarded<'a>(
+    x: &'a Tensor,
+    what: &str,
+) -> candle_core::Result<(impl std::ops::Deref<Target = candle_core::Storage> + 'a, (usize, usize))> {
     let (s, l) = x.storage_and_layout();
     let range = contiguous(l, what)?;
     Ok((s, range))
@@ -168,7 +179,9 @@ fn contiguous_view<'a, T: candle_core::cuda_backend::CudaDType, G: std::ops::Der
 }
 
 /// The u32 device view of a [`guarded`] tensor.
-fn u32_view<G: std::ops::Deref<Target = candle_core::Storage>>(g: &(G, (usize, usize))) -> candle_core::Result<CudaView<'_, u32>> {
+fn u32_view<G: std::ops::Deref<Target = candle_core::Storage>>(
+    g: &(G, (usize, usize)),
+) -> candle_core::Result<CudaView<'_, u32>> {
     let (s, (a, b)) = g;
     Ok(cuda_of(s)?.as_cuda_slice::<u32>()?.slice(*a..*b))
 }
@@ -218,7 +231,11 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         "hearth-paged-attention"
     }
 
-    fn cpu_fwd(&self, _: &candle_core::CpuStorage, _: &Layout) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
         candle_core::bail!("hearth-paged-attention runs on CUDA only")
     }
 
@@ -226,7 +243,12 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         let (t, h, d) = ql.shape().dims3()?;
         let p = self.p;
         if h != p.heads || !supports(h, p.kv_heads, d, qs.dtype()) {
-            candle_core::bail!("hearth-paged-attention: unsupported shape {:?} for {} heads / {} kv heads", ql.shape(), p.heads, p.kv_heads);
+            candle_core::bail!(
+                "hearth-paged-attention: unsupported shape {:?} for {} heads / {} kv heads",
+                ql.shape(),
+                p.heads,
+                p.kv_heads
+            );
         }
         let (q0, q1) = contiguous(ql, "q")?;
         let dev = qs.device().clone();
@@ -248,7 +270,9 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         let group = h / p.kv_heads;
         // The plan was cut at layer 0 for the model's shape and this device (prefill::plan); the kernel reads q
         // rows with 16-byte loads, so the view must start on one.
-        let tc = self.meta.tc.as_ref().filter(|tc| tc.group == group && prefill::tile_tokens(h, p.kv_heads, d, qs.dtype()).is_some() && q0 % 8 == 0);
+        let tc = self.meta.tc.as_ref().filter(|tc| {
+            tc.group == group && prefill::tile_tokens(h, p.kv_heads, d, qs.dtype()).is_some() && q0 % 8 == 0
+        });
         let n_cc = tc.map_or(t, |tc| tc.n_rest);
         let rest_g = tc.and_then(|tc| tc.rest.as_ref()).map(|x| guarded(x, "rest tokens")).transpose()?;
         let tiles_g = tc.map(|tc| guarded(&tc.tiles, "query tiles")).transpose()?;
@@ -261,13 +285,19 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         let z = split.map_or(1, |k| visible.div_ceil(k));
         let name = format!("paged_attn_{}_d{d}_g{gm}", sfx_c(qs.dtype())?);
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
-        let cfg = LaunchConfig { grid_dim: (n_cc as u32, p.kv_heads as u32, z as u32), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
-        let (hh, kvh, bs, mb, win) = (h as i32, p.kv_heads as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
+        let cfg = LaunchConfig {
+            grid_dim: (n_cc as u32, p.kv_heads as u32, z as u32),
+            block_dim: (ATTN_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (hh, kvh, bs, mb, win) =
+            (h as i32, p.kv_heads as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
         let split_i = split.unwrap_or(0) as i32;
         // Split mode: per (token, head, split) an unnormalized partial of D + 2 floats, merged by a second launch.
         let merge = match split {
             Some(_) if n_cc > 0 => {
-                let f = dev.get_or_load_custom_func(&format!("paged_attn_{}_d{d}_merge", sfx_c(qs.dtype())?), MODULE, PTX)?;
+                let f =
+                    dev.get_or_load_custom_func(&format!("paged_attn_{}_d{d}_merge", sfx_c(qs.dtype())?), MODULE, PTX)?;
                 // SAFETY: every (token, head, split) partial is written by the attention launch before the merge reads it.
                 Some((f, unsafe { dev.alloc::<f32>(n_cc * h * z * (d + 2))? }))
             }
@@ -275,9 +305,14 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         };
         let tc_func = match tc {
             Some(_) => {
-                let f = dev.get_or_load_custom_func(&format!("prefill_tc_{}_d{d}", sfx_c(qs.dtype())?), prefill::MODULE, prefill::PTX)?;
+                let f = dev.get_or_load_custom_func(
+                    &format!("prefill_tc_{}_d{d}", sfx_c(qs.dtype())?),
+                    prefill::MODULE,
+                    prefill::PTX,
+                )?;
                 let bytes = prefill::smem_bytes(d);
-                f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32).w()?;
+                f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)
+                    .w()?;
                 Some((f, bytes as u32))
             }
             None => None,

@@ -19,7 +19,9 @@ impl CudaPaged {
     /// The backend for a model with these heads on `device`, or None when the kernels do not serve it (not a
     /// CUDA device, `HEARTH_CUDA_PAGED_ATTN=0`, or an unsupported head size or dtype).
     pub fn choose(device: &Device, heads: usize, kv_heads: usize, head_dim: usize, dtype: DType) -> Option<Self> {
-        let on = device.is_cuda() && crate::levers::get().cuda_paged_attn && super::supports(heads, kv_heads, head_dim, dtype);
+        let on = device.is_cuda()
+            && crate::levers::get().cuda_paged_attn
+            && super::supports(heads, kv_heads, head_dim, dtype);
         on.then(|| Self { meta: None, decode_cluster: crate::levers::get().cuda_decode_cluster })
     }
 
@@ -30,7 +32,14 @@ impl CudaPaged {
     }
 
     /// The step's slot mapping, token rows and padded block tables, uploaded once for all layers.
-    fn build_meta(kv: &PagedKv, ctx: &BatchContext, heads: usize, kv_heads: usize, head_dim: usize, dtype: DType) -> Result<super::StepMeta> {
+    fn build_meta(
+        kv: &PagedKv,
+        ctx: &BatchContext,
+        heads: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        dtype: DType,
+    ) -> Result<super::StepMeta> {
         let dev = kv.layer(0)?.0.device();
         let mut slots = Vec::with_capacity(ctx.num_tokens());
         let mut tok_row = Vec::with_capacity(ctx.num_tokens());
@@ -63,7 +72,14 @@ impl CudaPaged {
     }
 
     /// This step's metadata, built at layer 0 (or when missing).
-    fn meta(&mut self, kv: &PagedKv, layer: usize, heads: Heads, dtype: DType, ctx: &BatchContext) -> Result<&super::StepMeta> {
+    fn meta(
+        &mut self,
+        kv: &PagedKv,
+        layer: usize,
+        heads: Heads,
+        dtype: DType,
+        ctx: &BatchContext,
+    ) -> Result<&super::StepMeta> {
         if layer == 0 || self.meta.is_none() {
             self.meta = Some(Self::build_meta(kv, ctx, heads.q, heads.kv, heads.dim, dtype)?);
         }
@@ -84,7 +100,16 @@ impl CudaPaged {
 
     /// Rotate, store and attend from the fused q|k|v projection (T, (H + 2 KvH) * D). Returns (T, H*D).
     #[allow(clippy::too_many_arguments)]
-    pub fn attend_qkv(&mut self, kv: &PagedKv, layer: usize, qkv: &Tensor, rope: &RopeTables, heads: Heads, ctx: &BatchContext, p: &AttnParams) -> Result<Tensor> {
+    pub fn attend_qkv(
+        &mut self,
+        kv: &PagedKv,
+        layer: usize,
+        qkv: &Tensor,
+        rope: &RopeTables,
+        heads: Heads,
+        ctx: &BatchContext,
+        p: &AttnParams,
+    ) -> Result<Tensor> {
         let params = self.params(kv, heads, p);
         let meta = self.meta(kv, layer, heads, qkv.dtype(), ctx)?;
         let (kc, vc) = kv.layer(layer)?;
@@ -93,14 +118,34 @@ impl CudaPaged {
         if let Some(out) = super::decode::rope_attention(qkv, rope, kc, vc, meta, params, heads.dim)? {
             return Ok(out.reshape((t, heads.q * heads.dim))?);
         }
-        let q = crate::gpu::fused::qkv_rope(qkv, rope.cos, rope.sin, rope.interleaved, kc, vc, &meta.slots, heads.q, heads.kv, heads.dim)?;
+        let q = crate::gpu::fused::qkv_rope(
+            qkv,
+            rope.cos,
+            rope.sin,
+            rope.interleaved,
+            kc,
+            vc,
+            &meta.slots,
+            heads.q,
+            heads.kv,
+            heads.dim,
+        )?;
         let out = super::paged_attention(&q, kc, vc, meta, params)?;
         Ok(out.reshape((t, heads.q * heads.dim))?)
     }
 
     /// Store this step's k/v and attend: `q` (T, H, D), `k`/`v` (T, KvH, D). Returns (T, H*D).
     #[allow(clippy::too_many_arguments)]
-    pub fn attend(&mut self, kv: &PagedKv, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, ctx: &BatchContext, p: &AttnParams) -> Result<Tensor> {
+    pub fn attend(
+        &mut self,
+        kv: &PagedKv,
+        layer: usize,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        ctx: &BatchContext,
+        p: &AttnParams,
+    ) -> Result<Tensor> {
         let (t, h, d) = q.dims3()?;
         let heads = Heads { q: h, kv: k.dim(1)?, dim: d };
         let params = self.params(kv, heads, p);

@@ -27,7 +27,11 @@ pub fn smem_bytes(d: usize) -> usize {
 
 /// Query tokens per tile when the tensor-core kernel serves this shape, else None.
 pub fn tile_tokens(heads: usize, kv_heads: usize, head_dim: usize, dtype: DType) -> Option<usize> {
-    if !crate::levers::get().cuda_tc_prefill || kv_heads == 0 || heads % kv_heads != 0 || !matches!(dtype, DType::BF16 | DType::F16) {
+    if !crate::levers::get().cuda_tc_prefill
+        || kv_heads == 0
+        || heads % kv_heads != 0
+        || !matches!(dtype, DType::BF16 | DType::F16)
+    {
         return None;
     }
     let g = heads / kv_heads;
@@ -58,7 +62,14 @@ pub struct TcPlan {
 
 /// The step's query tiles for a layer shape ([`BatchContext::query_tiles`] of [`tile_tokens`] tokens), uploaded to
 /// `dev`; None when the kernel does not serve the shape or the device, or no row has enough new tokens.
-pub fn plan(ctx: &BatchContext, heads: usize, kv_heads: usize, head_dim: usize, dtype: DType, dev: &Device) -> Result<Option<TcPlan>> {
+pub fn plan(
+    ctx: &BatchContext,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    dtype: DType,
+    dev: &Device,
+) -> Result<Option<TcPlan>> {
     let Some(bq) = tile_tokens(heads, kv_heads, head_dim, dtype) else { return Ok(None) };
     if !device_fits(&dev.as_cuda_device()?.cuda_stream().context(), head_dim) {
         return Ok(None);

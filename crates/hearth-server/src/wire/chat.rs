@@ -1,0 +1,115 @@
+//! `/v1/chat/completions` on the wire (and `/apply-template`, which takes the conversation part of it).
+
+use super::common::GenerationParams;
+use super::de::{opt, parse};
+use crate::error::ApiResult;
+use crate::wire::RequestBody;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// What the chat template renders. `messages` and `tools` stay JSON: the template reads any field a client puts
+/// there (`name`, `tool_call_id`, `reasoning_content`, ...); `openai::messages` checks and normalizes them.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Conversation {
+    #[serde(deserialize_with = "opt")]
+    pub messages: Option<Vec<Value>>,
+    #[serde(deserialize_with = "opt")]
+    pub tools: Option<Vec<Value>>,
+    /// Only `"none"` has an effect (it leaves `tools` out); anything else is accepted.
+    pub tool_choice: Option<Value>,
+    #[serde(deserialize_with = "opt")]
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+    #[serde(deserialize_with = "opt")]
+    pub add_generation_prompt: Option<bool>,
+}
+
+impl RequestBody for Conversation {
+    fn from_body(body: &Value) -> ApiResult<Self> {
+        parse(body)
+    }
+}
+
+/// The chat-only fields.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct ChatOptions {
+    /// Wins over `max_tokens`.
+    #[serde(deserialize_with = "opt")]
+    pub max_completion_tokens: Option<i64>,
+    #[serde(deserialize_with = "opt")]
+    pub logprobs: Option<bool>,
+    #[serde(deserialize_with = "opt")]
+    pub top_logprobs: Option<i64>,
+}
+
+/// A chat request: three views of one JSON object (see `wire`'s module docs for why not `#[serde(flatten)]`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatCompletionRequest {
+    pub params: GenerationParams,
+    pub options: ChatOptions,
+    pub conversation: Conversation,
+}
+
+impl RequestBody for ChatCompletionRequest {
+    fn from_body(body: &Value) -> ApiResult<Self> {
+        Ok(Self { params: parse(body)?, options: parse(body)?, conversation: parse(body)? })
+    }
+}
+
+/// One choice of a `chat.completion`.
+#[derive(Debug, Serialize)]
+pub struct ChatChoice {
+    pub index: usize,
+    pub message: AssistantMessage,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AssistantMessage {
+    pub role: &'static str,
+    pub content: String,
+}
+
+/// One choice of a `chat.completion.chunk`.
+#[derive(Debug, Serialize)]
+pub struct ChatChunkChoice {
+    pub index: usize,
+    pub delta: Delta,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+/// A streamed message piece: the role first (with empty content), then content, then `{}` with the finish reason.
+#[derive(Debug, Default, Serialize)]
+pub struct Delta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// Chat's log-probabilities: one entry per generated token.
+#[derive(Debug, Serialize)]
+pub struct ChatLogprobs {
+    pub content: Vec<ChatTokenLogprob>,
+    /// Always `null` (no refusals are generated).
+    pub refusal: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ChatTokenLogprob {
+    /// The token's bytes as UTF-8 (lossy for part of a multi-byte character); `bytes` are exact.
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<ChatTopLogprob>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ChatTopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}

@@ -1,0 +1,306 @@
+//! Checking answers: every success in its route's shape, every failure an OpenAI error; no panics anywhere.
+
+use super::cases::{Case, Route};
+use super::server::{Template, SERVERS};
+use axum::body::{to_bytes, Body};
+use axum::http::{header, HeaderName, Method, Request};
+use axum::Router;
+use hearth_server::body::parse_object;
+use hearth_server::openai::{completions, messages, params};
+use hearth_server::wire::admin::DetokenizeRequest;
+use hearth_server::wire::chat::{ChatCompletionRequest, Conversation};
+use hearth_server::wire::completions::CompletionRequest;
+use hearth_server::wire::RequestBody;
+use hearth_server::SamplingDefaults;
+use serde_json::Value;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, Once};
+use tower::ServiceExt;
+
+/// `{"error": {"message": non-empty string, "type": string, "param": null|string, "code": null|string}}`, exactly.
+pub fn check_error(v: &Value) -> Result<(), String> {
+    let obj = v.as_object().ok_or("error body is not an object")?;
+    if obj.len() != 1 {
+        return Err(format!("error body has keys other than `error`: {v}"));
+    }
+    let e = obj.get("error").and_then(Value::as_object).ok_or("no `error` object")?;
+    let mut keys: Vec<&str> = e.keys().map(String::as_str).collect();
+    keys.sort();
+    if keys != ["code", "message", "param", "type"] {
+        return Err(format!("error object keys {keys:?}"));
+    }
+    if e["message"].as_str().is_none_or(str::is_empty) {
+        return Err("empty or non-string message".into());
+    }
+    if e["type"].as_str().is_none_or(str::is_empty) {
+        return Err("empty or non-string type".into());
+    }
+    for k in ["param", "code"] {
+        if !(e[k].is_null() || e[k].is_string()) {
+            return Err(format!("`{k}` is neither null nor a string"));
+        }
+    }
+    Ok(())
+}
+
+pub fn check_choice_common(c: &Value, object: &str) -> Result<(), String> {
+    if !c["index"].is_u64() {
+        return Err(format!("{object}: choice without an integer index: {c}"));
+    }
+    Ok(())
+}
+
+pub fn check_usage(u: &Value) -> Result<(), String> {
+    for k in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        if !u[k].is_u64() {
+            return Err(format!("usage.{k} is not an integer: {u}"));
+        }
+    }
+    Ok(())
+}
+
+pub fn check_finish(f: &Value) -> Result<(), String> {
+    match f.as_str() {
+        Some("stop" | "length") => Ok(()),
+        _ => Err(format!("bad finish_reason {f}")),
+    }
+}
+
+pub fn check_success(route: Route, path: &str, content_type: &str, body: &[u8]) -> Result<(), String> {
+    if content_type.starts_with("text/event-stream") {
+        let text = std::str::from_utf8(body).map_err(|e| format!("SSE body is not UTF-8: {e}"))?;
+        let mut datas = Vec::new();
+        for frame in text.split("\n\n").filter(|f| !f.is_empty()) {
+            if frame.starts_with(':') {
+                continue;
+            }
+            let d = frame.strip_prefix("data: ").ok_or_else(|| format!("SSE frame without data: {frame:?}"))?;
+            datas.push(d);
+        }
+        if datas.last() != Some(&"[DONE]") {
+            return Err(format!("stream does not end with [DONE]: {:?}", datas.last()));
+        }
+        let object = if route == Route::Chat { "chat.completion.chunk" } else { "text_completion" };
+        let mut finishes = 0;
+        for d in &datas[..datas.len() - 1] {
+            let v: Value = serde_json::from_str(d).map_err(|e| format!("SSE data is not JSON ({e}): {d}"))?;
+            if v.get("error").is_some() {
+                return Err(format!("error inside a stream: {v}"));
+            }
+            if v["object"] != object {
+                return Err(format!("chunk object is {} not {object}", v["object"]));
+            }
+            for c in v["choices"].as_array().ok_or("chunk without choices")? {
+                check_choice_common(c, object)?;
+                if !c["finish_reason"].is_null() {
+                    check_finish(&c["finish_reason"])?;
+                    finishes += 1;
+                }
+            }
+            if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+                check_usage(u)?;
+            }
+        }
+        if finishes == 0 {
+            return Err("stream without a finish_reason".into());
+        }
+        return Ok(());
+    }
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("200 body is not JSON ({e})"))?;
+    match route {
+        Route::Chat => {
+            if v["object"] != "chat.completion" {
+                return Err(format!("object {}", v["object"]));
+            }
+            let choices = v["choices"].as_array().ok_or("no choices")?;
+            if choices.is_empty() {
+                return Err("empty choices".into());
+            }
+            for c in choices {
+                check_choice_common(c, "chat.completion")?;
+                if c["message"]["role"] != "assistant" || !c["message"]["content"].is_string() {
+                    return Err(format!("bad message {}", c["message"]));
+                }
+                check_finish(&c["finish_reason"])?;
+            }
+            check_usage(&v["usage"])
+        }
+        Route::Completions => {
+            if v["object"] != "text_completion" {
+                return Err(format!("object {}", v["object"]));
+            }
+            let choices = v["choices"].as_array().ok_or("no choices")?;
+            if choices.is_empty() {
+                return Err("empty choices".into());
+            }
+            for c in choices {
+                check_choice_common(c, "text_completion")?;
+                if !c["text"].is_string() {
+                    return Err(format!("choice text is not a string: {c}"));
+                }
+                check_finish(&c["finish_reason"])?;
+            }
+            check_usage(&v["usage"])
+        }
+        Route::Tokenize => match v["tokens"].as_array() {
+            Some(_) => Ok(()),
+            None => Err(format!("tokenize answer {v}")),
+        },
+        Route::Detokenize => match v["content"].as_str() {
+            Some(_) => Ok(()),
+            None => Err(format!("detokenize answer {v}")),
+        },
+        Route::ApplyTemplate => match v["prompt"].as_str() {
+            Some(_) => Ok(()),
+            None => Err(format!("apply-template answer {v}")),
+        },
+        Route::Other => {
+            let ok = if path == "/health" {
+                v["status"] == "ok"
+            } else if path == "/v1/models" {
+                v["object"] == "list" && v["data"].is_array()
+            } else if path.starts_with("/v1/models/") {
+                v["object"] == "model"
+            } else {
+                v.is_object()
+            };
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("unexpected 200 answer {v}"))
+            }
+        }
+    }
+}
+
+/// What a case returned: the status, and whether it passed the checks.
+pub async fn run_case(router: &Router, case: &Case) -> Result<u16, String> {
+    let req = Request::builder()
+        .method(case.method.clone())
+        .uri(case.path.as_str())
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(case.body.clone()))
+        .map_err(|e| format!("building the request: {e}"))?;
+    let resp = router.clone().oneshot(req).await.map_err(|e| format!("router error: {e}"))?;
+    let status = resp.status();
+    let content_type = resp.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    // Every answer, error or not, is open to browsers and carries a request id.
+    let header_of = |name| resp.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    if header_of(header::ACCESS_CONTROL_ALLOW_ORIGIN) != "*"
+        || header_of(HeaderName::from_static("x-request-id")).is_empty()
+    {
+        return Err(format!("{status} without CORS or request id headers: {:?}", resp.headers()));
+    }
+    let body = to_bytes(resp.into_body(), 64 << 20).await.map_err(|e| format!("reading the body: {e}"))?;
+    if status.is_success() {
+        // Every OPTIONS request is answered as a CORS preflight: an empty 200.
+        if case.method == Method::OPTIONS {
+            return if body.is_empty() {
+                Ok(status.as_u16())
+            } else {
+                Err(format!("OPTIONS answered {status}: {body:?}"))
+            };
+        }
+        check_success(case.route, &case.path, &content_type, &body)?;
+        return Ok(status.as_u16());
+    }
+    if !content_type.starts_with("application/json") {
+        return Err(format!("{status} with content-type {content_type:?}: {}", String::from_utf8_lossy(&body)));
+    }
+    let v: Value = serde_json::from_slice(&body).map_err(|e| format!("{status} body is not JSON ({e})"))?;
+    check_error(&v).map_err(|e| format!("{status}: {e}: {v}"))?;
+    if std::env::var_os("HEARTH_FUZZ_VERBOSE").is_some() {
+        let e = &v["error"];
+        let mut msg: String = e["message"].as_str().unwrap_or("").chars().take(220).collect();
+        msg = msg.chars().filter(|c| !c.is_ascii_digit()).collect();
+        eprintln!("ERR {:?} {} {} {} | {msg}", case.route, status.as_u16(), e["code"], e["param"]);
+    }
+    if !status.is_client_error() {
+        return Err(format!("{status} (not a client error): {v}"));
+    }
+    Ok(status.as_u16())
+}
+
+/// The same body through the public parsers directly (they must not panic; their errors are OpenAI errors).
+pub fn direct_parsers(body: &[u8], vocab: usize) -> Result<(), String> {
+    let as_json = |e: &hearth_server::error::ApiError| serde_json::to_value(e.body()).map_err(|e| e.to_string());
+    let m = match parse_object(body) {
+        Ok(m) => Value::Object(m),
+        Err(e) => return check_error(&as_json(&e)?),
+    };
+    let d = SamplingDefaults::default();
+    let mut errs = Vec::new();
+    match ChatCompletionRequest::from_body(&m) {
+        Ok(chat) => {
+            let max = ("max_completion_tokens", chat.options.max_completion_tokens);
+            errs.push(params::resolve(&chat.params, &d, vocab, max).err());
+            errs.push(params::top_count("top_logprobs", chat.options.top_logprobs).err());
+            errs.push(messages::normalize(&chat.conversation).err());
+        }
+        Err(e) => errs.push(Some(e)),
+    }
+    match CompletionRequest::from_body(&m) {
+        Ok(c) => errs.push(completions::checked_prompts(c.options.prompt, vocab).err()),
+        Err(e) => errs.push(Some(e)),
+    }
+    errs.push(Conversation::from_body(&m).err());
+    match DetokenizeRequest::from_body(&m) {
+        Ok(DetokenizeRequest { tokens: Some(ids) }) => errs.push(ids.check("tokens", vocab).err()),
+        Ok(_) => {}
+        Err(e) => errs.push(Some(e)),
+    }
+    for e in errs.into_iter().flatten() {
+        check_error(&as_json(&e)?)?;
+        if !e.status.is_client_error() {
+            return Err(format!("parser returned {}: {}", e.status, e.message));
+        }
+    }
+    Ok(())
+}
+
+pub fn show(case: &Case) -> String {
+    let mut b = String::from_utf8_lossy(&case.body).into_owned();
+    if b.len() > 1500 {
+        let mut cut = 1500;
+        while !b.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        b.truncate(cut);
+        b.push_str(&format!("... ({} bytes)", case.body.len()));
+    }
+    let (alias, t, _) = &SERVERS[case.model];
+    let template = match t() {
+        Template::Own => "its own template",
+        Template::None => "no template",
+        Template::Source(_) => "a replaced template",
+    };
+    format!("{} {} (server {}: {alias}, {template}) body: {b:?}", case.method, case.path, case.model)
+}
+
+pub static PANICS: AtomicUsize = AtomicUsize::new(0);
+/// Panics inside minijinja, which `messages::render` contains and answers as a 400 `template_error`.
+pub static TEMPLATE_PANICS: AtomicUsize = AtomicUsize::new(0);
+pub static LAST_PANIC: Mutex<String> = Mutex::new(String::new());
+
+/// Count every panic, on any thread (the engine thread and spawned stream tasks catch their own).
+pub fn install_panic_counter() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.location().is_some_and(|l| l.file().contains("/minijinja-")) {
+                TEMPLATE_PANICS.fetch_add(1, Ordering::SeqCst);
+                return;
+            }
+            PANICS.fetch_add(1, Ordering::SeqCst);
+            if let Ok(mut s) = LAST_PANIC.lock() {
+                *s = format!("{info} (thread {:?})", std::thread::current().name());
+            }
+            default(info);
+        }));
+    });
+}
+
+pub fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|s| s.trim().parse().ok())
+}
