@@ -56,10 +56,6 @@ impl PagedAttention {
         }
     }
 
-    pub fn storage(&self) -> &PagedKv {
-        &self.kv
-    }
-
     pub fn storage_mut(&mut self) -> &mut PagedKv {
         &mut self.kv
     }

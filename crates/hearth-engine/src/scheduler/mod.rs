@@ -74,11 +74,6 @@ impl Scheduler {
         &self.stats
     }
 
-    /// Running rows' slots (oldest admission first is not guaranteed).
-    pub fn running_slots(&self) -> Vec<usize> {
-        self.running.iter().map(|s| s.slot).collect()
-    }
-
     /// The next step. An empty plan means nothing can run now (idle, or waiting for blocks).
     pub fn schedule(&mut self) -> StepPlan {
         self.drop_cancelled();
