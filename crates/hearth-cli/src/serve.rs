@@ -3,7 +3,7 @@
 use crate::ModelArgs;
 use anyhow::Context;
 use clap::Args;
-use hearth_engine::engine::{blocks_for_budget, EngineConfig};
+use hearth_engine::engine::{blocks_for_budget, CacheConfig, EngineConfig, SsdSettings};
 use hearth_server::{DefaultOverrides, Ready, SamplingDefaults, ServerConfig};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +37,24 @@ pub struct ServeArgs {
     /// Most prompts one engine step prefills (0: no limit; default: 2 on the CPU, no limit on a GPU).
     #[arg(long, env = "HEARTH_PREFILL_SEQS")]
     pub prefill_seqs: Option<usize>,
+    /// Prompt cache: GiB of KV blocks kept for reuse after their requests end (0 disables prefix caching;
+    /// default: the whole KV cache).
+    #[arg(long, env = "HEARTH_PROMPT_CACHE")]
+    pub prompt_cache: Option<f64>,
+    /// Directory of the SSD tier of the prompt cache: evicted and idle KV blocks are written there and restored
+    /// on a later hit, across restarts.
+    #[arg(long, env = "HEARTH_SSD_CACHE")]
+    pub ssd_cache: Option<std::path::PathBuf>,
+    /// Most GiB the SSD tier keeps (least recently used files go first).
+    #[arg(long, env = "HEARTH_SSD_CACHE_MAX", default_value_t = 32.0)]
+    pub ssd_cache_max: f64,
+    /// Hash every block's data when it is restored from the SSD tier (the header is always checked).
+    #[arg(long, env = "HEARTH_SSD_CACHE_VERIFY")]
+    pub ssd_cache_verify: bool,
+    /// With --ssd-cache: write cached blocks unused this many seconds to the SSD tier and free their KV memory
+    /// (0: never).
+    #[arg(long, env = "HEARTH_SSD_DEMOTE_IDLE", default_value_t = 300)]
+    pub ssd_demote_idle: u64,
     /// Most requests waiting for a batch slot; more get HTTP 429.
     #[arg(long, env = "HEARTH_MAX_QUEUE", default_value_t = 64)]
     pub max_queue: usize,
@@ -80,6 +98,8 @@ fn parse_size(s: &str) -> Result<usize, String> {
     Ok((n * mult as f64) as usize)
 }
 
+const GIB: f64 = (1u64 << 30) as f64;
+
 /// Default --kv-budget on a GPU: this percentage of the memory free after loading the weights.
 const GPU_KV_FRACTION_PCT: u64 = 80;
 /// `--prefill-seqs` on the CPU (the prefill-seqs A/B in docs/benchmarks.md); 0 = no limit.
@@ -101,6 +121,14 @@ fn check(a: &ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         a.kv_budget.is_none_or(|g| g.is_finite() && g > 0.0),
         "--kv-budget must be a positive number of GiB"
+    );
+    anyhow::ensure!(
+        a.prompt_cache.is_none_or(|g| g.is_finite() && g >= 0.0),
+        "--prompt-cache must be a number of GiB >= 0 (0 disables it)"
+    );
+    anyhow::ensure!(
+        a.ssd_cache_max.is_finite() && a.ssd_cache_max > 0.0,
+        "--ssd-cache-max must be a positive number of GiB"
     );
     anyhow::ensure!(a.temperature.is_none_or(|t| t.is_finite() && t >= 0.0), "--temperature must be >= 0");
     anyhow::ensure!(a.top_p.is_none_or(|p| p > 0.0 && p <= 1.0), "--top-p must be in (0, 1]");
@@ -131,7 +159,7 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let m = a.model.load(hearth_engine::levers::get().batch_invariant)?;
     let bs = a.kv_block_size;
     let budget = match (a.kv_budget, hearth_engine::device::gpu_free_memory(&m.device)) {
-        (Some(gib), _) => (gib * (1u64 << 30) as f64) as u64,
+        (Some(gib), _) => (gib * GIB) as u64,
         // A GPU: most of what the weights left free; the rest is for activations and cuBLAS workspaces.
         (None, Some(free)) => free / 100 * GPU_KV_FRACTION_PCT,
         (None, None) => mem_available().map(|b| b / 4).unwrap_or(2 << 30),
@@ -150,6 +178,22 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let step_tokens = a.prefill_chunk.unwrap_or(if gpu { 8192 } else { 256 });
     let step_tokens_decoding = a.prefill_chunk_decoding.unwrap_or(if gpu { 2048 } else { 64 });
     let max_prefill_rows = a.prefill_seqs.unwrap_or(if gpu { 0 } else { CPU_PREFILL_SEQS });
+    let cache = CacheConfig {
+        max_blocks: match a.prompt_cache {
+            None => kv_blocks,
+            Some(gib) => blocks_for_budget(m.model.as_ref(), (gib * GIB) as u64, bs).min(kv_blocks),
+        },
+        namespace: m.fingerprint,
+        ssd: a.ssd_cache.as_ref().map(|dir| SsdSettings {
+            dir: dir.clone(),
+            max_bytes: (a.ssd_cache_max * GIB) as u64,
+            verify: a.ssd_cache_verify,
+            demote_idle: (a.ssd_demote_idle > 0).then(|| Duration::from_secs(a.ssd_demote_idle)),
+        }),
+    };
+    if a.ssd_cache.is_some() && cache.max_blocks == 0 {
+        tracing::warn!("--ssd-cache has no effect with --prompt-cache 0");
+    }
     let ecfg = EngineConfig {
         max_batch: a.batch,
         kv_block_size: bs,
@@ -158,6 +202,7 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
         step_tokens_decoding,
         max_prefill_rows,
         max_queue: a.max_queue,
+        cache,
     };
     let engine = hearth_engine::engine::start(m.model, m.device, ecfg, eos).context("starting the engine")?;
     Ok(Ready {

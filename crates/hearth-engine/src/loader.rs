@@ -18,6 +18,9 @@ pub struct LoadedModel {
     pub device: Device,
     /// The model's `generation_config.json` (Hugging Face directories), for sampling defaults.
     pub generation_config: Option<serde_json::Value>,
+    /// Names this model's KV: weights (sampled), configuration, tokenizer and load options. The prompt cache's
+    /// block addresses and SSD files are shared only under an equal fingerprint.
+    pub fingerprint: u128,
     pub load_time: Duration,
 }
 
@@ -46,7 +49,16 @@ pub fn load_with(spec: &str, device: &Device, chat_template: Option<&Path>, opts
         tokenizer.chat_template = Some(ChatTemplate::from_file(path, &tokenizer.bos_token(), &tokenizer.eos_token())?);
     }
     let model = load_model(&weights, &cfg, device, opts)?;
-    Ok(LoadedModel { model, tokenizer, location, device: device.clone(), generation_config, load_time: t0.elapsed() })
+    let fingerprint = fingerprint(&location, &tokenizer, &format!("{cfg:?}/{opts:?}"))?;
+    Ok(LoadedModel {
+        model,
+        tokenizer,
+        location,
+        device: device.clone(),
+        generation_config,
+        fingerprint,
+        load_time: t0.elapsed(),
+    })
 }
 
 /// Open the weights at a resolved location and read their configuration.
@@ -92,4 +104,44 @@ fn merge_generation_config_eos(g: &serde_json::Value, cfg: &mut ModelConfig) {
             }
         }
     }
+}
+
+/// A fingerprint of the model's files (each one's name, size and its first and last MiB: cheap for any size,
+/// and any re-quantization or fine-tune changes them), the tokenizer's vocabulary, and `extra` (configuration and
+/// load options).
+pub fn fingerprint(loc: &ModelLocation, tokenizer: &Tokenizer, extra: &str) -> Result<u128> {
+    use std::io::{Read, Seek, SeekFrom};
+    const SAMPLE: u64 = 1 << 20;
+    let mut files: Vec<std::path::PathBuf> = match loc {
+        ModelLocation::Gguf(p) => vec![p.clone()],
+        ModelLocation::HfDir(d) => std::fs::read_dir(d)
+            .map_err(|e| Error::io(format!("listing {}", d.display()), e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file())
+            .collect(),
+    };
+    files.sort();
+    let mut buf = Vec::new();
+    for f in &files {
+        let io = |e| Error::io(format!("reading {}", f.display()), e);
+        let mut file = std::fs::File::open(f).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        buf.extend_from_slice(f.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default());
+        buf.extend_from_slice(&len.to_le_bytes());
+        let mut head = Vec::new();
+        file.by_ref().take(SAMPLE).read_to_end(&mut head).map_err(io)?;
+        buf.extend_from_slice(&head);
+        if len > 2 * SAMPLE {
+            file.seek(SeekFrom::Start(len - SAMPLE)).map_err(io)?;
+            let mut tail = Vec::new();
+            file.take(SAMPLE).read_to_end(&mut tail).map_err(io)?;
+            buf.extend_from_slice(&tail);
+        }
+    }
+    for id in 0..tokenizer.vocab_size() as u32 {
+        buf.extend_from_slice(tokenizer.token_bytes(id));
+        buf.push(0);
+    }
+    buf.extend_from_slice(extra.as_bytes());
+    Ok(xxhash_rust::xxh3::xxh3_128(&buf))
 }

@@ -151,6 +151,30 @@ pub struct EngineStats {
     pub step_device_ms_total: f64,
     pub step_gap_ms_total: f64,
     pub step_gaps_total: u64,
+    pub prompt_cache: PromptCacheStats,
+    /// The SSD tier, when `--ssd-cache` is set.
+    pub ssd_cache: Option<crate::kv::ssd::SsdStats>,
+}
+
+/// The prompt cache in `/stats`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PromptCacheStats {
+    pub enabled: bool,
+    /// KV blocks registered under a content address (shared by running rows or parked for reuse).
+    pub blocks: usize,
+    /// Of those, blocks no row references (reusable, evicted least recently used first).
+    pub parked_blocks: usize,
+    pub bytes: u64,
+    /// The cap on parked blocks (`--prompt-cache`), in bytes.
+    pub max_bytes: u64,
+    /// Admitted requests that reused cached KV, and those that found none.
+    pub hits: u64,
+    pub misses: u64,
+    /// Prompt tokens reused from RAM/VRAM blocks, and restored from the SSD tier.
+    pub hit_tokens: u64,
+    pub restored_tokens: u64,
+    /// Cached blocks given up for room (spilled to the SSD tier when it is on).
+    pub evictions: u64,
 }
 
 /// Engine sizing.
@@ -173,6 +197,30 @@ pub struct EngineConfig {
     pub max_prefill_rows: usize,
     /// Most requests waiting for admission (`--max-queue`); more get `QueueFull`.
     pub max_queue: usize,
+    /// The prompt cache (prefix sharing on KV blocks) and its SSD tier.
+    pub cache: CacheConfig,
+}
+
+/// Prompt-cache settings.
+#[derive(Debug, Clone, Default)]
+pub struct CacheConfig {
+    /// Most unreferenced cached KV blocks kept in the pool (`--prompt-cache`; 0 = no prefix caching).
+    pub max_blocks: usize,
+    /// Fingerprint of model and tokenizer: block addresses (and SSD files) are only shared under the same one.
+    pub namespace: u128,
+    /// The SSD tier (`--ssd-cache`).
+    pub ssd: Option<SsdSettings>,
+}
+
+/// `--ssd-cache DIR`, `--ssd-cache-max`, `--ssd-cache-verify`, `--ssd-demote-idle`.
+#[derive(Debug, Clone)]
+pub struct SsdSettings {
+    pub dir: std::path::PathBuf,
+    pub max_bytes: u64,
+    /// Hash every block's data on restore (the header hash is always checked).
+    pub verify: bool,
+    /// Spill cached blocks unused this long and free their KV memory (None: never).
+    pub demote_idle: Option<std::time::Duration>,
 }
 
 impl EngineConfig {
@@ -316,6 +364,7 @@ mod tests {
             step_tokens_decoding: 32,
             max_prefill_rows: 0,
             max_queue: 8,
+            cache: CacheConfig::default(),
         };
         EngineInfo::new(100, 128, &cfg)
     }

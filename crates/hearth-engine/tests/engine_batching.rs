@@ -47,6 +47,7 @@ fn engine_with(
         step_tokens_decoding: 32,
         max_prefill_rows,
         max_queue: 64,
+        cache: Default::default(),
     };
     (start(m.model, m.device, cfg, eos).unwrap(), m.tokenizer)
 }

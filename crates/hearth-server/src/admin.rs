@@ -6,8 +6,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::openai::messages;
 use crate::state::AppState;
 use crate::wire::admin::{
-    ApplyTemplateResponse, DetokenizeRequest, DetokenizeResponse, Health, Piece, Stats, TokenizeRequest,
-    TokenizeResponse, Tokens,
+    ApplyTemplateResponse, CacheFlushResponse, DetokenizeRequest, DetokenizeResponse, Health, Piece, Stats,
+    TokenizeRequest, TokenizeResponse, Tokens,
 };
 use crate::wire::chat::Conversation;
 use axum::extract::State;
@@ -45,6 +45,32 @@ pub async fn stats(State(st): State<AppState>) -> ApiResult<Json<Stats>> {
             .map(|(name, value)| (name.to_string(), serde_json::Value::String(value)))
             .collect(),
     }))
+}
+
+/// Most time a flush may take before the request gives up (the writes go on).
+const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// `POST /admin/cache/flush`: write every cached KV block to the SSD tier; 200 once all of it is durable.
+pub async fn cache_flush(State(st): State<AppState>) -> ApiResult<Json<CacheFlushResponse>> {
+    let r = st.ready()?;
+    let engine = r.engine.clone();
+    let done = tokio::task::spawn_blocking(move || match engine.flush_cache() {
+        Ok(Some(rx)) => rx.recv_timeout(FLUSH_TIMEOUT).map(|_| true).map_err(|e| match e {
+            std::sync::mpsc::RecvTimeoutError::Timeout => {
+                ApiError::internal("the SSD tier did not finish writing in time; the writes go on")
+            }
+            std::sync::mpsc::RecvTimeoutError::Disconnected => ApiError::internal("the SSD writer stopped"),
+        }),
+        Ok(None) => Ok(false),
+        Err(e) => Err(ApiError::from_status(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("flush task failed: {e}")))??;
+    if !done {
+        return Err(ApiError::bad_request("there is no SSD tier to flush to: start the server with --ssd-cache DIR"));
+    }
+    let ssd = r.engine.stats().ssd_cache.unwrap_or_default();
+    Ok(Json(CacheFlushResponse { status: "flushed", files: ssd.files, bytes: ssd.bytes }))
 }
 
 /// `{"content": "...", "add_special": false, "with_pieces": false}` -> `{"tokens": [...]}`.

@@ -38,6 +38,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models/{*id}", get(openai::models::get))
         .route("/health", get(admin::health))
         .route("/stats", get(admin::stats))
+        .route("/admin/cache/flush", post(admin::cache_flush))
         .route("/tokenize", post(admin::tokenize))
         .route("/detokenize", post(admin::detokenize))
         .route("/apply-template", post(admin::apply_template))
@@ -93,7 +94,28 @@ where
     );
     state.set_ready(ready);
     eprintln!("{banner}");
-    server.await.context("the HTTP server task panicked")?
+    let served = server.await.context("the HTTP server task panicked")?;
+    if let Some(r) = state.get() {
+        let engine = r.engine.clone();
+        let _ = tokio::task::spawn_blocking(move || flush_on_exit(&engine)).await;
+    }
+    served
+}
+
+/// Most time a shutdown waits for the prompt cache to reach the SSD tier.
+const EXIT_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// On shutdown, write the cached KV blocks to the SSD tier (when there is one) so a restart finds them.
+fn flush_on_exit(engine: &hearth_engine::engine::EngineHandle) {
+    let Ok(Some(done)) = engine.flush_cache() else { return };
+    eprintln!("hearth: writing the prompt cache to the SSD tier...");
+    match done.recv_timeout(EXIT_FLUSH_TIMEOUT) {
+        Ok(()) => {
+            let s = engine.stats().ssd_cache.unwrap_or_default();
+            eprintln!("hearth: SSD tier holds {} blocks ({:.1} MiB)", s.files, s.bytes as f64 / (1 << 20) as f64);
+        }
+        Err(_) => eprintln!("hearth: gave up waiting for the SSD tier; some cached blocks were not written"),
+    }
 }
 
 async fn shutdown_signal() {

@@ -2,15 +2,21 @@
 //! out)`, and the thread loop that feeds it submitted requests. Nothing here knows tensors or policy.
 
 use super::runner::Runner;
-use crate::scheduler::{Scheduler, Sequence};
+use crate::scheduler::{Scheduler, Sequence, StepOutput, StepPlan};
 use crate::types::EngineStats;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 pub(crate) enum Command {
-    Submit(Sequence),
+    Submit(Box<Sequence>),
+    /// Write every cached block to the cold tier; the reply is a receiver that fires once they are durable (None:
+    /// there is no cold tier).
+    Flush(mpsc::Sender<Option<mpsc::Receiver<()>>>),
 }
+
+/// How often an idle engine with parked blocks wakes up to demote idle ones to the cold tier.
+const IDLE_TICK: Duration = Duration::from_secs(1);
 
 pub struct EngineCore<R: Runner> {
     pub(crate) scheduler: Scheduler,
@@ -31,6 +37,27 @@ impl<R: Runner> EngineCore<R> {
         self.scheduler.enqueue(seq);
     }
 
+    fn command(&mut self, c: Command) {
+        match c {
+            Command::Submit(seq) => self.enqueue(*seq),
+            Command::Flush(reply) => {
+                let _ = reply.send(self.flush());
+            }
+        }
+    }
+
+    /// Spill every cached block not yet in the cold tier (they stay cached) and return the tier's flush marker.
+    pub fn flush(&mut self) -> Option<mpsc::Receiver<()>> {
+        let spills = self.scheduler.flush_spills();
+        if !spills.is_empty() {
+            let plan = StepPlan { spills, ..Default::default() };
+            if let Err(e) = self.runner.transfer(&plan) {
+                tracing::warn!("flushing the prompt cache: {e}");
+            }
+        }
+        self.runner.flush()
+    }
+
     /// Run one step. Returns whether any work was done (false: nothing can run until something changes).
     pub fn step(&mut self) -> bool {
         let plan = self.scheduler.schedule();
@@ -38,10 +65,18 @@ impl<R: Runner> EngineCore<R> {
             self.runner.idle();
             return false;
         }
-        match self.runner.run(&plan) {
+        let failed = match self.runner.transfer(&plan) {
+            Ok(f) => f,
+            Err(e) => {
+                self.scheduler.fail_step(plan, &format!("moving KV blocks failed: {e}"));
+                return true;
+            }
+        };
+        let out = if plan.rows.is_empty() { Ok(StepOutput::Logits(Vec::new())) } else { self.runner.run(&plan) };
+        match out {
             Ok(out) => {
                 let t = Instant::now();
-                self.scheduler.postprocess(plan, &out);
+                self.scheduler.postprocess(plan, &failed, &out);
                 self.sample_ms += t.elapsed().as_secs_f64() * 1e3;
             }
             // Fail the rows of this step, keep serving.
@@ -71,24 +106,32 @@ impl<R: Runner> EngineCore<R> {
     /// step fails the requests in flight and the loop goes on.
     pub(crate) fn run_loop(&mut self, rx: mpsc::Receiver<Command>, stats: &Mutex<EngineStats>, queued: &AtomicUsize) {
         loop {
-            // Block only when there is nothing to do.
-            let first = if self.scheduler.is_idle() {
+            // Block only when there is nothing to do (waking now and then while idle demotion may have work).
+            let first = if !self.scheduler.is_idle() {
+                None
+            } else if self.scheduler.wants_idle_ticks() {
+                match rx.recv_timeout(IDLE_TICK) {
+                    Ok(c) => Some(c),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
                 match rx.recv() {
                     Ok(c) => Some(c),
                     Err(_) => return,
                 }
-            } else {
-                None
             };
-            for Command::Submit(seq) in first.into_iter().chain(rx.try_iter()) {
-                self.enqueue(seq);
+            for c in first.into_iter().chain(rx.try_iter()) {
+                self.command(c);
             }
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step())) {
                 Ok(true) => {}
                 // Work is queued but nothing could run this step: wait for a submit instead of spinning.
                 Ok(false) => {
-                    if let Ok(Command::Submit(seq)) = rx.recv_timeout(Duration::from_millis(5)) {
-                        self.enqueue(seq);
+                    if !self.scheduler.is_idle() {
+                        if let Ok(c) = rx.recv_timeout(Duration::from_millis(5)) {
+                            self.command(c);
+                        }
                     }
                 }
                 Err(_) => self.fail_all("engine step panicked; the requests in flight were failed"),

@@ -7,11 +7,13 @@ pub mod handle;
 pub mod runner;
 
 pub use crate::types::{
-    EngineConfig, EngineEvent, EngineInfo, EngineRequest, EngineStats, FinishReason, RequestStream, SubmitError, Usage,
+    CacheConfig, EngineConfig, EngineEvent, EngineInfo, EngineRequest, EngineStats, FinishReason, RequestStream,
+    SsdSettings, SubmitError, Usage,
 };
 pub use handle::EngineHandle;
 
-use crate::kv::PagedKv;
+use crate::kv::ssd::{BlockLayout, SsdConfig, SsdStore};
+use crate::kv::{BlockHash, ColdTier, PagedKv};
 use crate::models::Model;
 use crate::scheduler::Scheduler;
 use crate::{Error, Result};
@@ -26,13 +28,42 @@ pub fn blocks_for_budget(model: &dyn Model, budget_bytes: u64, block_size: usize
     (budget_bytes / (per_token * block_size as u64).max(1)) as usize
 }
 
+/// Open the SSD tier for this model's KV layout. Its files live under a fingerprint of the cache namespace
+/// (model + tokenizer), the KV layout and dtype, so another model or KV scheme never reads them.
+fn open_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Arc<SsdStore> {
+    let c = model.config();
+    let dtype = model.dtype();
+    let layout = BlockLayout {
+        layers: c.num_layers,
+        kv_heads: c.num_kv_heads,
+        head_dim: c.head_dim,
+        block_size: cfg.kv_block_size,
+        dtype: format!("{dtype:?}").to_lowercase(),
+        dtype_size: dtype.size_in_bytes(),
+    };
+    let key = format!("{:032x}/{layout:?}", cfg.cache.namespace);
+    let fingerprint = BlockHash::root(key.as_bytes()).0;
+    SsdStore::open(SsdConfig { dir: s.dir.clone(), max_bytes: s.max_bytes, verify: s.verify, fingerprint, layout })
+}
+
+impl ColdTier for SsdStore {
+    fn contains(&self, h: BlockHash) -> bool {
+        SsdStore::contains(self, h)
+    }
+}
+
 /// Start the engine thread for `model` on `device`; `eos` ends a choice (unless a request ignores it).
 pub fn start(model: Box<dyn Model>, device: Device, cfg: EngineConfig, eos: Vec<u32>) -> Result<EngineHandle> {
     cfg.check().map_err(Error::InvalidRequest)?;
     let max_positions = model.max_positions();
     let info = EngineInfo::new(model.config().vocab_size, max_positions, &cfg);
-    let runner = runner::ModelRunner::new(model, device, &cfg)?;
-    let mut core = core::EngineCore::new(Scheduler::new(cfg.clone(), eos, max_positions), runner);
+    let cold = cfg.cache.ssd.as_ref().filter(|_| cfg.cache.max_blocks > 0).map(|s| open_ssd(model.as_ref(), &cfg, s));
+    let runner = runner::ModelRunner::new(model, device, &cfg, cold.clone())?;
+    let mut scheduler = Scheduler::new(cfg.clone(), eos, max_positions);
+    if let Some(c) = cold.clone() {
+        scheduler = scheduler.with_cold_tier(c);
+    }
+    let mut core = core::EngineCore::new(scheduler, runner);
     let (tx, rx) = mpsc::channel();
     let stats = Arc::new(Mutex::new(core.stats()));
     let queued = Arc::new(AtomicUsize::new(0));
@@ -47,5 +78,5 @@ pub fn start(model: Box<dyn Model>, device: Device, cfg: EngineConfig, eos: Vec<
             })
             .map_err(|e| Error::io("spawning the engine thread", e))?;
     }
-    Ok(EngineHandle { tx, stats, queued, next_slot: Arc::new(AtomicU64::new(0)), alive, info, cfg })
+    Ok(EngineHandle { tx, stats, queued, next_slot: Arc::new(AtomicU64::new(0)), alive, info, cfg, ssd: cold })
 }

@@ -1,19 +1,29 @@
-//! The runner: owns the model, its device and the paged KV storage, and executes a [`StepPlan`] — block copies,
-//! then one packed forward over every planned row — returning each row's logits, or each row's token when a
+//! The runner: owns the model, its device, the paged KV storage and the SSD tier, and executes a [`StepPlan`] —
+//! block transfers (spills, copies, restores), then one packed forward over every planned row — returning each row's logits, or each row's token when a
 //! greedy-only step can choose them on the device. Step timing and the profiling window live here.
 
 use crate::attention::{BatchContext, PagedAttention};
+use crate::kv::ssd::{BlockRecord, SsdStore};
+use crate::kv::PagedKv;
 use crate::models::Model;
 use crate::scheduler::{StepOutput, StepPlan};
 use crate::types::{EngineConfig, EngineStats};
 use crate::Result;
 use candle_core::{Device, Tensor};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// What the engine core needs from whatever executes its plans (the model runner; a fake in policy tests).
 pub trait Runner {
-    /// Execute one plan: its block copies, then its rows' forward. One output per planned row.
+    /// Execute a plan's block transfers in order: spills (to the cold tier), copies, restores (from it). Returns
+    /// the blocks whose restore failed (a miss: the rows recompute them).
+    fn transfer(&mut self, plan: &StepPlan) -> Result<Vec<u32>>;
+    /// Execute one plan's rows: one packed forward. One output per planned row.
     fn run(&mut self, plan: &StepPlan) -> Result<StepOutput>;
+    /// A receiver that fires once everything spilled so far is durable (None: no cold tier).
+    fn flush(&mut self) -> Option<std::sync::mpsc::Receiver<()>> {
+        None
+    }
     /// No step follows at once (the engine waits for work): timing must not count the wait as a gap.
     fn idle(&mut self) {}
     /// Everything was failed and the block pool started afresh.
@@ -28,6 +38,11 @@ pub struct ModelRunner {
     kv: PagedAttention,
     /// Greedy-only steps take each row's token from the device (`HEARTH_GPU_ARGMAX`).
     argmax_on_device: bool,
+    /// The SSD tier (`--ssd-cache`): spilled blocks go there, restores come from there.
+    cold: Option<Arc<SsdStore>>,
+    /// Bytes of one KV block, and the prompt cache's cap in blocks (for `/stats`).
+    block_bytes: u64,
+    cache_max_blocks: usize,
     times: StepTimes,
     #[cfg(feature = "cuda")]
     profile: Option<crate::gpu::profile::ProfileWindow>,
@@ -46,7 +61,7 @@ struct StepTimes {
 }
 
 impl ModelRunner {
-    pub fn new(model: Box<dyn Model>, device: Device, cfg: &EngineConfig) -> Result<Self> {
+    pub fn new(model: Box<dyn Model>, device: Device, cfg: &EngineConfig, cold: Option<Arc<SsdStore>>) -> Result<Self> {
         let c = model.config();
         let kv = PagedAttention::new(
             c.num_layers,
@@ -59,6 +74,8 @@ impl ModelRunner {
             &device,
         )?;
         tracing::info!(backend = kv.backend_name(), "paged attention");
+        let block_bytes = (PagedKv::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, model.dtype())
+            * cfg.kv_block_size) as u64;
         #[cfg(feature = "cuda")]
         let argmax_on_device = device.is_cuda() && crate::levers::get().gpu_argmax;
         #[cfg(not(feature = "cuda"))]
@@ -72,6 +89,9 @@ impl ModelRunner {
             device,
             kv,
             argmax_on_device,
+            cold,
+            block_bytes,
+            cache_max_blocks: cfg.cache.max_blocks,
             times: StepTimes::default(),
         })
     }
@@ -88,12 +108,41 @@ impl ModelRunner {
 }
 
 impl Runner for ModelRunner {
-    fn run(&mut self, plan: &StepPlan) -> Result<StepOutput> {
-        for c in &plan.copies {
-            self.kv.storage_mut().copy_block(c.src, c.dst)?;
+    fn transfer(&mut self, plan: &StepPlan) -> Result<Vec<u32>> {
+        let kv = self.kv.storage_mut();
+        if let Some(cold) = &self.cold {
+            for s in &plan.spills {
+                let data = kv.read_block(s.block)?;
+                let m = &s.meta;
+                cold.spill(BlockRecord { hash: m.hash, parent: m.parent, tokens: m.tokens.clone(), data }, s.idle);
+            }
         }
-        if plan.rows.is_empty() {
-            return Ok(StepOutput::Logits(Vec::new()));
+        for c in &plan.copies {
+            kv.copy_block(c.src, c.dst)?;
+        }
+        let mut failed = Vec::new();
+        for r in &plan.restores {
+            // One block at a time: memory stays bounded however long the restored prefix is.
+            let data = self.cold.as_ref().and_then(|c| c.restore(r.meta.hash, r.meta.parent, &r.meta.tokens));
+            match data.map(|d| kv.write_block(r.block, &d)) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    tracing::warn!("restoring a KV block from the SSD tier: {e}");
+                    failed.push(r.block);
+                }
+                None => failed.push(r.block),
+            }
+        }
+        Ok(failed)
+    }
+
+    fn flush(&mut self) -> Option<std::sync::mpsc::Receiver<()>> {
+        self.cold.as_ref().map(|c| c.flush())
+    }
+
+    fn run(&mut self, plan: &StepPlan) -> Result<StepOutput> {
+        if let Some(c) = &self.cold {
+            c.set_busy(true);
         }
         #[cfg(feature = "cuda")]
         if let Some(p) = self.profile.as_mut() {
@@ -133,6 +182,9 @@ impl Runner for ModelRunner {
     }
 
     fn idle(&mut self) {
+        if let Some(c) = &self.cold {
+            c.set_busy(false);
+        }
         #[cfg(feature = "cuda")]
         if let Some(t) = self.timer.as_mut() {
             t.idle();
@@ -149,5 +201,8 @@ impl Runner for ModelRunner {
         s.step_device_ms_total = self.times.device_ms;
         s.step_gap_ms_total = self.times.gap_ms;
         s.step_gaps_total = self.times.gaps;
+        s.prompt_cache.bytes = s.prompt_cache.blocks as u64 * self.block_bytes;
+        s.prompt_cache.max_bytes = self.cache_max_blocks as u64 * self.block_bytes;
+        s.ssd_cache = self.cold.as_ref().map(|c| c.stats());
     }
 }

@@ -81,6 +81,44 @@ impl PagedKv {
         Ok(())
     }
 
+    /// Block `b`'s data as bytes: for each layer its K rows then its V rows, in the buffers' dtype (the SSD
+    /// tier's layout). One device-to-host copy per layer and buffer.
+    pub fn read_block(&self, b: u32) -> Result<Vec<u8>> {
+        let bs = self.block_size;
+        let mut out = Vec::new();
+        for (k, v) in self.k.iter().zip(&self.v) {
+            for buf in [k, v] {
+                tensor_bytes(&buf.narrow(0, b as usize * bs, bs)?, &mut out)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Write `data` (laid out as [`PagedKv::read_block`] returns it) into block `b`.
+    pub fn write_block(&mut self, b: u32, data: &[u8]) -> Result<()> {
+        let bs = self.block_size;
+        let Some(first) = self.k.first() else { return Ok(()) };
+        let (_, heads, dim) = first.dims3()?;
+        let dtype = first.dtype();
+        let part = bs * heads * dim * dtype.size_in_bytes();
+        if data.len() != part * 2 * self.k.len() {
+            return Err(Error::InvalidRequest(format!(
+                "a KV block holds {} bytes, got {}",
+                part * 2 * self.k.len(),
+                data.len()
+            )));
+        }
+        let mut chunks = data.chunks_exact(part);
+        for (k, v) in self.k.iter().zip(&self.v) {
+            for buf in [k, v] {
+                let bytes = chunks.next().unwrap_or_default();
+                let t = Tensor::from_raw_buffer(bytes, dtype, &[bs, heads, dim], buf.device())?;
+                buf.slice_set(&t, 0, b as usize * bs)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The buffer row of position `pos` under `table`.
     pub fn row_of(&self, table: &[u32], pos: usize) -> Result<usize> {
         let b = table.get(pos / self.block_size).ok_or_else(|| {
@@ -88,4 +126,16 @@ impl PagedKv {
         })?;
         Ok(*b as usize * self.block_size + pos % self.block_size)
     }
+}
+
+/// Append a tensor's values as little-endian bytes.
+fn tensor_bytes(t: &Tensor, out: &mut Vec<u8>) -> Result<()> {
+    let flat = t.flatten_all()?;
+    match t.dtype() {
+        DType::F32 => out.extend(flat.to_vec1::<f32>()?.iter().flat_map(|x| x.to_le_bytes())),
+        DType::F16 => out.extend(flat.to_vec1::<half::f16>()?.iter().flat_map(|x| x.to_bits().to_le_bytes())),
+        DType::BF16 => out.extend(flat.to_vec1::<half::bf16>()?.iter().flat_map(|x| x.to_bits().to_le_bytes())),
+        other => return Err(Error::Unsupported(format!("KV blocks of dtype {other:?} cannot be spilled"))),
+    }
+    Ok(())
 }

@@ -15,19 +15,24 @@
 //! fork off it (sharing the full prompt blocks, with a copy of the partial one made before the next step) and
 //! sample their first token from the same logits.
 
+mod cache;
+#[cfg(test)]
+mod cache_tests;
 pub mod plan;
 pub mod sequence;
 #[cfg(test)]
 mod tests;
 
-pub use plan::{BlockCopy, PlannedRow, StepOutput, StepPlan};
+pub use plan::{BlockCopy, PlannedRow, Restore, Spill, StepOutput, StepPlan};
 pub use sequence::Sequence;
 
 use crate::attention::PIECE_ALIGN;
-use crate::kv::BlockPool;
+use crate::kv::{BlockHash, BlockPool, ColdTier};
 use crate::types::{blocks_to_admit, EngineConfig, EngineEvent, EngineStats, FinishReason};
 use plan::{Pick, PieceBudget};
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
 
 pub struct Scheduler {
     pool: BlockPool,
@@ -39,19 +44,52 @@ pub struct Scheduler {
     /// Copies of forked choices' partial blocks, made before the next step's forward; each holds a reference on
     /// its source block until the step that makes it is done.
     copies: Vec<BlockCopy>,
+    /// Evicted cached blocks to hand to the cold tier, and cold blocks to read back, in the next step.
+    spills: Vec<Spill>,
+    restores: Vec<Restore>,
+    /// The root of every block address (the cache namespace).
+    root: BlockHash,
+    cold: Option<Arc<dyn ColdTier>>,
+    demote_idle: Option<Duration>,
     stats: EngineStats,
 }
 
 impl Scheduler {
     pub fn new(cfg: EngineConfig, eos: Vec<u32>, max_positions: usize) -> Self {
-        let pool = BlockPool::new(cfg.kv_blocks, cfg.kv_block_size);
-        let stats = EngineStats {
+        let pool = BlockPool::with_cache(cfg.kv_blocks, cfg.kv_block_size, cfg.cache.max_blocks);
+        let mut stats = EngineStats {
             kv_blocks_total: cfg.kv_blocks,
             kv_blocks_free: cfg.kv_blocks,
             kv_block_size: cfg.kv_block_size,
             ..Default::default()
         };
-        Self { pool, cfg, eos, max_positions, running: Vec::new(), waiting: VecDeque::new(), copies: Vec::new(), stats }
+        stats.prompt_cache.enabled = pool.caching();
+        Self {
+            pool,
+            root: BlockHash::root(&cfg.cache.namespace.to_le_bytes()),
+            demote_idle: cfg.cache.ssd.as_ref().and_then(|s| s.demote_idle),
+            cfg,
+            eos,
+            max_positions,
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            copies: Vec::new(),
+            spills: Vec::new(),
+            restores: Vec::new(),
+            cold: None,
+            stats,
+        }
+    }
+
+    /// Look up (and spill to) a cold tier beside the pool.
+    pub fn with_cold_tier(mut self, tier: Arc<dyn ColdTier>) -> Self {
+        self.cold = Some(tier);
+        self
+    }
+
+    /// Whether idle demotion may have work: the engine wakes up now and then while idle when this is true.
+    pub fn wants_idle_ticks(&self) -> bool {
+        self.cold.is_some() && self.demote_idle.is_some() && self.pool.num_parked() > 0
     }
 
     pub fn is_idle(&self) -> bool {
@@ -77,9 +115,12 @@ impl Scheduler {
     /// The next step. An empty plan means nothing can run now (idle, or waiting for blocks).
     pub fn schedule(&mut self) -> StepPlan {
         self.drop_cancelled();
+        self.demote_idle();
         self.admit();
+        self.late_lookup();
         let pieces = self.plan_pieces();
         let pieces = self.reserve(pieces);
+        self.collect_spills();
         let rows = pieces
             .into_iter()
             .filter_map(|(slot, n)| {
@@ -99,13 +140,19 @@ impl Scheduler {
             })
             .collect();
         self.refresh_stats();
-        StepPlan { rows, copies: std::mem::take(&mut self.copies) }
+        StepPlan {
+            rows,
+            copies: std::mem::take(&mut self.copies),
+            spills: std::mem::take(&mut self.spills),
+            restores: std::mem::take(&mut self.restores),
+        }
     }
 
-    /// Take a step's output back: advance each row, sample the rows that reached their end, fork choices, emit
-    /// events, retire finished rows.
-    pub fn postprocess(&mut self, plan: StepPlan, out: &StepOutput) {
+    /// Take a step's output back (`failed`: blocks whose restore failed): advance each row, register its
+    /// completed blocks, sample the rows that reached their end, fork choices, emit events, retire finished rows.
+    pub fn postprocess(&mut self, plan: StepPlan, failed: &[u32], out: &StepOutput) {
         self.release_copy_sources(&plan.copies);
+        self.finish_restores(&plan.restores, failed);
         if plan.rows.is_empty() {
             self.refresh_stats();
             return;
@@ -118,6 +165,7 @@ impl Scheduler {
             s.computed += row.tokens.len();
             self.stats.prompt_tokens_processed_total +=
                 (s.computed.min(s.prompt_len) - before.min(s.prompt_len)) as u64;
+            self.register_computed(&mut s);
             if s.pending() > 0 {
                 self.running.insert(i, s); // mid-prefill
                 continue;
@@ -131,7 +179,7 @@ impl Scheduler {
             };
             // The prompt is computed: fork the other choices first, from the same output.
             for sib in std::mem::take(&mut s.siblings) {
-                if let Some(mut sib) = self.fork(&s.blocks, sib) {
+                if let Some(mut sib) = self.fork(&s.blocks, &s.hashes, sib) {
                     if self.accept(&mut sib, &pick) {
                         self.free(sib);
                     } else {
@@ -151,6 +199,8 @@ impl Scheduler {
     /// A step failed: fail its rows (with `message`), keep serving the others.
     pub fn fail_step(&mut self, plan: StepPlan, message: &str) {
         self.release_copy_sources(&plan.copies);
+        let restore_blocks: Vec<u32> = plan.restores.iter().map(|r| r.block).collect();
+        self.finish_restores(&plan.restores, &restore_blocks);
         for row in &plan.rows {
             if let Some(i) = self.index_of(row.slot) {
                 let s = self.running.remove(i);
@@ -172,8 +222,10 @@ impl Scheduler {
         }
         // A panic mid-step may have dropped a row it held outside the lists: nothing holds blocks now, so start
         // the pool afresh rather than leak them.
-        self.pool = BlockPool::new(self.cfg.kv_blocks, self.cfg.kv_block_size);
+        self.pool = BlockPool::with_cache(self.cfg.kv_blocks, self.cfg.kv_block_size, self.cfg.cache.max_blocks);
         self.copies.clear();
+        self.spills.clear();
+        self.restores.clear();
         self.refresh_stats();
     }
 
@@ -185,10 +237,11 @@ impl Scheduler {
         self.free(seq);
     }
 
-    /// Return a row's blocks to the pool (dropping a copy still planned into one of them).
+    /// Return a row's blocks to the pool (dropping a copy or restore still planned into one of them).
     fn release_blocks(&mut self, seq: &mut Sequence) {
         let dropped: Vec<BlockCopy> = self.copies.iter().filter(|c| seq.blocks.contains(&c.dst)).copied().collect();
         self.copies.retain(|c| !seq.blocks.contains(&c.dst));
+        self.restores.retain(|r| r.slot != seq.slot);
         self.release_copy_sources(&dropped);
         self.pool.release_all(&mut seq.blocks);
     }
@@ -226,28 +279,32 @@ impl Scheduler {
 
     fn admit(&mut self) {
         // Admission allocates lazily (in `reserve`): count what this round promises so it never over-commits.
-        let mut free = self.pool.num_free();
-        while let Some(s) = self.waiting.front() {
+        let mut promised = 0usize;
+        while let Some(s) = self.waiting.pop_front() {
             let rows = 1 + s.siblings.len();
             if !self.running.is_empty() && self.running.len() + rows > self.cfg.max_batch {
+                self.waiting.push_front(s);
                 break;
             }
-            let need = blocks_to_admit(s.tokens.len(), s.siblings.len(), self.pool.block_size());
-            if need > free {
-                if self.running.is_empty() && need > self.pool.total() {
-                    // Submit-time checks make this unreachable; never let one request stall the queue.
-                    if let Some(s) = self.waiting.pop_front() {
-                        s.emit(EngineEvent::Error { message: "the request can never fit in the KV cache".into() });
-                        self.free(s);
-                    }
-                    continue;
-                }
+            let total = blocks_to_admit(s.tokens.len(), s.siblings.len(), self.pool.block_size());
+            if self.running.is_empty() && total > self.pool.total() {
+                // Submit-time checks make this unreachable; never let one request stall the queue.
+                s.emit(EngineEvent::Error { message: "the request can never fit in the KV cache".into() });
+                self.free(s);
+                continue;
+            }
+            // Cached blocks it can share need no room; blocks restored from the cold tier do.
+            let hit = self.lookup_prefix(&s);
+            let need = total - hit.ram.len();
+            if need > self.pool.num_free().saturating_sub(promised) {
+                self.detach(hit);
+                self.waiting.push_front(s);
                 break; // FIFO: nothing behind it jumps the queue
             }
-            free -= need;
-            if let Some(s) = self.waiting.pop_front() {
-                self.running.push(s);
-            }
+            promised += need - hit.cold.len();
+            let mut s = s;
+            self.attach(&mut s, hit);
+            self.running.push(s);
         }
     }
 
@@ -255,18 +312,20 @@ impl Scheduler {
     fn preempt_newest(&mut self) -> bool {
         let victim = self.running.iter().enumerate().max_by_key(|(_, s)| s.arrival).map(|(i, _)| i);
         let Some(i) = victim else { return false };
-        let mut s = self.running.remove(i);
-        self.release_blocks(&mut s);
-        s.computed = 0;
-        s.cached = 0;
+        let s = self.running.remove(i);
         self.stats.preemptions_total += 1;
-        let pos = self.waiting.iter().position(|w| w.arrival > s.arrival).unwrap_or(self.waiting.len());
-        self.waiting.insert(pos, s);
+        // Its full blocks stay cached: when it comes back it finds them unless they were needed meanwhile.
+        self.requeue(s);
         true
     }
 
     fn plan_pieces(&self) -> Vec<(usize, usize)> {
-        let rows: Vec<_> = self.running.iter().map(|s| (s.slot, s.arrival, s.computed, s.pending())).collect();
+        let rows: Vec<_> = self
+            .running
+            .iter()
+            .filter(|s| s.restoring.is_none())
+            .map(|s| (s.slot, s.arrival, s.computed, s.pending()))
+            .collect();
         let budget = PieceBudget {
             step_tokens: self.cfg.step_tokens,
             step_tokens_decoding: self.cfg.step_tokens_decoding,
@@ -327,7 +386,7 @@ impl Scheduler {
     /// Fork a choice off `parent_blocks` (whose prompt KV is complete): share the full prompt blocks, copy the
     /// partial one before the next step. Returns None (and re-queues the choice to compute on its own) when the
     /// pool is out of blocks.
-    fn fork(&mut self, parent_blocks: &[u32], mut sib: Sequence) -> Option<Sequence> {
+    fn fork(&mut self, parent_blocks: &[u32], parent_hashes: &[BlockHash], mut sib: Sequence) -> Option<Sequence> {
         let bs = self.pool.block_size();
         let full = sib.prompt_len / bs;
         let partial = !sib.prompt_len.is_multiple_of(bs);
@@ -353,6 +412,7 @@ impl Scheduler {
             self.pool.retain(b);
         }
         sib.blocks = blocks;
+        sib.hashes = parent_hashes.iter().take(full).copied().collect();
         sib.computed = sib.prompt_len;
         sib.cached = sib.prompt_len;
         Some(sib)
@@ -363,5 +423,8 @@ impl Scheduler {
         self.stats.rows_waiting = self.waiting_rows();
         self.stats.kv_blocks_used = self.pool.num_used();
         self.stats.kv_blocks_free = self.pool.num_free();
+        self.stats.prompt_cache.blocks = self.pool.num_cached();
+        self.stats.prompt_cache.parked_blocks = self.pool.num_parked();
+        self.stats.prompt_cache.evictions = self.pool.evictions();
     }
 }

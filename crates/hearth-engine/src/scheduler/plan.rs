@@ -1,6 +1,8 @@
 //! What one step computes, as plain data: the scheduler builds a [`StepPlan`], the runner executes it and hands a
 //! [`StepOutput`] back. No tensors, no device.
 
+use crate::kv::CachedBlock;
+
 /// One row (sequence) of a step: its new tokens, where they go, and whether its output is sampled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedRow {
@@ -28,17 +30,41 @@ pub struct BlockCopy {
     pub dst: u32,
 }
 
-/// A step: rows packed in this order, and block copies to make first.
+/// Hand a cached block's data to the cold tier (read before anything writes the block again this step).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spill {
+    pub block: u32,
+    pub meta: CachedBlock,
+    /// Demoted for sitting idle (counted apart from evictions for room).
+    pub idle: bool,
+}
+
+/// Fill a freshly allocated block from the cold tier (the row `slot` waits for it: it is not computed this step).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restore {
+    pub slot: usize,
+    pub block: u32,
+    pub meta: CachedBlock,
+}
+
+/// A step: block transfers first (spills, then copies, then restores: a spilled block may be reused by the other
+/// two), then the rows, packed in this order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepPlan {
     pub rows: Vec<PlannedRow>,
     pub copies: Vec<BlockCopy>,
+    pub spills: Vec<Spill>,
+    pub restores: Vec<Restore>,
 }
 
 impl StepPlan {
-    /// Nothing to run (no rows and no copies).
+    /// Nothing to run (no rows and no transfers).
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty() && self.copies.is_empty()
+        self.rows.is_empty() && !self.has_transfers()
+    }
+
+    pub fn has_transfers(&self) -> bool {
+        !(self.copies.is_empty() && self.spills.is_empty() && self.restores.is_empty())
     }
 
     /// Tokens packed into the step.

@@ -1,5 +1,6 @@
 //! One row: a choice of a request, with its tokens, KV blocks, sampler and event channel.
 
+use crate::kv::BlockHash;
 use crate::sampling::{Sampler, SamplingParams};
 use crate::types::{EngineEvent, EngineRequest, FinishReason, RequestStream, Usage};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +24,12 @@ pub struct Sequence {
     /// Prompt tokens whose KV came from another sequence.
     pub cached: usize,
     pub blocks: Vec<u32>,
+    /// Content addresses of the first full, computed blocks (registered in the prefix cache, or tried).
+    pub hashes: Vec<BlockHash>,
+    /// Waiting for blocks restored from the cold tier; then `computed` becomes this.
+    pub restoring: Option<usize>,
+    /// A restore from the cold tier failed: look only in RAM from now on.
+    pub skip_cold: bool,
     pub sampler: Sampler,
     pub max_tokens: usize,
     pub stop_ids: Vec<u32>,
@@ -57,6 +64,9 @@ impl Sequence {
                     computed: 0,
                     cached: 0,
                     blocks: Vec::new(),
+                    hashes: Vec::new(),
+                    restoring: None,
+                    skip_cold: false,
                     sampler: Sampler::new(params),
                     max_tokens: req.max_tokens,
                     stop_ids: req.stop_token_ids.clone(),
@@ -85,7 +95,11 @@ impl Sequence {
     }
 
     pub fn usage(&self) -> Usage {
-        Usage { prompt_tokens: self.prompt_len, completion_tokens: self.generated(), cached_tokens: self.cached }
+        Usage {
+            prompt_tokens: self.prompt_len,
+            completion_tokens: self.generated(),
+            cached_tokens: self.cached.min(self.prompt_len),
+        }
     }
 
     pub fn emit(&self, ev: EngineEvent) {

@@ -6,30 +6,73 @@
 use super::*;
 use crate::engine::core::EngineCore;
 use crate::engine::runner::Runner;
+use crate::kv::{BlockHash, ColdTier};
 use crate::sampling::SamplingParams;
+use crate::types::CacheConfig;
 use crate::types::{EngineRequest, RequestStream};
 use crate::Result;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-const VOCAB: usize = 97;
-const BS: usize = 16;
+pub(super) const VOCAB: usize = 97;
+pub(super) const BS: usize = 16;
+
+/// A block in the fake cold tier: its tokens and its fake KV.
+pub(super) type FakeBlock = (Vec<u32>, Vec<Option<u32>>);
+
+/// A cold tier in memory: block name -> (its tokens, its fake KV). `broken` names are listed but unreadable.
+#[derive(Default)]
+pub(super) struct FakeCold {
+    pub blocks: Mutex<HashMap<BlockHash, FakeBlock>>,
+    pub broken: Mutex<Vec<BlockHash>>,
+}
+
+impl ColdTier for FakeCold {
+    fn contains(&self, h: BlockHash) -> bool {
+        self.blocks.lock().unwrap().contains_key(&h) || self.broken.lock().unwrap().contains(&h)
+    }
+}
 
 /// The fake model's KV: one token id per (block, offset); `None` never written.
-struct FakeRunner {
-    kv: Vec<Vec<Option<u32>>>,
-    plans: Vec<StepPlan>,
+pub(super) struct FakeRunner {
+    pub kv: Vec<Vec<Option<u32>>>,
+    pub plans: Vec<StepPlan>,
+    pub cold: Option<Arc<FakeCold>>,
+    /// Blocks restored so far.
+    pub restored: usize,
 }
 
 impl FakeRunner {
-    fn new(blocks: usize) -> Self {
-        Self { kv: vec![vec![None; BS]; blocks], plans: Vec::new() }
+    pub fn new(blocks: usize) -> Self {
+        Self { kv: vec![vec![None; BS]; blocks], plans: Vec::new(), cold: None, restored: 0 }
     }
 }
 
 impl Runner for FakeRunner {
-    fn run(&mut self, plan: &StepPlan) -> Result<StepOutput> {
+    fn transfer(&mut self, plan: &StepPlan) -> Result<Vec<u32>> {
+        let cold = self.cold.clone().unwrap_or_default();
+        for s in &plan.spills {
+            let data = self.kv[s.block as usize].clone();
+            assert!(data.iter().all(Option::is_some), "spilled a block that was never fully written");
+            cold.blocks.lock().unwrap().insert(s.meta.hash, (s.meta.tokens.clone(), data));
+        }
         for c in &plan.copies {
             self.kv[c.dst as usize] = self.kv[c.src as usize].clone();
         }
+        let mut failed = Vec::new();
+        for r in &plan.restores {
+            match cold.blocks.lock().unwrap().get(&r.meta.hash) {
+                Some((tokens, data)) if *tokens == r.meta.tokens => {
+                    self.kv[r.block as usize] = data.clone();
+                    self.restored += 1;
+                }
+                _ => failed.push(r.block),
+            }
+        }
+        Ok(failed)
+    }
+
+    fn run(&mut self, plan: &StepPlan) -> Result<StepOutput> {
         let mut logits = Vec::new();
         for row in &plan.rows {
             for (i, &t) in row.tokens.iter().enumerate() {
@@ -53,7 +96,7 @@ impl Runner for FakeRunner {
     }
 }
 
-fn config(blocks: usize, batch: usize) -> EngineConfig {
+pub(super) fn config(blocks: usize, batch: usize) -> EngineConfig {
     EngineConfig {
         max_batch: batch,
         kv_block_size: BS,
@@ -62,14 +105,15 @@ fn config(blocks: usize, batch: usize) -> EngineConfig {
         step_tokens_decoding: 32,
         max_prefill_rows: 0,
         max_queue: 64,
+        cache: CacheConfig::default(),
     }
 }
 
-fn core(blocks: usize, batch: usize) -> EngineCore<FakeRunner> {
+pub(super) fn core(blocks: usize, batch: usize) -> EngineCore<FakeRunner> {
     EngineCore::new(Scheduler::new(config(blocks, batch), vec![], 4096), FakeRunner::new(blocks))
 }
 
-fn request(prompt_len: usize, seed: u32, max_tokens: usize, n: usize) -> EngineRequest {
+pub(super) fn request(prompt_len: usize, seed: u32, max_tokens: usize, n: usize) -> EngineRequest {
     EngineRequest {
         prompt: (0..prompt_len as u32).map(|i| (i * 7 + seed) % VOCAB as u32).collect(),
         sampling: SamplingParams::default(),
@@ -81,7 +125,7 @@ fn request(prompt_len: usize, seed: u32, max_tokens: usize, n: usize) -> EngineR
 }
 
 /// Submit to a core the way the handle does (slots from a counter).
-fn submit(c: &mut EngineCore<FakeRunner>, next: &mut usize, req: &EngineRequest) -> RequestStream {
+pub(super) fn submit(c: &mut EngineCore<FakeRunner>, next: &mut usize, req: &EngineRequest) -> RequestStream {
     let (seq, stream) = Sequence::for_request(req, || {
         *next += 1;
         *next - 1
@@ -90,7 +134,7 @@ fn submit(c: &mut EngineCore<FakeRunner>, next: &mut usize, req: &EngineRequest)
     stream
 }
 
-fn run_to_idle(c: &mut EngineCore<FakeRunner>) {
+pub(super) fn run_to_idle(c: &mut EngineCore<FakeRunner>) {
     for _ in 0..10_000 {
         if c.scheduler().is_idle() {
             return;
@@ -101,7 +145,7 @@ fn run_to_idle(c: &mut EngineCore<FakeRunner>) {
 }
 
 /// Every choice's tokens and finish reason, in choice order.
-fn drain(s: &mut RequestStream, n: usize) -> Vec<(Vec<u32>, Option<FinishReason>)> {
+pub(super) fn drain(s: &mut RequestStream, n: usize) -> Vec<(Vec<u32>, Option<FinishReason>)> {
     let mut out = vec![(Vec::new(), None); n];
     while let Ok(ev) = s.rx.try_recv() {
         match ev {
@@ -113,7 +157,7 @@ fn drain(s: &mut RequestStream, n: usize) -> Vec<(Vec<u32>, Option<FinishReason>
     out
 }
 
-fn solo(req: &EngineRequest) -> Vec<u32> {
+pub(super) fn solo(req: &EngineRequest) -> Vec<u32> {
     let mut c = core(64, 8);
     let mut next = 0;
     let mut s = submit(&mut c, &mut next, &EngineRequest { n: 1, ..req.clone() });
@@ -200,8 +244,9 @@ fn choices_fork_sharing_the_prompt_blocks() {
     assert!(shared.windows(2).all(|w| w[0] == w[1]), "the full prompt blocks are shared: {shared:?}");
     let partial: std::collections::HashSet<_> = plan.rows.iter().map(|r| r.blocks[2]).collect();
     assert_eq!(partial.len(), 3, "each choice writes its own partial block");
+    let failed = c.runner.transfer(&plan).expect("fake transfer");
     let out = c.runner.run(&plan).expect("fake run");
-    c.scheduler.postprocess(plan, &out);
+    c.scheduler.postprocess(plan, &failed, &out);
     run_to_idle(&mut c);
     let want = solo(&req);
     for (tokens, reason) in drain(&mut s, 3) {

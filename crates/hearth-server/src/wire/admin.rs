@@ -89,6 +89,14 @@ pub struct Stats {
     pub levers: serde_json::Map<String, serde_json::Value>,
 }
 
+/// `POST /admin/cache/flush`: everything cached is durable on the SSD tier, which now holds this much.
+#[derive(Debug, Serialize)]
+pub struct CacheFlushResponse {
+    pub status: &'static str,
+    pub files: usize,
+    pub bytes: u64,
+}
+
 #[derive(Debug, Serialize)]
 pub struct ModelList {
     pub object: &'static str,

@@ -105,6 +105,7 @@ pub fn ready_router(alias: &str, template: Template) -> (Router, usize) {
         step_tokens_decoding: 64,
         max_prefill_rows: 0,
         max_queue: 64,
+        cache: Default::default(),
     };
     let engine = hearth_engine::engine::start(Box::new(model), Device::Cpu, ecfg, eos).expect("starting the engine");
     let state = AppState::new(ServerConfig { keepalive: Duration::from_millis(50), ..Default::default() });

@@ -1,0 +1,239 @@
+//! The prefix cache's side of scheduling: attaching a waiting row to the cached blocks of its prompt (RAM/VRAM
+//! first, then the cold tier), registering blocks as rows compute them, and turning evictions into spills.
+//!
+//! Hits keep batch invariance: a hit always ends at a multiple of [`Scheduler::hit_align`] (a multiple of both
+//! the block size and `PIECE_ALIGN`), so the rest of the prompt is computed in pieces starting at the same
+//! aligned positions as in a cold run, and every token's arithmetic is the same (the cached KV was itself made by
+//! that arithmetic). At least one prompt token is always computed: its logits are the first sample.
+
+use super::plan::{Restore, Spill};
+use super::{Scheduler, Sequence};
+use crate::attention::PIECE_ALIGN;
+use crate::kv::prefix::chain;
+use crate::kv::{BlockHash, CachedBlock};
+use std::time::Instant;
+
+/// What a waiting row found in the cache.
+pub(super) struct Attach {
+    /// Blocks of the pool referenced for the row (RAM hits), in order.
+    pub ram: Vec<u32>,
+    /// Names of the blocks after them to restore from the cold tier.
+    pub cold: Vec<CachedBlock>,
+    pub hashes: Vec<BlockHash>,
+}
+
+impl Attach {
+    pub fn blocks(&self) -> usize {
+        self.ram.len() + self.cold.len()
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl Scheduler {
+    /// Cache hits end at multiples of this many tokens.
+    pub(super) fn hit_align(&self) -> usize {
+        let bs = self.pool.block_size();
+        bs / gcd(bs, PIECE_ALIGN) * PIECE_ALIGN
+    }
+
+    /// Look up the longest cached prefix of a waiting row's tokens (taking references on RAM hits).
+    pub(super) fn lookup_prefix(&mut self, s: &Sequence) -> Attach {
+        let none = Attach { ram: Vec::new(), cold: Vec::new(), hashes: Vec::new() };
+        if !self.pool.caching() || s.tokens.len() < 2 {
+            return none;
+        }
+        let bs = self.pool.block_size();
+        let align = self.hit_align();
+        let limit = (s.tokens.len() - 1) / align * align;
+        if limit == 0 {
+            return none;
+        }
+        let hashes = chain(self.root, &s.tokens[..limit], bs);
+        let mut ram = self.pool.lookup(&hashes);
+        let mut cold = Vec::new();
+        if let Some(tier) = self.cold.as_ref().filter(|_| !s.skip_cold) {
+            for (i, &h) in hashes.iter().enumerate().skip(ram.len()) {
+                if !tier.contains(h) {
+                    break;
+                }
+                let parent = if i == 0 { self.root } else { hashes[i - 1] };
+                cold.push(CachedBlock { hash: h, parent, tokens: s.tokens[i * bs..(i + 1) * bs].to_vec() });
+            }
+        }
+        // Whole aligned units only.
+        let per = align / bs;
+        let keep = (ram.len() + cold.len()) / per * per;
+        cold.truncate(keep.saturating_sub(ram.len()));
+        for b in ram.drain(keep.min(ram.len())..) {
+            self.pool.release(b);
+        }
+        Attach { hashes: hashes[..ram.len() + cold.len()].to_vec(), ram, cold }
+    }
+
+    /// Give back what `lookup_prefix` took (the row could not be admitted).
+    pub(super) fn detach(&mut self, a: Attach) {
+        for b in a.ram {
+            self.pool.release(b);
+        }
+    }
+
+    /// Attach an admitted row to its hit: RAM blocks are its first blocks; cold ones get fresh blocks and are
+    /// restored before the row computes anything.
+    pub(super) fn attach(&mut self, s: &mut Sequence, a: Attach) {
+        let bs = self.pool.block_size();
+        let hit = a.blocks() * bs;
+        if hit == 0 {
+            self.stats.prompt_cache.misses += 1;
+            return;
+        }
+        self.stats.prompt_cache.hits += 1;
+        self.attach_blocks(s, a);
+        self.stats.prompt_cache.hit_tokens += s.computed as u64;
+    }
+
+    /// Rows admitted with a miss that have not started yet look again: a row admitted beside another with the
+    /// same prefix (eight agents on one system prompt) finds the blocks the first one has computed meanwhile.
+    pub(super) fn late_lookup(&mut self) {
+        if !self.pool.caching() {
+            return;
+        }
+        for i in 0..self.running.len() {
+            let s = &self.running[i];
+            if s.computed > 0 || !s.blocks.is_empty() || s.restoring.is_some() {
+                continue;
+            }
+            let mut s = self.running.remove(i);
+            let skip_cold = std::mem::replace(&mut s.skip_cold, true); // RAM only: admission counted no room
+            let hit = self.lookup_prefix(&s);
+            s.skip_cold = skip_cold;
+            if !hit.ram.is_empty() {
+                self.stats.prompt_cache.misses = self.stats.prompt_cache.misses.saturating_sub(1);
+                self.stats.prompt_cache.hits += 1;
+                self.attach_blocks(&mut s, hit);
+                self.stats.prompt_cache.hit_tokens += s.computed as u64;
+            }
+            self.running.insert(i, s);
+        }
+    }
+
+    fn attach_blocks(&mut self, s: &mut Sequence, a: Attach) {
+        let bs = self.pool.block_size();
+        let hit = a.blocks() * bs;
+        s.computed = a.ram.len() * bs;
+        s.cached = s.computed;
+        s.blocks = a.ram;
+        s.hashes = a.hashes;
+        s.hashes.truncate(s.blocks.len());
+        if a.cold.is_empty() {
+            return;
+        }
+        for meta in a.cold {
+            // Admission counted these blocks as available.
+            let Some(block) = self.pool.allocate() else { break };
+            s.blocks.push(block);
+            self.restores.push(Restore { slot: s.slot, block, meta });
+        }
+        s.restoring = Some(hit);
+    }
+
+    /// The step's restores are done (`failed`: blocks whose data could not be read). A row whose restores all
+    /// succeeded continues after them; otherwise it keeps what did arrive (registered, so its next lookup finds
+    /// it) and goes back to the queue to compute the rest.
+    pub(super) fn finish_restores(&mut self, restores: &[Restore], failed: &[u32]) {
+        let mut slots: Vec<usize> = restores.iter().map(|r| r.slot).collect();
+        slots.dedup();
+        for slot in slots {
+            let Some(i) = self.index_of(slot) else { continue };
+            let mut s = self.running.remove(i);
+            let Some(target) = s.restoring.take() else {
+                self.running.insert(i, s);
+                continue;
+            };
+            let bs = self.pool.block_size();
+            let ok = s.blocks.iter().take(target / bs).take_while(|b| !failed.contains(b)).count();
+            for (j, r) in restores.iter().filter(|r| r.slot == slot).enumerate() {
+                let idx = s.hashes.len() + j;
+                if idx < ok && s.blocks.get(idx) == Some(&r.block) {
+                    self.pool.register(r.block, r.meta.clone());
+                }
+            }
+            if ok * bs >= target {
+                let restored = target - s.computed;
+                self.stats.prompt_cache.restored_tokens += restored as u64;
+                s.hashes.extend(restores.iter().filter(|r| r.slot == slot).map(|r| r.meta.hash));
+                s.computed = target;
+                s.cached = target;
+                self.running.insert(i, s);
+            } else {
+                s.skip_cold = true;
+                self.requeue(s);
+            }
+        }
+    }
+
+    /// Register the row's newly completed full blocks under their addresses.
+    pub(super) fn register_computed(&mut self, s: &mut Sequence) {
+        if !self.pool.caching() {
+            return;
+        }
+        let bs = self.pool.block_size();
+        let full = (s.computed / bs).min(s.blocks.len());
+        while s.hashes.len() < full {
+            let i = s.hashes.len();
+            let parent = s.hashes.last().copied().unwrap_or(self.root);
+            let tokens = s.tokens[i * bs..(i + 1) * bs].to_vec();
+            let hash = parent.child(&tokens);
+            self.pool.register(s.blocks[i], CachedBlock { hash, parent, tokens });
+            s.hashes.push(hash);
+        }
+    }
+
+    /// Spill idle parked blocks to the cold tier (`--ssd-demote-idle`).
+    pub(super) fn demote_idle(&mut self) {
+        if let (Some(_), Some(idle)) = (&self.cold, self.demote_idle) {
+            self.pool.evict_idle(idle, Instant::now());
+        }
+    }
+
+    /// Turn the pool's evictions into spills for this step (read before the blocks are written again).
+    pub(super) fn collect_spills(&mut self) {
+        let evicted = self.pool.take_evicted();
+        let Some(tier) = &self.cold else { return };
+        for e in evicted {
+            if !tier.contains(e.meta.hash) {
+                self.spills.push(Spill { block: e.block, meta: e.meta, idle: e.idle });
+            }
+        }
+    }
+
+    /// Spills of every cached block not yet in the cold tier (the blocks stay cached): a flush.
+    pub fn flush_spills(&mut self) -> Vec<Spill> {
+        let Some(tier) = &self.cold else { return Vec::new() };
+        let mut out: Vec<Spill> = self
+            .pool
+            .cached()
+            .filter(|(_, m)| !tier.contains(m.hash))
+            .map(|(block, meta)| Spill { block, meta: meta.clone(), idle: false })
+            .collect();
+        out.sort_by_key(|s| s.block);
+        out
+    }
+
+    /// Put a row back in the queue in arrival order, holding nothing (it is recomputed from its tokens).
+    pub(super) fn requeue(&mut self, mut s: Sequence) {
+        self.release_blocks(&mut s);
+        s.computed = 0;
+        s.cached = 0;
+        s.hashes.clear();
+        s.restoring = None;
+        let pos = self.waiting.iter().position(|w| w.arrival > s.arrival).unwrap_or(self.waiting.len());
+        self.waiting.insert(pos, s);
+    }
+}

@@ -1,0 +1,172 @@
+//! The prompt cache on the real model (SmolLM2): a hit (whole prompt, shared prefix, turn N+1 of a chat) gives
+//! the greedy tokens of a cold run; the SSD tier survives an engine restart, and corrupt files in it are
+//! quarantined while the answers stay right.
+
+mod common;
+use common::*;
+use hearth_engine::engine::{start, CacheConfig, EngineConfig, EngineEvent, EngineHandle, EngineRequest, SsdSettings};
+use hearth_engine::sampling::SamplingParams;
+use hearth_engine::tokenizer::Tokenizer;
+use std::path::Path;
+
+/// ~170 tokens: several prompt pieces and blocks.
+fn long_prompt() -> String {
+    "The history of the printing press begins in the fifteenth century, when a goldsmith from Mainz combined \
+     movable metal type, oil-based ink and a wooden press adapted from wine making. "
+        .repeat(4)
+}
+
+fn engine(cache: CacheConfig) -> (EngineHandle, Tokenizer) {
+    let m = engine_model("smollm2-135m");
+    let eos = m.tokenizer.eos_ids().to_vec();
+    let cfg = EngineConfig {
+        max_batch: 4,
+        kv_block_size: 16,
+        kv_blocks: 128,
+        step_tokens: 64,
+        step_tokens_decoding: 32,
+        max_prefill_rows: 0,
+        max_queue: 16,
+        cache: CacheConfig { namespace: m.fingerprint, ..cache },
+    };
+    (start(m.model, m.device, cfg, eos).unwrap(), m.tokenizer)
+}
+
+fn cache(ssd: Option<&Path>) -> CacheConfig {
+    CacheConfig {
+        max_blocks: 128,
+        namespace: 0,
+        ssd: ssd.map(|dir| SsdSettings { dir: dir.to_path_buf(), max_bytes: 1 << 30, verify: true, demote_idle: None }),
+    }
+}
+
+fn req(prompt: Vec<u32>, max_tokens: usize) -> EngineRequest {
+    EngineRequest {
+        prompt,
+        sampling: SamplingParams::default(),
+        max_tokens,
+        stop_token_ids: vec![],
+        ignore_eos: true,
+        n: 1,
+    }
+}
+
+/// Greedy tokens and cached prompt tokens of one request.
+fn run(e: &EngineHandle, prompt: &[u32], max_tokens: usize) -> (Vec<u32>, usize) {
+    let mut s = e.submit(req(prompt.to_vec(), max_tokens)).unwrap();
+    let mut ids = Vec::new();
+    loop {
+        match s.blocking_next().expect("stream ended without Finished") {
+            EngineEvent::Token { id, .. } => ids.push(id),
+            EngineEvent::Finished { usage, .. } => return (ids, usage.cached_tokens),
+            EngineEvent::Error { message } => panic!("engine error: {message}"),
+        }
+    }
+}
+
+#[test]
+fn hits_answer_like_cold_runs() {
+    let (cold, tok) = engine(CacheConfig::default());
+    let a = tok.encode(&long_prompt(), true).unwrap();
+    let mut b = a[..100].to_vec();
+    b.extend(tok.encode(" Meanwhile in Venice, printers", false).unwrap());
+    let want_a = run(&cold, &a, 12);
+    let want_b = run(&cold, &b, 12);
+    assert_eq!(want_a.1, 0, "caching is off");
+
+    let (warm, _) = engine(cache(None));
+    assert_eq!(run(&warm, &a, 12), want_a, "a cold run on the cached engine");
+    // The whole prompt again: every aligned unit but the last token's.
+    let (ids, cached) = run(&warm, &a, 12);
+    assert_eq!(ids, want_a.0, "a full hit changed the greedy tokens");
+    assert_eq!(cached, (a.len() - 1) / 32 * 32);
+    // A shared 100-token prefix: 96 cached.
+    let (ids, cached) = run(&warm, &b, 12);
+    assert_eq!(ids, want_b.0, "a prefix hit changed the greedy tokens");
+    assert_eq!(cached, 96);
+    // Turn 2: prompt + reply + a new message, against a cold run of the same tokens.
+    let mut t2 = a.clone();
+    t2.extend(&want_a.0);
+    t2.extend(tok.encode(" Who printed the first Bible?", false).unwrap());
+    let (ids, cached) = run(&warm, &t2, 8);
+    assert_eq!(ids, run(&cold, &t2, 8).0, "a multi-turn hit changed the greedy tokens");
+    assert_eq!(cached, (a.len() + want_a.0.len() - 1) / 32 * 32, "the reply's blocks were reused too");
+    let st = warm.stats().prompt_cache;
+    assert!(st.enabled && st.hits == 3 && st.misses == 1, "{st:?}");
+    assert_eq!(warm.stats().kv_blocks_used, 0);
+}
+
+/// Every way a block file can be bad (the SSD store's own tests check each alone).
+fn corrupt_files(fp_dir: &Path) -> usize {
+    let mut files: Vec<_> = walk(fp_dir).into_iter().filter(|p| p.extension().is_some_and(|e| e == "kvb")).collect();
+    files.sort();
+    assert!(files.len() >= 6, "expected several block files, found {}", files.len());
+    let flip = |p: &Path, at: usize| {
+        let mut b = std::fs::read(p).unwrap();
+        let i = at.min(b.len() - 1);
+        b[i] ^= 0x5a;
+        std::fs::write(p, b).unwrap();
+    };
+    flip(&files[0], 20); // header
+    let len = std::fs::metadata(&files[1]).unwrap().len() as usize;
+    flip(&files[1], len - 7); // data (verify is on)
+    let f = std::fs::OpenOptions::new().write(true).open(&files[2]).unwrap();
+    f.set_len(len as u64 / 2).unwrap(); // truncated
+    std::fs::write(&files[3], b"garbage with the right name").unwrap();
+    std::fs::remove_file(&files[4]).unwrap();
+    std::fs::create_dir(&files[4]).unwrap(); // a directory where a file should be
+    std::fs::write(files[5].with_extension("kvb.tmp"), b"half a write").unwrap(); // an orphan
+                                                                                  // Found at start: header, truncation, garbage, directory (the flipped data only when it is restored).
+    4
+}
+
+fn walk(d: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() && p.file_name().is_some_and(|n| n.len() == 2) {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_ssd_tier_survives_a_restart_and_never_serves_a_bad_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cold, tok) = engine(CacheConfig::default());
+    let a = tok.encode(&long_prompt(), true).unwrap();
+    let want = run(&cold, &a, 10).0;
+    drop(cold);
+    {
+        let (e, _) = engine(cache(Some(dir.path())));
+        assert_eq!(run(&e, &a, 10), (want.clone(), 0));
+        let done = e.flush_cache().unwrap().expect("an SSD tier is configured");
+        done.recv().unwrap();
+        let ssd = e.stats().ssd_cache.expect("ssd stats");
+        // Every full block of prompt + reply (the last token's KV is never written).
+        assert_eq!(ssd.files, (a.len() + 9) / 16, "{ssd:?}");
+        assert!(ssd.bytes > 0 && ssd.pending == 0, "{ssd:?}");
+    }
+    // Restart: the prefix comes back from the SSD.
+    let (e, _) = engine(cache(Some(dir.path())));
+    let (ids, cached) = run(&e, &a, 10);
+    assert_eq!(ids, want, "a restored prefix changed the greedy tokens");
+    assert_eq!(cached, (a.len() - 1) / 32 * 32);
+    let ssd = e.stats().ssd_cache.unwrap();
+    assert!(ssd.restores as usize == cached / 16 && ssd.quarantined == 0, "{ssd:?}");
+    drop(e);
+    // Corrupt files, restart: they are quarantined at start or on restore, and the answer is still right.
+    let fp_dirs: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(fp_dirs.len(), 1, "one fingerprint directory");
+    let bad = corrupt_files(&fp_dirs[0]);
+    let (e, _) = engine(cache(Some(dir.path())));
+    let (ids, _) = run(&e, &a, 10);
+    assert_eq!(ids, want, "a corrupt SSD tier changed the greedy tokens");
+    let ssd = e.stats().ssd_cache.unwrap();
+    assert!(ssd.quarantined as usize >= bad, "{ssd:?}");
+    // Still serving.
+    assert_eq!(run(&e, &a, 10).0, want);
+}
