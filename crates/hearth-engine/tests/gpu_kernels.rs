@@ -10,7 +10,8 @@
 //! * the fused residual add + RMSNorm against a CPU computation;
 //! * the one-row decode matmuls (`gpu::gemv`) against a CPU matmul, and the one-row kernel that computes its input
 //!   from the residual add + RMSNorm against the separate kernels it replaces;
-//! * greedy sampling on the device (`gpu::argmax`) against the CPU sampler's argmax, ties included.
+//! * greedy sampling on the device (`gpu::argmax`) against the CPU sampler's argmax, ties included;
+//! * prompt-cache blocks moving VRAM -> host bytes -> SSD file -> VRAM bit for bit, in the CPU build's format.
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor};
@@ -605,4 +606,45 @@ fn gemv_add_norm_matches_separate_kernels() {
     );
     let wn = Tensor::ones(64, DType::BF16, &dev).unwrap();
     assert!(gemv::matmul_add_norm(&t((3, 64)), None, &wn, 1e-5, &t((16, 64))).unwrap().is_none(), "three rows");
+}
+
+/// The prompt cache's tiers on the GPU: a bf16 block read out of VRAM, spilled to an SSD store, read back after a
+/// "restart" and written into another block is bit-identical, and a CPU pool reads the same bytes the same way.
+#[test]
+fn kv_blocks_move_between_vram_host_and_ssd() {
+    use hearth_engine::kv::ssd::{BlockLayout, BlockRecord, SsdConfig, SsdStore};
+    use hearth_engine::kv::BlockHash;
+    let (layers, kvh, d, bs) = (3, 2, 64, 16);
+    let dev = Device::new_cuda(0).expect("a CUDA device");
+    let mut gpu = PagedKv::new(layers, 4, bs, kvh, d, DType::BF16, &dev).unwrap();
+    // Any bit pattern must survive (the copies are bytewise): fill block 1 with pseudo-random bf16 bits.
+    let n = 2 * layers * bs * kvh * d * 2;
+    let bytes: Vec<u8> = (0..n).map(|i| ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8).collect();
+    gpu.write_block(1, &bytes).unwrap();
+    assert_eq!(gpu.read_block(1).unwrap(), bytes, "VRAM round trip");
+    assert!(gpu.read_block(0).unwrap().iter().all(|&b| b == 0), "a neighbouring block was written");
+    let dir = std::env::temp_dir().join(format!("hearth-gpu-ssd-{}", std::process::id()));
+    let cfg = || SsdConfig {
+        dir: dir.clone(),
+        max_bytes: 1 << 30,
+        verify: true,
+        fingerprint: 42,
+        layout: BlockLayout { layers, kv_heads: kvh, head_dim: d, block_size: bs, dtype: "bf16".into(), dtype_size: 2 },
+    };
+    let (root, tokens) = (BlockHash::root(b"gpu-test"), (0..bs as u32).collect::<Vec<_>>());
+    let hash = root.child(&tokens);
+    let store = SsdStore::open(cfg());
+    let data = gpu.read_block(1).unwrap();
+    store.spill(BlockRecord { hash, parent: root, tokens: tokens.clone(), data }, false);
+    store.flush().recv().unwrap();
+    store.shutdown();
+    drop(store);
+    let store = SsdStore::open(cfg());
+    let back = store.restore(hash, root, &tokens).expect("restored after a restart");
+    gpu.write_block(3, &back).unwrap();
+    assert_eq!(gpu.read_block(3).unwrap(), bytes, "VRAM -> SSD -> VRAM");
+    let mut host = PagedKv::new(layers, 4, bs, kvh, d, DType::BF16, &Device::Cpu).unwrap();
+    host.write_block(2, &back).unwrap();
+    assert_eq!(host.read_block(2).unwrap(), bytes, "the CPU pool reads the same format");
+    let _ = std::fs::remove_dir_all(&dir);
 }

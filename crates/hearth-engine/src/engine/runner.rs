@@ -110,9 +110,9 @@ impl ModelRunner {
 impl Runner for ModelRunner {
     fn transfer(&mut self, plan: &StepPlan) -> Result<Vec<u32>> {
         let kv = self.kv.storage_mut();
-        if let Some(cold) = &self.cold {
-            for s in &plan.spills {
-                let data = kv.read_block(s.block)?;
+        if let Some(cold) = self.cold.as_ref().filter(|_| !plan.spills.is_empty()) {
+            let blocks: Vec<u32> = plan.spills.iter().map(|s| s.block).collect();
+            for (s, data) in plan.spills.iter().zip(kv.read_blocks(&blocks)?) {
                 let m = &s.meta;
                 cold.spill(BlockRecord { hash: m.hash, parent: m.parent, tokens: m.tokens.clone(), data }, s.idle);
             }

@@ -82,13 +82,31 @@ impl PagedKv {
     }
 
     /// Block `b`'s data as bytes: for each layer its K rows then its V rows, in the buffers' dtype (the SSD
-    /// tier's layout). One device-to-host copy per layer and buffer.
+    /// tier's layout).
     pub fn read_block(&self, b: u32) -> Result<Vec<u8>> {
+        Ok(self.read_blocks(&[b])?.pop().unwrap_or_default())
+    }
+
+    /// Several blocks' data (as [`PagedKv::read_block`]) with one gather and one device-to-host copy per layer and
+    /// buffer, however many blocks: a step that evicts many blocks pays for them once.
+    pub fn read_blocks(&self, blocks: &[u32]) -> Result<Vec<Vec<u8>>> {
         let bs = self.block_size;
-        let mut out = Vec::new();
+        let mut out = vec![Vec::new(); blocks.len()];
+        let Some(first) = self.k.first() else { return Ok(out) };
+        if blocks.is_empty() {
+            return Ok(out);
+        }
+        let rows: Vec<u32> = blocks.iter().flat_map(|&b| (0..bs as u32).map(move |o| b * bs as u32 + o)).collect();
+        let ids = Tensor::new(rows.as_slice(), first.device())?;
+        let mut bytes = Vec::new();
         for (k, v) in self.k.iter().zip(&self.v) {
             for buf in [k, v] {
-                tensor_bytes(&buf.narrow(0, b as usize * bs, bs)?, &mut out)?;
+                bytes.clear();
+                tensor_bytes(&buf.index_select(&ids, 0)?, &mut bytes)?;
+                let part = bytes.len() / blocks.len();
+                for (o, chunk) in out.iter_mut().zip(bytes.chunks_exact(part.max(1))) {
+                    o.extend_from_slice(chunk);
+                }
             }
         }
         Ok(out)
@@ -138,4 +156,27 @@ fn tensor_bytes(t: &Tensor, out: &mut Vec<u8>) -> Result<()> {
         other => return Err(Error::Unsupported(format!("KV blocks of dtype {other:?} cannot be spilled"))),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_round_trip_as_bytes_one_by_one_and_together() {
+        let (layers, blocks, bs, kvh, d) = (2, 4, 4, 2, 3);
+        let mut kv = PagedKv::new(layers, blocks, bs, kvh, d, DType::F32, &Device::Cpu).unwrap();
+        let n = 2 * layers * bs * kvh * d * 4;
+        for b in 0..blocks as u32 {
+            let data: Vec<u8> = (0..n / 4).flat_map(|i| (i as f32 + 1000.0 * b as f32).to_le_bytes()).collect();
+            kv.write_block(b, &data).unwrap();
+            assert_eq!(kv.read_block(b).unwrap(), data);
+        }
+        let together = kv.read_blocks(&[2, 0, 3]).unwrap();
+        let alone: Vec<Vec<u8>> = [2, 0, 3].iter().map(|&b| kv.read_block(b).unwrap()).collect();
+        assert_eq!(together, alone);
+        assert!(kv.write_block(1, &[0u8; 7]).is_err(), "a wrong length is an error, not a panic");
+        kv.copy_block(2, 1).unwrap();
+        assert_eq!(kv.read_block(1).unwrap(), alone[0]);
+    }
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Prompt-cache benchmarks on the CPU, loopback only, one server at a time (bench/prompt_cache.py does the talking).
+#   bench/prompt_cache.sh reattach   # 8k-token prompt: cold, RAM hit, SSD restore after a restart
+#   bench/prompt_cache.sh agents     # 8 agents sharing a 2k-token system prompt: cache on, off, llama-server
+#   bench/prompt_cache.sh multiturn  # a 20-turn chat, ChatML (SmolLM2) and Gemma 3 (bench/templates/gemma3.jinja)
+# HEARTH_BIN picks the binary (default target/release/hearth); THREADS (2). Prints JSON lines for
+# docs/benchmarks.md. Needs: scripts/fetch-models, cargo build --release -p hearth-cli (and for agents
+# bench/setup-llama-cpp.sh unless SKIP_LLAMA=1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WHAT="${1:-all}"
+THREADS="${THREADS:-2}"
+BIN="${HEARTH_BIN:-./target/release/hearth}"
+MODELS="${HEARTH_MODELS:-$HOME/.cache/hearth/models}"
+PORT=18191
+URL="http://127.0.0.1:$PORT"
+TMP="$(mktemp -d)"
+PID=""
+cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+wait_ready() { for _ in $(seq 1 900); do curl -sf "$URL/health" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  echo "server never got ready; log:" >&2; tail -20 "$TMP/server.log" >&2; return 1; }
+start() { "$BIN" serve --device cpu --threads "$THREADS" --host 127.0.0.1 --port $PORT "$@" >>"$TMP/server.log" 2>&1 &
+  PID=$!; wait_ready; }
+stop() { kill -TERM "$PID"; wait "$PID" 2>/dev/null || true; PID=""; }
+stats() { curl -sf "$URL/stats" | python3 -c "import json,sys; s=json.load(sys.stdin); \
+print(json.dumps({'label': '$1', 'prompt_cache': s['prompt_cache'], 'ssd_cache': s.get('ssd_cache')}))"; }
+
+reattach() {
+  local ssd="$TMP/ssd"
+  start -m smollm2-135m --batch 4 --ssd-cache "$ssd"
+  python3 bench/prompt_cache.py reattach --url "$URL" --tokens "${TOKENS:-8000}" --repeats 3 --label "cold, then RAM hits"
+  stats "after RAM hits"
+  stop # SIGTERM: the server writes its cache to the SSD tier before it exits
+  start -m smollm2-135m --batch 4 --ssd-cache "$ssd"
+  python3 bench/prompt_cache.py reattach --url "$URL" --tokens "${TOKENS:-8000}" --repeats 1 --label "SSD restore after a restart"
+  stats "after the SSD restore"
+  stop
+  start -m smollm2-135m --batch 4 --ssd-cache "$ssd" --ssd-cache-verify
+  python3 bench/prompt_cache.py reattach --url "$URL" --tokens "${TOKENS:-8000}" --repeats 1 --label "SSD restore, --ssd-cache-verify"
+  stop
+}
+
+agents() {
+  local args=(--url "$URL" --agents 8 --system 2000 --turns 3 --max-tokens 32)
+  start -m smollm2-135m --batch 8
+  python3 bench/prompt_cache.py agents "${args[@]}" --label "hearth, prompt cache on"
+  stop
+  start -m smollm2-135m --batch 8 --prompt-cache 0
+  python3 bench/prompt_cache.py agents "${args[@]}" --label "hearth, --prompt-cache 0"
+  stop
+  [ "${SKIP_LLAMA:-0}" = 1 ] && return 0
+  # llama-server: 8 slots, each with room for its agent's 3 turns; cache_prompt is on per request.
+  bench/.build/llama.cpp/build/bin/llama-server -m "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" -t "$THREADS" \
+    -tb "$THREADS" -np 8 -cb -c 24576 --host 127.0.0.1 --port $PORT >>"$TMP/server.log" 2>&1 &
+  PID=$!; wait_ready
+  python3 bench/prompt_cache.py agents "${args[@]}" --label "llama-server -np 8 (cache_prompt)"
+  stop
+}
+
+multiturn() {
+  start -m smollm2-135m --batch 4
+  python3 bench/prompt_cache.py multiturn --url "$URL" --turns 20 --max-tokens 48 --label "SmolLM2 ChatML, cache on"
+  stop
+  start -m smollm2-135m --batch 4 --prompt-cache 0
+  python3 bench/prompt_cache.py multiturn --url "$URL" --turns 20 --max-tokens 48 --label "SmolLM2 ChatML, --prompt-cache 0"
+  stop
+  start -m gemma3-270m --batch 4 --chat-template bench/templates/gemma3.jinja
+  python3 bench/prompt_cache.py multiturn --url "$URL" --turns 20 --max-tokens 48 --vocab 262144 --label "Gemma 3 270M, Gemma template, cache on"
+  stop
+}
+
+case "$WHAT" in
+  reattach) reattach ;;
+  agents) agents ;;
+  multiturn) multiturn ;;
+  all) reattach; agents; multiturn ;;
+  *) echo "usage: $0 reattach|agents|multiturn|all" >&2; exit 2 ;;
+esac
