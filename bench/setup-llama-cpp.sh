@@ -18,16 +18,19 @@ if ! command -v cmake >/dev/null; then
 fi
 if [ ! -d "$OUT/src" ]; then
   tmp=$(mktemp -d)
-  # The sdist straight from PyPI's simple index (`pip download` of an sdist would also build its build
-  # dependencies from source).
-  python3 - "$VERSION" "$tmp/sdist.tar.gz" <<'PY'
-import html, re, sys, urllib.request
-version, dest = sys.argv[1], sys.argv[2]
-page = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/", timeout=60).read().decode()
+  # The sdist straight from the package index pip uses (`pip download` of an sdist would also build its build
+  # dependencies from source). The index is pip's own: PIP_INDEX_URL, pip's configuration, else its default.
+  index=$(python3 -m pip config get global.index-url 2>/dev/null || true)
+  index="${PIP_INDEX_URL:-${index:-$(python3 -c 'from pip._internal.models.index import PyPI; print(PyPI.simple_url)')}}"
+  python3 - "$VERSION" "$tmp/sdist.tar.gz" "${index%/}" <<'PY'
+import html, re, sys, urllib.parse, urllib.request
+version, dest, index = sys.argv[1], sys.argv[2], sys.argv[3]
+page_url = f"{index}/llama-cpp-python/"
+page = urllib.request.urlopen(page_url, timeout=60).read().decode()
 name = f"llama_cpp_python-{version}.tar.gz"
-links = [html.unescape(l) for l in re.findall(r'href="([^"]+)"', page) if name in l]
+links = [urllib.parse.urljoin(page_url, html.unescape(l)) for l in re.findall(r'href="([^"]+)"', page) if name in l]
 if not links:
-    sys.exit(f"setup-llama-cpp: {name} not found on PyPI")
+    sys.exit(f"setup-llama-cpp: {name} not found in the package index")
 urllib.request.urlretrieve(links[0], dest)
 PY
   tar -xzf "$tmp/sdist.tar.gz" -C "$tmp"

@@ -154,6 +154,15 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     rt.block_on(hearth_server::run(cfg, move || load(&a)))
 }
 
+/// What cached KV is shared under: the model's fingerprint, the device kind and every lever's value (a kernel
+/// lever can change the low bits of the KV, so blocks made under other settings are not reused).
+fn cache_namespace(fingerprint: u128, device: &str) -> u128 {
+    let levers: Vec<String> =
+        hearth_engine::levers::get().effective().into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let key = format!("{fingerprint:032x}/{device}/{}", levers.join(","));
+    hearth_engine::kv::BlockHash::root(key.as_bytes()).0
+}
+
 /// Load the model, size the KV cache, start the engine.
 fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let m = a.model.load(hearth_engine::levers::get().batch_invariant)?;
@@ -183,7 +192,7 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
             None => kv_blocks,
             Some(gib) => blocks_for_budget(m.model.as_ref(), (gib * GIB) as u64, bs).min(kv_blocks),
         },
-        namespace: m.fingerprint,
+        namespace: cache_namespace(m.fingerprint, if m.device.is_cpu() { "cpu" } else { "gpu" }),
         ssd: a.ssd_cache.as_ref().map(|dir| SsdSettings {
             dir: dir.clone(),
             max_bytes: (a.ssd_cache_max * GIB) as u64,

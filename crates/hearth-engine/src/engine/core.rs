@@ -15,6 +15,9 @@ pub(crate) enum Command {
     Flush(mpsc::Sender<Option<mpsc::Receiver<()>>>),
 }
 
+/// Blocks a flush reads out of the pool at once.
+const FLUSH_CHUNK: usize = 64;
+
 /// How often an idle engine with parked blocks wakes up to demote idle ones to the cold tier.
 const IDLE_TICK: Duration = Duration::from_secs(1);
 
@@ -48,11 +51,13 @@ impl<R: Runner> EngineCore<R> {
 
     /// Spill every cached block not yet in the cold tier (they stay cached) and return the tier's flush marker.
     pub fn flush(&mut self) -> Option<mpsc::Receiver<()>> {
+        // A chunk at a time: the blocks' host copies stay bounded however large the cache.
         let spills = self.scheduler.flush_spills();
-        if !spills.is_empty() {
-            let plan = StepPlan { spills, ..Default::default() };
+        for chunk in spills.chunks(FLUSH_CHUNK) {
+            let plan = StepPlan { spills: chunk.to_vec(), ..Default::default() };
             if let Err(e) = self.runner.transfer(&plan) {
                 tracing::warn!("flushing the prompt cache: {e}");
+                break;
             }
         }
         self.runner.flush()

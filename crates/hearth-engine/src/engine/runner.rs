@@ -6,7 +6,7 @@ use crate::attention::{BatchContext, PagedAttention};
 use crate::kv::ssd::{BlockRecord, SsdStore};
 use crate::kv::PagedKv;
 use crate::models::Model;
-use crate::scheduler::{StepOutput, StepPlan};
+use crate::scheduler::{SpillKind, StepOutput, StepPlan};
 use crate::types::{EngineConfig, EngineStats};
 use crate::Result;
 use candle_core::{Device, Tensor};
@@ -114,7 +114,11 @@ impl Runner for ModelRunner {
             let blocks: Vec<u32> = plan.spills.iter().map(|s| s.block).collect();
             for (s, data) in plan.spills.iter().zip(kv.read_blocks(&blocks)?) {
                 let m = &s.meta;
-                cold.spill(BlockRecord { hash: m.hash, parent: m.parent, tokens: m.tokens.clone(), data }, s.idle);
+                let rec = BlockRecord { hash: m.hash, parent: m.parent, tokens: m.tokens.clone(), data };
+                match s.kind {
+                    SpillKind::Flush => cold.spill_waiting(rec),
+                    kind => cold.spill(rec, kind == SpillKind::Idle),
+                }
             }
         }
         for c in &plan.copies {

@@ -267,6 +267,16 @@ impl SsdStore {
     /// (counted in `demotions` too). A block already queued or on disk only has its access time refreshed (in
     /// memory: the engine thread does no file I/O here).
     pub fn spill(&self, rec: BlockRecord, demoted: bool) {
+        self.enqueue(rec, demoted, false);
+    }
+
+    /// Like [`SsdStore::spill`], but when the write queue is full it waits for room instead of dropping the
+    /// block: a flush writes everything, with at most the queue's bound in memory.
+    pub fn spill_waiting(&self, rec: BlockRecord) {
+        self.enqueue(rec, false, true);
+    }
+
+    fn enqueue(&self, rec: BlockRecord, demoted: bool, wait: bool) {
         let Some(fmt) = self.shared.fmt.as_ref() else { return };
         if rec.tokens.len() != fmt.block_size() || rec.data.len() as u64 != fmt.data_len() {
             let mut st = self.shared.lock();
@@ -276,7 +286,14 @@ impl SsdStore {
             }
             return;
         }
+        let len = rec.data.len() as u64;
         let mut st = self.shared.lock();
+        // The writer always writes while more than HIGH_WATER is queued, so the queue drains below this bound.
+        while wait && st.writer_alive && !st.stopping && st.pending_bytes + len > MAX_PENDING {
+            drop(st);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            st = self.shared.lock();
+        }
         if st.stopping || !st.writer_alive || st.pending.contains_key(&rec.hash) {
             return;
         }
@@ -284,7 +301,6 @@ impl SsdStore {
             st.touch(rec.hash);
             return;
         }
-        let len = rec.data.len() as u64;
         if fmt.file_len() > self.shared.max_bytes || st.pending_bytes + len > MAX_PENDING {
             return;
         }
@@ -450,10 +466,28 @@ fn writer_main(shared: Arc<Shared>) {
             Job::Flush(tx) => {
                 let _ = tx.send(());
             }
-            Job::Write(rec) => write_one(&shared, &rec),
+            Job::Write(rec) => {
+                // Group commit: the writes queued right behind this one go with it, durable with one sync.
+                let mut batch = vec![rec];
+                while batch.len() < WRITE_BATCH {
+                    let mut st = shared.lock();
+                    match st.queue.front() {
+                        Some(Job::Write(_)) => {
+                            if let Some(Job::Write(r)) = st.queue.pop_front() {
+                                batch.push(r);
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+                write_batch(&shared, &batch);
+            }
         }
     }
 }
+
+/// Most blocks made durable by one filesystem sync.
+const WRITE_BATCH: usize = 64;
 
 /// The next job in FIFO order, waiting while the queue is empty or held back; None once stopping and drained.
 fn next_job(shared: &Shared) -> Option<Job> {
@@ -478,35 +512,72 @@ fn next_job(shared: &Shared) -> Option<Job> {
     }
 }
 
-/// Writes one record, then indexes it and evicts over the cap. Any failure (a full or read-only disk, or even
-/// a panic) drops the record and counts a write error; the writer carries on.
-fn write_one(shared: &Shared, rec: &BlockRecord) {
+/// Writes a group of records: every temporary file, one filesystem sync, the renames, one more sync (so the new
+/// names are durable too); then indexes them and evicts over the cap. Any failure (a full or read-only disk, or
+/// even a panic) drops that record and counts a write error; the writer carries on.
+fn write_batch(shared: &Shared, recs: &[Arc<BlockRecord>]) {
     let Some(fmt) = shared.fmt.as_ref() else { return };
-    let path = ssd_file::block_path(&shared.fp_dir, rec.hash);
     let res = catch_unwind(AssertUnwindSafe(|| {
-        let header = fmt.encode(rec.hash, rec.parent, &rec.tokens, &rec.data);
-        ssd_file::write_block(&path, &header, &rec.data)
-    }));
-    let mut st = shared.lock();
-    st.unqueue(rec.hash);
-    let err = match res {
-        Ok(Ok(())) => {
-            let now = st.tick();
-            st.insert(rec.hash, fmt.file_len(), now);
-            let evicted = st.evict_over(shared.max_bytes, Some(rec.hash));
-            drop(st);
-            shared.remove_files(&evicted);
-            return;
+        let mut done: Vec<std::io::Result<()>> = Vec::with_capacity(recs.len());
+        let mut last_file = None;
+        for rec in recs {
+            let header = fmt.encode(rec.hash, rec.parent, &rec.tokens, &rec.data);
+            match ssd_file::write_tmp(&ssd_file::block_path(&shared.fp_dir, rec.hash), &header, &rec.data) {
+                Ok(f) => {
+                    last_file = Some(f);
+                    done.push(Ok(()));
+                }
+                Err(e) => done.push(Err(e)),
+            }
         }
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => "panic while writing".to_string(),
+        let synced = match &last_file {
+            Some(f) => ssd_file::sync_filesystem(f),
+            None => Ok(()),
+        };
+        for (rec, r) in recs.iter().zip(done.iter_mut()) {
+            let path = ssd_file::block_path(&shared.fp_dir, rec.hash);
+            let tmp = ssd_file::tmp_path(&path);
+            if r.is_ok() {
+                *r = match &synced {
+                    Ok(()) => ssd_file::commit(&tmp, &path),
+                    Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+                };
+            }
+            if r.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+        }
+        if let Some(f) = &last_file {
+            let _ = ssd_file::sync_filesystem(f);
+        }
+        done
+    }));
+    let results: Vec<Result<(), String>> = match res {
+        Ok(done) => done.into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
+        Err(_) => recs.iter().map(|_| Err("panic while writing".to_string())).collect(),
     };
-    st.stats.write_errors += 1;
-    let n = st.stats.write_errors;
-    st.stats.warning = Some(format!("ssd cache writes failing: {err}"));
-    drop(st);
-    if n == 1 || n.is_multiple_of(100) {
-        tracing::warn!(write_errors = n, "ssd cache: cannot write {}: {err}", path.display());
+    for (rec, r) in recs.iter().zip(results) {
+        let mut st = shared.lock();
+        st.unqueue(rec.hash);
+        let err = match r {
+            Ok(()) => {
+                let now = st.tick();
+                st.insert(rec.hash, fmt.file_len(), now);
+                let evicted = st.evict_over(shared.max_bytes, Some(rec.hash));
+                drop(st);
+                shared.remove_files(&evicted);
+                continue;
+            }
+            Err(e) => e,
+        };
+        st.stats.write_errors += 1;
+        let n = st.stats.write_errors;
+        st.stats.warning = Some(format!("ssd cache writes failing: {err}"));
+        drop(st);
+        if n == 1 || n.is_multiple_of(100) {
+            let path = ssd_file::block_path(&shared.fp_dir, rec.hash);
+            tracing::warn!(write_errors = n, "ssd cache: cannot write {}: {err}", path.display());
+        }
     }
 }
 

@@ -289,14 +289,33 @@ impl BlockFile {
     }
 }
 
-/// Writes a block file atomically: `<name>.tmp`, fsync, rename, best-effort fsync of the directory. On error
-/// the temporary is removed, so nothing half-written is ever found under the final name.
+/// Writes one block atomically: `tmp`, fsync, rename, fsync of the directory.
 pub fn write_block(path: &Path, header: &[u8], data: &[u8]) -> io::Result<()> {
-    let dir = path.parent().ok_or_else(|| io::Error::other("block path has no parent"))?;
-    fs::create_dir_all(dir)?;
+    let tmp = write_tmp(path, header, data)?;
+    let res = tmp.sync_all().and_then(|()| commit(&tmp_path(path), path));
+    if res.is_err() {
+        let _ = fs::remove_file(tmp_path(path));
+    }
+    res?;
+    if let Some(dir) = path.parent() {
+        sync_dir(dir);
+    }
+    Ok(())
+}
+
+/// The temporary name a block is written under before its rename.
+pub fn tmp_path(path: &Path) -> PathBuf {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(TMP_SUFFIX);
-    let tmp = PathBuf::from(tmp);
+    PathBuf::from(tmp)
+}
+
+/// Writes a block's bytes to its temporary file (not yet durable, not yet visible under its name); returns the
+/// open file. A group of these is made durable at once with [`sync_filesystem`], then [`commit`]ted.
+pub fn write_tmp(path: &Path, header: &[u8], data: &[u8]) -> io::Result<File> {
+    let dir = path.parent().ok_or_else(|| io::Error::other("block path has no parent"))?;
+    fs::create_dir_all(dir)?;
+    let tmp = tmp_path(path);
     let res = (|| {
         let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
         f.write_all(header)?;
@@ -304,17 +323,40 @@ pub fn write_block(path: &Path, header: &[u8], data: &[u8]) -> io::Result<()> {
         // The kernel stamps writes with a coarse clock; restores stamp with `SystemTime::now()`. One clock for
         // both keeps the LRU order that the start-up scan reads from mtimes.
         let _ = f.set_modified(SystemTime::now());
-        f.sync_all()?;
-        fs::rename(&tmp, path)
+        Ok(f)
     })();
     if res.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    res?;
+    res
+}
+
+/// Makes a durable temporary file visible under its final name.
+pub fn commit(tmp: &Path, path: &Path) -> io::Result<()> {
+    fs::rename(tmp, path)
+}
+
+/// Flushes everything written to the filesystem holding `file` (one `syncfs` for a whole group of blocks: one
+/// journal commit instead of one per file). Elsewhere than Linux: `file`'s own fsync.
+pub fn sync_filesystem(file: &File) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: syncfs only reads the descriptor, which `file` keeps open for the duration of the call.
+        if unsafe { libc::syncfs(file.as_raw_fd()) } == 0 {
+            return Ok(());
+        }
+        return Err(io::Error::last_os_error());
+    }
+    #[allow(unreachable_code)]
+    file.sync_all()
+}
+
+/// Best-effort fsync of a directory (its entries: renames).
+pub fn sync_dir(dir: &Path) {
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
-    Ok(())
 }
 
 /// Nanoseconds since the epoch (the LRU clock; file mtimes carry it across restarts).

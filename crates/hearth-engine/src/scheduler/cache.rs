@@ -6,7 +6,7 @@
 //! aligned positions as in a cold run, and every token's arithmetic is the same (the cached KV was itself made by
 //! that arithmetic). At least one prompt token is always computed: its logits are the first sample.
 
-use super::plan::{Restore, Spill};
+use super::plan::{Restore, Spill, SpillKind};
 use super::{Scheduler, Sequence};
 use crate::attention::PIECE_ALIGN;
 use crate::kv::prefix::chain;
@@ -208,7 +208,8 @@ impl Scheduler {
         let Some(tier) = &self.cold else { return };
         for e in evicted {
             if !tier.contains(e.meta.hash) {
-                self.spills.push(Spill { block: e.block, meta: e.meta, idle: e.idle });
+                let kind = if e.idle { SpillKind::Idle } else { SpillKind::Evicted };
+                self.spills.push(Spill { block: e.block, meta: e.meta, kind });
             }
         }
     }
@@ -220,7 +221,7 @@ impl Scheduler {
             .pool
             .cached()
             .filter(|(_, m)| !tier.contains(m.hash))
-            .map(|(block, meta)| Spill { block, meta: meta.clone(), idle: false })
+            .map(|(block, meta)| Spill { block, meta: meta.clone(), kind: SpillKind::Flush })
             .collect();
         out.sort_by_key(|s| s.block);
         out

@@ -23,7 +23,7 @@ pub mod sequence;
 #[cfg(test)]
 mod tests;
 
-pub use plan::{BlockCopy, PlannedRow, Restore, Spill, StepOutput, StepPlan};
+pub use plan::{BlockCopy, PlannedRow, Restore, Spill, SpillKind, StepOutput, StepPlan};
 pub use sequence::Sequence;
 
 use crate::attention::PIECE_ALIGN;
@@ -179,7 +179,7 @@ impl Scheduler {
             };
             // The prompt is computed: fork the other choices first, from the same output.
             for sib in std::mem::take(&mut s.siblings) {
-                if let Some(mut sib) = self.fork(&s.blocks, &s.hashes, sib) {
+                if let Some(mut sib) = self.fork((&s.blocks, &s.hashes, s.cached), sib) {
                     if self.accept(&mut sib, &pick) {
                         self.free(sib);
                     } else {
@@ -386,7 +386,8 @@ impl Scheduler {
     /// Fork a choice off `parent_blocks` (whose prompt KV is complete): share the full prompt blocks, copy the
     /// partial one before the next step. Returns None (and re-queues the choice to compute on its own) when the
     /// pool is out of blocks.
-    fn fork(&mut self, parent_blocks: &[u32], parent_hashes: &[BlockHash], mut sib: Sequence) -> Option<Sequence> {
+    fn fork(&mut self, parent: (&[u32], &[BlockHash], usize), mut sib: Sequence) -> Option<Sequence> {
+        let (parent_blocks, parent_hashes, parent_cached) = parent;
         let bs = self.pool.block_size();
         let full = sib.prompt_len / bs;
         let partial = !sib.prompt_len.is_multiple_of(bs);
@@ -414,7 +415,8 @@ impl Scheduler {
         sib.blocks = blocks;
         sib.hashes = parent_hashes.iter().take(full).copied().collect();
         sib.computed = sib.prompt_len;
-        sib.cached = sib.prompt_len;
+        // Its prompt was computed (or reused) once, by choice 0: report the same reuse.
+        sib.cached = parent_cached;
         Some(sib)
     }
 

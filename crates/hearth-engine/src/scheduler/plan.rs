@@ -35,8 +35,18 @@ pub struct BlockCopy {
 pub struct Spill {
     pub block: u32,
     pub meta: CachedBlock,
-    /// Demoted for sitting idle (counted apart from evictions for room).
-    pub idle: bool,
+    pub kind: SpillKind,
+}
+
+/// Why a block is spilled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpillKind {
+    /// Evicted for room: dropped rather than waited for if the cold tier's write queue is full.
+    Evicted,
+    /// Demoted for sitting idle (counted apart from evictions).
+    Idle,
+    /// A flush: the block stays cached, and the spill waits for room in the write queue.
+    Flush,
 }
 
 /// Fill a freshly allocated block from the cold tier (the row `slot` waits for it: it is not computed this step).
