@@ -25,7 +25,7 @@ wait_ready() { for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$1/health" >
 "${HEARTH_BIN:-./target/release/hearth}" serve -m "$MODEL" --device cpu --threads "$THREADS" --host 127.0.0.1 --port $HPORT --batch 16 \
   ${HEARTH_ARGS:-} >/tmp/hearth-serve.log 2>&1 &
 HPID=$!
-trap 'kill $HPID 2>/dev/null || true; kill ${LPID:-0} 2>/dev/null || true' EXIT
+trap 'kill $HPID 2>/dev/null || true; [ -n "${LPID:-}" ] && kill $LPID 2>/dev/null || true' EXIT
 wait_ready $HPORT
 python3 bench/load.py --url http://127.0.0.1:$HPORT --concurrency "$CONC" --requests "$REQS" --max-tokens "$MAXTOK" \
   --label "hearth $MODEL${HEARTH_ARGS:+ $HEARTH_ARGS}" --markdown

@@ -90,6 +90,7 @@ fn main() {
         eprintln!("hearth: error: {e}");
         std::process::exit(2);
     }
+    hearth_engine::malloc::tune();
     let result = match cli.command {
         Command::Generate(a) => generate::run(a),
         Command::Tokenize(a) => tokenize::run(a),

@@ -12,6 +12,7 @@ pub mod kernels;
 pub mod kv;
 pub mod levers;
 pub mod loader;
+pub mod malloc;
 pub mod models;
 pub mod sampling;
 pub mod scheduler;

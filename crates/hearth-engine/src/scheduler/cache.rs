@@ -98,28 +98,46 @@ impl Scheduler {
         self.stats.prompt_cache.hit_tokens += s.computed as u64;
     }
 
-    /// Rows admitted with a miss that have not started yet look again: a row admitted beside another with the
-    /// same prefix (eight agents on one system prompt) finds the blocks the first one has computed meanwhile.
+    /// Rows that have computed nothing of their own yet look again every step and extend their hit: a row
+    /// admitted beside another with the same prefix (eight agents on one system prompt) picks up the blocks the
+    /// first one computes, as it computes them, instead of computing them too.
     pub(super) fn late_lookup(&mut self) {
         if !self.pool.caching() {
             return;
         }
+        let bs = self.pool.block_size();
+        let per = self.hit_align() / bs;
         for i in 0..self.running.len() {
             let s = &self.running[i];
-            if s.computed > 0 || !s.blocks.is_empty() || s.restoring.is_some() {
+            let idle = s.restoring.is_none() && s.computed == s.cached && s.computed < s.prompt_len;
+            if !idle || s.blocks.len() * bs != s.computed || s.hashes.len() != s.blocks.len() {
                 continue;
             }
-            let mut s = self.running.remove(i);
-            let skip_cold = std::mem::replace(&mut s.skip_cold, true); // RAM only: admission counted no room
-            let hit = self.lookup_prefix(&s);
-            s.skip_cold = skip_cold;
-            if !hit.ram.is_empty() {
+            let limit = (s.tokens.len() - 1) / (per * bs) * (per * bs);
+            if s.computed >= limit {
+                continue;
+            }
+            let parent = s.hashes.last().copied().unwrap_or(self.root);
+            let more = chain(parent, &s.tokens[s.computed..limit], bs);
+            let mut got = self.pool.lookup(&more);
+            // Whole aligned units only.
+            let keep = ((s.blocks.len() + got.len()) / per * per).saturating_sub(s.blocks.len());
+            for b in got.drain(keep.min(got.len())..) {
+                self.pool.release(b);
+            }
+            if got.is_empty() {
+                continue;
+            }
+            let s = &mut self.running[i];
+            if s.computed == 0 {
                 self.stats.prompt_cache.misses = self.stats.prompt_cache.misses.saturating_sub(1);
                 self.stats.prompt_cache.hits += 1;
-                self.attach_blocks(&mut s, hit);
-                self.stats.prompt_cache.hit_tokens += s.computed as u64;
             }
-            self.running.insert(i, s);
+            self.stats.prompt_cache.hit_tokens += (got.len() * bs) as u64;
+            s.hashes.extend_from_slice(&more[..got.len()]);
+            s.blocks.extend(got);
+            s.computed = s.blocks.len() * bs;
+            s.cached = s.computed;
         }
     }
 

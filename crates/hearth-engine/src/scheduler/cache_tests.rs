@@ -234,3 +234,37 @@ fn a_row_that_has_not_started_finds_blocks_computed_beside_it() {
     let st = c.scheduler().stats();
     assert_eq!((st.prompt_cache.hits, st.prompt_cache.misses, st.prompt_cache.hit_tokens), (1, 1, 64));
 }
+
+#[test]
+fn agents_on_one_system_prompt_compute_it_once() {
+    // Eight requests on one 100-token prefix arrive together; two prompts prefill per step. The others keep
+    // extending their hit from the blocks the first one computes, so only it computes the shared prefix.
+    let mut cfg = config(128, 8);
+    cfg.cache.max_blocks = 128;
+    cfg.max_prefill_rows = 2;
+    let mut c = EngineCore::new(Scheduler::new(cfg, vec![], 4096), FakeRunner::new(128));
+    let mut next = 0;
+    let reqs: Vec<EngineRequest> = (0..8)
+        .map(|i| {
+            let mut r = request(120, 9, 4, 1);
+            r.prompt[100..].iter_mut().for_each(|t| *t = (*t + i) % VOCAB as u32);
+            r
+        })
+        .collect();
+    let mut streams: Vec<_> = reqs.iter().map(|r| submit(&mut c, &mut next, r)).collect();
+    run_to_idle(&mut c);
+    for (s, r) in streams.iter_mut().zip(&reqs) {
+        assert_eq!(drain(s, 1).remove(0).0, solo(r));
+    }
+    let shared_positions_by_others: usize = c
+        .runner
+        .plans
+        .iter()
+        .flat_map(|p| &p.rows)
+        .filter(|r| r.slot != 0)
+        .map(|r| (r.pos0..r.pos0 + r.tokens.len()).filter(|&p| p < 96).count())
+        .sum();
+    assert_eq!(shared_positions_by_others, 0, "only the first request computed the shared 96 tokens");
+    let st = c.scheduler().stats();
+    assert_eq!((st.prompt_cache.hits, st.prompt_cache.misses, st.prompt_cache.hit_tokens), (7, 1, 7 * 96));
+}
