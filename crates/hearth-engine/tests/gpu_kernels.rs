@@ -643,6 +643,10 @@ fn kv_blocks_move_between_vram_host_and_ssd() {
     let back = store.restore(hash, root, &tokens).expect("restored after a restart");
     gpu.write_block(3, &back).unwrap();
     assert_eq!(gpu.read_block(3).unwrap(), bytes, "VRAM -> SSD -> VRAM");
+    // Several blocks in one upload (restores), in any order.
+    let other: Vec<u8> = bytes.iter().map(|b| b.wrapping_add(1)).collect();
+    gpu.write_blocks(&[(2, &other), (0, &back)]).unwrap();
+    assert_eq!(gpu.read_blocks(&[0, 2, 3]).unwrap(), vec![bytes.clone(), other, bytes.clone()]);
     let mut host = PagedKv::new(layers, 4, bs, kvh, d, DType::BF16, &Device::Cpu).unwrap();
     host.write_block(2, &back).unwrap();
     assert_eq!(host.read_block(2).unwrap(), bytes, "the CPU pool reads the same format");

@@ -32,6 +32,9 @@ pub trait Runner {
     fn add_stats(&self, _stats: &mut EngineStats) {}
 }
 
+/// Blocks restored from the SSD tier per host-to-device copy.
+const RESTORE_CHUNK: usize = 64;
+
 pub struct ModelRunner {
     model: Box<dyn Model>,
     device: Device,
@@ -124,17 +127,21 @@ impl Runner for ModelRunner {
         for c in &plan.copies {
             kv.copy_block(c.src, c.dst)?;
         }
+        // Restores a chunk at a time: memory stays bounded however long the restored prefix is, and each chunk
+        // costs one host-to-device copy per layer and buffer.
         let mut failed = Vec::new();
-        for r in &plan.restores {
-            // One block at a time: memory stays bounded however long the restored prefix is.
-            let data = self.cold.as_ref().and_then(|c| c.restore(r.meta.hash, r.meta.parent, &r.meta.tokens));
-            match data.map(|d| kv.write_block(r.block, &d)) {
-                Some(Ok(())) => {}
-                Some(Err(e)) => {
-                    tracing::warn!("restoring a KV block from the SSD tier: {e}");
-                    failed.push(r.block);
+        for chunk in plan.restores.chunks(RESTORE_CHUNK) {
+            let mut got: Vec<(u32, Vec<u8>)> = Vec::with_capacity(chunk.len());
+            for r in chunk {
+                match self.cold.as_ref().and_then(|c| c.restore(r.meta.hash, r.meta.parent, &r.meta.tokens)) {
+                    Some(d) => got.push((r.block, d)),
+                    None => failed.push(r.block),
                 }
-                None => failed.push(r.block),
+            }
+            let refs: Vec<(u32, &[u8])> = got.iter().map(|(b, d)| (*b, d.as_slice())).collect();
+            if let Err(e) = kv.write_blocks(&refs) {
+                tracing::warn!("restoring KV blocks from the SSD tier: {e}");
+                failed.extend(got.iter().map(|(b, _)| *b));
             }
         }
         Ok(failed)

@@ -114,24 +114,39 @@ impl PagedKv {
 
     /// Write `data` (laid out as [`PagedKv::read_block`] returns it) into block `b`.
     pub fn write_block(&mut self, b: u32, data: &[u8]) -> Result<()> {
+        self.write_blocks(&[(b, data)])
+    }
+
+    /// Write several blocks: one host-to-device copy per layer and buffer for all of them, then a device-side
+    /// copy into each block. Every block's data must have the layout's length (else nothing is written).
+    pub fn write_blocks(&mut self, blocks: &[(u32, &[u8])]) -> Result<()> {
         let bs = self.block_size;
         let Some(first) = self.k.first() else { return Ok(()) };
+        if blocks.is_empty() {
+            return Ok(());
+        }
         let (_, heads, dim) = first.dims3()?;
         let dtype = first.dtype();
         let part = bs * heads * dim * dtype.size_in_bytes();
-        if data.len() != part * 2 * self.k.len() {
+        if let Some((_, bad)) = blocks.iter().find(|(_, d)| d.len() != part * 2 * self.k.len()) {
             return Err(Error::InvalidRequest(format!(
                 "a KV block holds {} bytes, got {}",
                 part * 2 * self.k.len(),
-                data.len()
+                bad.len()
             )));
         }
-        let mut chunks = data.chunks_exact(part);
-        for (k, v) in self.k.iter().zip(&self.v) {
-            for buf in [k, v] {
-                let bytes = chunks.next().unwrap_or_default();
-                let t = Tensor::from_raw_buffer(bytes, dtype, &[bs, heads, dim], buf.device())?;
-                buf.slice_set(&t, 0, b as usize * bs)?;
+        let mut staged = Vec::with_capacity(part * blocks.len());
+        for (i, (k, v)) in self.k.iter().zip(&self.v).enumerate() {
+            for (j, buf) in [k, v].into_iter().enumerate() {
+                let at = (2 * i + j) * part;
+                staged.clear();
+                for (_, data) in blocks {
+                    staged.extend_from_slice(&data[at..at + part]);
+                }
+                let t = Tensor::from_raw_buffer(&staged, dtype, &[blocks.len() * bs, heads, dim], buf.device())?;
+                for (n, (b, _)) in blocks.iter().enumerate() {
+                    buf.slice_set(&t.narrow(0, n * bs, bs)?, 0, *b as usize * bs)?;
+                }
             }
         }
         Ok(())
@@ -176,6 +191,10 @@ mod tests {
         let alone: Vec<Vec<u8>> = [2, 0, 3].iter().map(|&b| kv.read_block(b).unwrap()).collect();
         assert_eq!(together, alone);
         assert!(kv.write_block(1, &[0u8; 7]).is_err(), "a wrong length is an error, not a panic");
+        // Several at once, in any order, equal one at a time.
+        let mut two = PagedKv::new(layers, blocks, bs, kvh, d, DType::F32, &Device::Cpu).unwrap();
+        two.write_blocks(&[(3, &alone[0]), (1, &alone[2])]).unwrap();
+        assert_eq!(two.read_blocks(&[3, 1]).unwrap(), vec![alone[0].clone(), alone[2].clone()]);
         kv.copy_block(2, 1).unwrap();
         assert_eq!(kv.read_block(1).unwrap(), alone[0]);
     }
