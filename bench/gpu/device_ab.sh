@@ -5,7 +5,7 @@
 # Each variant: hearth serve (--device cuda --batch 64), a warm-up request, then bench/load.py at each CONC level
 # (512-token random prompts, 256 tokens, ignore_eos; requests = concurrency, 3 at concurrency 1), with the
 # level's per-step host/device split from /stats (bench/gpu/stats_delta.py) in OUT_DIR/steps.jsonl.
-# PREFILL2K=1 adds three 2,048-token prompts (1 output token) per variant: prefill time = their TTFT.
+# KV_BUDGET sets --kv-budget in GiB (default 40). PREFILL2K=1 adds three 2,048-token prompts (1 output token) per variant: prefill time = their TTFT.
 set -uo pipefail
 OUT="$1"; CONC="$2"; shift 2
 mkdir -p "$OUT" /tmp/hbin
@@ -15,7 +15,7 @@ PORT=18500
 for spec in "$@"; do
   IFS='|' read -r name envs args <<< "$spec"
   PORT=$((PORT + 1))
-  env $envs /tmp/hbin/hearth serve -m /tmp/llama8b --device cuda --port $PORT --batch 64 --kv-budget 40 $args \
+  env $envs /tmp/hbin/hearth serve -m /tmp/llama8b --device cuda --port $PORT --batch 64 --kv-budget ${KV_BUDGET:-40} $args \
     > "$OUT/serve_$name.log" 2>&1 &
   SP=$!
   for _ in $(seq 1 900); do curl -sf http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.2; done

@@ -6,7 +6,8 @@
 # 2. the checkpoint of bench/gpu/make_llama8b.py with a 32k context (same shards, one changed config value);
 # 3. a 32,000-token prompt: cold, then RAM (VRAM) hits, then SIGTERM (the server writes its cache to the SSD
 #    tier), a restart and the same prompt restored from the SSD, with /stats after each;
-# 4. a paired decode A/B, prompt cache on vs --prompt-cache 0 (bench/gpu/device_ab.sh: distinct prompts, no hits).
+# 4. a paired decode A/B, prompt cache on vs --prompt-cache 0 (bench/gpu/device_ab.sh: distinct prompts, no hits);
+# 5. a decode A/B under eviction pressure, spilling to the SSD tier or not.
 set -uo pipefail
 OUT="$1"; mkdir -p "$OUT" /tmp/hbin
 [ -f .gpu/hearth.xz ] && xz -dc .gpu/hearth.xz > /tmp/hbin/hearth && chmod +x /tmp/hbin/hearth
@@ -37,3 +38,10 @@ kill -TERM $SP; wait $SP
 du -sh $SSD | tee -a "$OUT/reattach.jsonl"
 bench/gpu/device_ab.sh "$OUT/ab" 1,32 "cache||" "nocache||--prompt-cache 0" "cache2||" "nocache2||--prompt-cache 0" > "$OUT/ab.log" 2>&1
 cut -c1-300 "$OUT/ab/ab.jsonl" 2>/dev/null || tail -20 "$OUT/ab.log"
+# 5. decode under eviction pressure: a 3 GiB KV cache fills with parked blocks and evicts them for new requests;
+#    with --ssd-cache every eviction is spilled (copied on the second stream), without it the blocks are dropped.
+rm -rf /tmp/hearth-ssd-ab
+KV_BUDGET=3 bench/gpu/device_ab.sh "$OUT/evict" 32,32 "spill||--ssd-cache /tmp/hearth-ssd-ab" "drop||" "spill2||--ssd-cache /tmp/hearth-ssd-ab2" "drop2||" > "$OUT/evict.log" 2>&1
+cut -c1-300 "$OUT/evict/ab.jsonl" 2>/dev/null || tail -20 "$OUT/evict.log"
+grep -h '"spills"' "$OUT"/evict/stats1.json 2>/dev/null | head -c 0
+du -sh /tmp/hearth-ssd-ab /tmp/hearth-ssd-ab2 2>/dev/null

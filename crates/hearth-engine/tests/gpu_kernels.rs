@@ -647,6 +647,18 @@ fn kv_blocks_move_between_vram_host_and_ssd() {
     let other: Vec<u8> = bytes.iter().map(|b| b.wrapping_add(1)).collect();
     gpu.write_blocks(&[(2, &other), (0, &back)]).unwrap();
     assert_eq!(gpu.read_blocks(&[0, 2, 3]).unwrap(), vec![bytes.clone(), other, bytes.clone()]);
+    // Evictions: the gather on the compute stream, the copy on the second stream, the bytes picked up later.
+    let mut sp = hearth_engine::gpu::spill::AsyncSpiller::new(&dev).unwrap().expect("a CUDA device");
+    let spill = |block: u32| hearth_engine::scheduler::Spill {
+        block,
+        meta: hearth_engine::kv::CachedBlock { hash, parent: root, tokens: tokens.clone() },
+        kind: hearth_engine::scheduler::SpillKind::Evicted,
+    };
+    sp.start(gpu.gather_blocks(&[2, 0]).unwrap(), vec![spill(2), spill(0)]).unwrap();
+    let got = sp.collect(true).unwrap();
+    assert!(sp.is_idle());
+    let got: Vec<(u32, Vec<u8>)> = got.into_iter().map(|(s, d)| (s.block, d)).collect();
+    assert_eq!(got, vec![(2, gpu.read_block(2).unwrap()), (0, bytes.clone())], "second-stream spill copies");
     let mut host = PagedKv::new(layers, 4, bs, kvh, d, DType::BF16, &Device::Cpu).unwrap();
     host.write_block(2, &back).unwrap();
     assert_eq!(host.read_block(2).unwrap(), bytes, "the CPU pool reads the same format");

@@ -47,6 +47,9 @@ pub struct ModelRunner {
     block_bytes: u64,
     cache_max_blocks: usize,
     times: StepTimes,
+    /// CUDA: evicted blocks are copied to the host on a second stream (`gpu::spill`).
+    #[cfg(feature = "cuda")]
+    spiller: Option<crate::gpu::spill::AsyncSpiller>,
     #[cfg(feature = "cuda")]
     profile: Option<crate::gpu::profile::ProfileWindow>,
     #[cfg(feature = "cuda")]
@@ -83,7 +86,14 @@ impl ModelRunner {
         let argmax_on_device = device.is_cuda() && crate::levers::get().gpu_argmax;
         #[cfg(not(feature = "cuda"))]
         let argmax_on_device = false;
+        #[cfg(feature = "cuda")]
+        let spiller = match cold {
+            Some(_) => crate::gpu::spill::AsyncSpiller::new(&device)?,
+            None => None,
+        };
         Ok(Self {
+            #[cfg(feature = "cuda")]
+            spiller,
             #[cfg(feature = "cuda")]
             profile: crate::gpu::profile::ProfileWindow::from_env(),
             #[cfg(feature = "cuda")]
@@ -97,6 +107,29 @@ impl ModelRunner {
             cache_max_blocks: cfg.cache.max_blocks,
             times: StepTimes::default(),
         })
+    }
+
+    /// Give a spilled block's bytes to the SSD tier.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    fn hand_over(cold: Option<&SsdStore>, s: &crate::scheduler::Spill, data: Vec<u8>) {
+        let Some(cold) = cold else { return };
+        let m = &s.meta;
+        cold.spill(BlockRecord { hash: m.hash, parent: m.parent, tokens: m.tokens.clone(), data }, s.kind == SpillKind::Idle);
+    }
+
+    /// Wait for the spill copies still in flight and hand them over (the engine is idle or flushing).
+    fn finish_spills(&mut self) {
+        #[cfg(feature = "cuda")]
+        if let Some(sp) = self.spiller.as_mut().filter(|sp| !sp.is_idle()) {
+            match sp.collect(true) {
+                Ok(done) => {
+                    for (s, data) in done {
+                        Self::hand_over(self.cold.as_deref(), &s, data);
+                    }
+                }
+                Err(e) => tracing::warn!("spilling KV blocks: {e}"),
+            }
+        }
     }
 
     /// Copy a step's logits (R, V) to the host, or only their argmax per row when `on_device`.
@@ -113,9 +146,29 @@ impl ModelRunner {
 impl Runner for ModelRunner {
     fn transfer(&mut self, plan: &StepPlan) -> Result<Vec<u32>> {
         let kv = self.kv.storage_mut();
-        if let Some(cold) = self.cold.as_ref().filter(|_| !plan.spills.is_empty()) {
-            let blocks: Vec<u32> = plan.spills.iter().map(|s| s.block).collect();
-            for (s, data) in plan.spills.iter().zip(kv.read_blocks(&blocks)?) {
+        #[cfg(feature = "cuda")]
+        let sync_spills: Vec<&crate::scheduler::Spill> = match self.spiller.as_mut() {
+            // Evictions happen while the engine is busy: their copies go to the second stream. Idle demotions and
+            // flushes run while it is idle, and a flush must hold its blocks' bytes only a chunk at a time.
+            Some(sp) => {
+                for (s, data) in sp.collect(false)? {
+                    Self::hand_over(self.cold.as_deref(), &s, data);
+                }
+                let evicted: Vec<crate::scheduler::Spill> =
+                    plan.spills.iter().filter(|s| s.kind == SpillKind::Evicted).cloned().collect();
+                if !evicted.is_empty() {
+                    let blocks: Vec<u32> = evicted.iter().map(|s| s.block).collect();
+                    sp.start(kv.gather_blocks(&blocks)?, evicted)?;
+                }
+                plan.spills.iter().filter(|s| s.kind != SpillKind::Evicted).collect()
+            }
+            None => plan.spills.iter().collect(),
+        };
+        #[cfg(not(feature = "cuda"))]
+        let sync_spills: Vec<&crate::scheduler::Spill> = plan.spills.iter().collect();
+        if let Some(cold) = self.cold.as_ref().filter(|_| !sync_spills.is_empty()) {
+            let blocks: Vec<u32> = sync_spills.iter().map(|s| s.block).collect();
+            for (s, data) in sync_spills.iter().zip(kv.read_blocks(&blocks)?) {
                 let m = &s.meta;
                 let rec = BlockRecord { hash: m.hash, parent: m.parent, tokens: m.tokens.clone(), data };
                 match s.kind {
@@ -148,6 +201,7 @@ impl Runner for ModelRunner {
     }
 
     fn flush(&mut self) -> Option<std::sync::mpsc::Receiver<()>> {
+        self.finish_spills();
         self.cold.as_ref().map(|c| c.flush())
     }
 
@@ -193,6 +247,7 @@ impl Runner for ModelRunner {
     }
 
     fn idle(&mut self) {
+        self.finish_spills();
         if let Some(c) = &self.cold {
             c.set_busy(false);
         }

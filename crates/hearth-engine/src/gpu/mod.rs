@@ -8,6 +8,7 @@ pub mod fused;
 pub mod gemv;
 pub mod launch;
 pub mod profile;
+pub mod spill;
 
 /// `$launch!(T)` for the float element type of a CUDA storage (f32, bf16, f16); any other dtype fails naming `$op`.
 macro_rules! by_float_dtype {

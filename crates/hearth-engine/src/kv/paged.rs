@@ -90,24 +90,30 @@ impl PagedKv {
     /// Several blocks' data (as [`PagedKv::read_block`]) with one gather and one device-to-host copy per layer and
     /// buffer, however many blocks: a step that evicts many blocks pays for them once.
     pub fn read_blocks(&self, blocks: &[u32]) -> Result<Vec<Vec<u8>>> {
-        let bs = self.block_size;
         let mut out = vec![Vec::new(); blocks.len()];
-        let Some(first) = self.k.first() else { return Ok(out) };
-        if blocks.is_empty() {
-            return Ok(out);
+        let mut bytes = Vec::new();
+        for t in self.gather_blocks(blocks)? {
+            bytes.clear();
+            tensor_bytes(&t, &mut bytes)?;
+            let part = bytes.len() / blocks.len().max(1);
+            for (o, chunk) in out.iter_mut().zip(bytes.chunks_exact(part.max(1))) {
+                o.extend_from_slice(chunk);
+            }
         }
+        Ok(out)
+    }
+
+    /// The rows of `blocks`, gathered on the device: per layer its K then its V, each (blocks × block_size, KvH,
+    /// D) in `blocks`' order. Nothing for no blocks.
+    pub fn gather_blocks(&self, blocks: &[u32]) -> Result<Vec<Tensor>> {
+        let bs = self.block_size;
+        let Some(first) = self.k.first().filter(|_| !blocks.is_empty()) else { return Ok(Vec::new()) };
         let rows: Vec<u32> = blocks.iter().flat_map(|&b| (0..bs as u32).map(move |o| b * bs as u32 + o)).collect();
         let ids = Tensor::new(rows.as_slice(), first.device())?;
-        let mut bytes = Vec::new();
+        let mut out = Vec::with_capacity(2 * self.k.len());
         for (k, v) in self.k.iter().zip(&self.v) {
-            for buf in [k, v] {
-                bytes.clear();
-                tensor_bytes(&buf.index_select(&ids, 0)?, &mut bytes)?;
-                let part = bytes.len() / blocks.len();
-                for (o, chunk) in out.iter_mut().zip(bytes.chunks_exact(part.max(1))) {
-                    o.extend_from_slice(chunk);
-                }
-            }
+            out.push(k.index_select(&ids, 0)?);
+            out.push(v.index_select(&ids, 0)?);
         }
         Ok(out)
     }
