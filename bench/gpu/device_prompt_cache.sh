@@ -43,5 +43,4 @@ cut -c1-300 "$OUT/ab/ab.jsonl" 2>/dev/null || tail -20 "$OUT/ab.log"
 rm -rf /tmp/hearth-ssd-ab
 KV_BUDGET=3 bench/gpu/device_ab.sh "$OUT/evict" 32,32 "spill||--ssd-cache /tmp/hearth-ssd-ab" "drop||" "spill2||--ssd-cache /tmp/hearth-ssd-ab2" "drop2||" > "$OUT/evict.log" 2>&1
 cut -c1-300 "$OUT/evict/ab.jsonl" 2>/dev/null || tail -20 "$OUT/evict.log"
-grep -h '"spills"' "$OUT"/evict/stats1.json 2>/dev/null | head -c 0
 du -sh /tmp/hearth-ssd-ab /tmp/hearth-ssd-ab2 2>/dev/null

@@ -114,7 +114,10 @@ impl ModelRunner {
     fn hand_over(cold: Option<&SsdStore>, s: &crate::scheduler::Spill, data: Vec<u8>) {
         let Some(cold) = cold else { return };
         let m = &s.meta;
-        cold.spill(BlockRecord { hash: m.hash, parent: m.parent, tokens: m.tokens.clone(), data }, s.kind == SpillKind::Idle);
+        cold.spill(
+            BlockRecord { hash: m.hash, parent: m.parent, tokens: m.tokens.clone(), data },
+            s.kind == SpillKind::Idle,
+        );
     }
 
     /// Wait for the spill copies still in flight and hand them over (the engine is idle or flushing).
