@@ -231,6 +231,16 @@ fn paged_kernel_matches_portable_attention() {
         [700, 333, 150],
     );
     kernel_case(32, 8, 128, DType::F16, plain, 2e-3);
+    // Short pieces over long contexts (a prompt-cache hit): step 2's tiles are too few blocks to fill the GPU, so
+    // the tensor-core kernel splits their keys and a second launch merges the splits. The 32-token piece at 2,000
+    // keys has four non-empty splits; with G = 16 (4-token tiles) the 6-token piece at 339 keys leaves its second
+    // split empty, next to the 700-key row's tiles.
+    use hearth_engine::attention::cuda::prefill::split_keys as tc_split;
+    assert_eq!(tc_split(2, 8, 2033), Some((512, 4)), "a 32-token piece at 2k keys splits four ways");
+    assert_eq!(tc_split(100, 8, 2033), None, "a step of many tiles fills the GPU without splitting");
+    kernel_case_steps(32, 8, 128, DType::BF16, plain, 1.6e-2, [2000, 333, 150], [1, 32, 1], Steps::default());
+    kernel_case_steps(32, 8, 128, DType::F16, plain, 2e-3, [2000, 333, 150], [3, 32, 40], Steps::default());
+    kernel_case_steps(16, 1, 64, DType::BF16, plain, 1.6e-2, [700, 333, 150], [1, 6, 1], Steps::default());
     // The cluster decode kernel (HEARTH_CUDA_DECODE_CLUSTER; fused path, decode-only steps) against the default
     // path and the CPU: short contexts (one split), hundreds of keys (several splits, some past a short row's last
     // key), G = 1, 3 (rounded to 4), 4, 8 and 16, f32/bf16/f16, a window with soft-capping, decode positions 1, 32

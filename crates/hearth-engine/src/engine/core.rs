@@ -55,9 +55,13 @@ impl<R: Runner> EngineCore<R> {
         let spills = self.scheduler.flush_spills();
         for chunk in spills.chunks(FLUSH_CHUNK) {
             let plan = StepPlan { spills: chunk.to_vec(), ..Default::default() };
-            if let Err(e) = self.runner.transfer(&plan) {
-                tracing::warn!("flushing the prompt cache: {e}");
-                break;
+            match self.runner.transfer(&plan) {
+                // Restores in flight may resolve in any transfer.
+                Ok(report) => self.scheduler.restores_resolved(&report),
+                Err(e) => {
+                    tracing::warn!("flushing the prompt cache: {e}");
+                    break;
+                }
             }
         }
         self.runner.flush()
@@ -66,14 +70,15 @@ impl<R: Runner> EngineCore<R> {
     /// Run one step. Returns whether any work was done (false: nothing can run until something changes).
     pub fn step(&mut self) -> bool {
         let plan = self.scheduler.schedule();
-        if plan.is_empty() {
+        // Restores in flight: a transfer with no rows polls for them (the runner waits a little for one).
+        if plan.is_empty() && !self.scheduler.restores_in_flight() {
             self.runner.idle();
             return false;
         }
-        let failed = match self.runner.transfer(&plan) {
-            Ok(f) => f,
+        let restored = match self.runner.transfer(&plan) {
+            Ok(r) => r,
             Err(e) => {
-                self.scheduler.fail_step(plan, &format!("moving KV blocks failed: {e}"));
+                self.scheduler.fail_step(plan, None, &format!("moving KV blocks failed: {e}"));
                 return true;
             }
         };
@@ -81,11 +86,11 @@ impl<R: Runner> EngineCore<R> {
         match out {
             Ok(out) => {
                 let t = Instant::now();
-                self.scheduler.postprocess(plan, &failed, &out);
+                self.scheduler.postprocess(plan, &restored, &out);
                 self.sample_ms += t.elapsed().as_secs_f64() * 1e3;
             }
             // Fail the rows of this step, keep serving.
-            Err(e) => self.scheduler.fail_step(plan, &format!("model forward failed: {e}")),
+            Err(e) => self.scheduler.fail_step(plan, Some(&restored), &format!("model forward failed: {e}")),
         }
         // No rows left: the engine blocks for the next request, so the next step does not follow this one.
         if self.scheduler.stats().rows_running == 0 {

@@ -3,21 +3,23 @@
 //! greedy-only step can choose them on the device. Step timing and the profiling window live here.
 
 use crate::attention::{BatchContext, PagedAttention};
+use crate::kv::restorer::Restorer;
 use crate::kv::ssd::{BlockRecord, SsdStore};
 use crate::kv::PagedKv;
 use crate::models::Model;
-use crate::scheduler::{SpillKind, StepOutput, StepPlan};
+use crate::scheduler::{RestoreReport, SpillKind, StepOutput, StepPlan};
 use crate::types::{EngineConfig, EngineStats};
 use crate::Result;
 use candle_core::{Device, Tensor};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What the engine core needs from whatever executes its plans (the model runner; a fake in policy tests).
 pub trait Runner {
-    /// Execute a plan's block transfers in order: spills (to the cold tier), copies, restores (from it). Returns
-    /// the blocks whose restore failed (a miss: the rows recompute them).
-    fn transfer(&mut self, plan: &StepPlan) -> Result<Vec<u32>>;
+    /// Execute a plan's block transfers in order: spills (to the cold tier), copies, restores (from it; they may
+    /// complete in a later transfer). Returns the restores resolved so far, of this plan or earlier ones; a plan
+    /// with no rows may wait a little for one.
+    fn transfer(&mut self, plan: &StepPlan) -> Result<RestoreReport>;
     /// Execute one plan's rows: one packed forward. One output per planned row.
     fn run(&mut self, plan: &StepPlan) -> Result<StepOutput>;
     /// A receiver that fires once everything spilled so far is durable (None: no cold tier).
@@ -32,8 +34,10 @@ pub trait Runner {
     fn add_stats(&self, _stats: &mut EngineStats) {}
 }
 
-/// Blocks restored from the SSD tier per host-to-device copy.
+/// Blocks restored from the SSD tier per host-to-device copy (and at most per step that has rows to run).
 const RESTORE_CHUNK: usize = 64;
+/// How long a transfer with no rows to run waits for restores to arrive.
+const RESTORE_WAIT: Duration = Duration::from_millis(100);
 
 pub struct ModelRunner {
     model: Box<dyn Model>,
@@ -43,6 +47,8 @@ pub struct ModelRunner {
     argmax_on_device: bool,
     /// The SSD tier (`--ssd-cache`): spilled blocks go there, restores come from there.
     cold: Option<Arc<SsdStore>>,
+    /// Reads from the SSD tier in the background.
+    restorer: Option<Restorer>,
     /// Bytes of one KV block, and the prompt cache's cap in blocks (for `/stats`).
     block_bytes: u64,
     cache_max_blocks: usize,
@@ -92,6 +98,7 @@ impl ModelRunner {
             None => None,
         };
         Ok(Self {
+            restorer: cold.clone().map(Restorer::new),
             #[cfg(feature = "cuda")]
             spiller,
             #[cfg(feature = "cuda")]
@@ -118,6 +125,38 @@ impl ModelRunner {
             BlockRecord { hash: m.hash, parent: m.parent, tokens: m.tokens.clone(), data },
             s.kind == SpillKind::Idle,
         );
+    }
+
+    /// Upload the blocks the background reads have finished, a chunk at a time (one host-to-device copy per
+    /// layer and buffer): one chunk in a step that runs rows, as many as arrive within [`RESTORE_WAIT`] in one
+    /// that runs none.
+    fn upload_restored(&mut self, no_rows: bool, report: &mut RestoreReport) {
+        let Some(restorer) = self.restorer.as_mut() else { return };
+        let deadline = Instant::now() + if no_rows { RESTORE_WAIT } else { Duration::ZERO };
+        while restorer.outstanding() > 0 {
+            let got = restorer.poll(RESTORE_CHUNK, deadline.saturating_duration_since(Instant::now()));
+            if got.is_empty() {
+                break;
+            }
+            let mut ok: Vec<(u32, Vec<u8>)> = Vec::with_capacity(got.len());
+            for (block, data) in got {
+                match data {
+                    Some(d) => ok.push((block, d)),
+                    None => report.failed.push(block),
+                }
+            }
+            let refs: Vec<(u32, &[u8])> = ok.iter().map(|(b, d)| (*b, d.as_slice())).collect();
+            match self.kv.storage_mut().write_blocks(&refs) {
+                Ok(()) => report.done.extend(ok.iter().map(|(b, _)| *b)),
+                Err(e) => {
+                    tracing::warn!("restoring KV blocks from the SSD tier: {e}");
+                    report.failed.extend(ok.iter().map(|(b, _)| *b));
+                }
+            }
+            if !no_rows || Instant::now() >= deadline {
+                break;
+            }
+        }
     }
 
     /// Wait for the spill copies still in flight and hand them over (the engine is idle or flushing).
@@ -147,7 +186,7 @@ impl ModelRunner {
 }
 
 impl Runner for ModelRunner {
-    fn transfer(&mut self, plan: &StepPlan) -> Result<Vec<u32>> {
+    fn transfer(&mut self, plan: &StepPlan) -> Result<RestoreReport> {
         let kv = self.kv.storage_mut();
         #[cfg(feature = "cuda")]
         let sync_spills: Vec<&crate::scheduler::Spill> = match self.spiller.as_mut() {
@@ -183,24 +222,15 @@ impl Runner for ModelRunner {
         for c in &plan.copies {
             kv.copy_block(c.src, c.dst)?;
         }
-        // Restores a chunk at a time: memory stays bounded however long the restored prefix is, and each chunk
-        // costs one host-to-device copy per layer and buffer.
-        let mut failed = Vec::new();
-        for chunk in plan.restores.chunks(RESTORE_CHUNK) {
-            let mut got: Vec<(u32, Vec<u8>)> = Vec::with_capacity(chunk.len());
-            for r in chunk {
-                match self.cold.as_ref().and_then(|c| c.restore(r.meta.hash, r.meta.parent, &r.meta.tokens)) {
-                    Some(d) => got.push((r.block, d)),
-                    None => failed.push(r.block),
-                }
+        let mut report = RestoreReport::default();
+        match self.restorer.as_mut() {
+            Some(r) => {
+                report.failed.extend(plan.restores.iter().filter_map(|x| r.submit(x.block, x.meta.clone()).err()))
             }
-            let refs: Vec<(u32, &[u8])> = got.iter().map(|(b, d)| (*b, d.as_slice())).collect();
-            if let Err(e) = kv.write_blocks(&refs) {
-                tracing::warn!("restoring KV blocks from the SSD tier: {e}");
-                failed.extend(got.iter().map(|(b, _)| *b));
-            }
+            None => report.failed.extend(plan.restores.iter().map(|x| x.block)),
         }
-        Ok(failed)
+        self.upload_restored(plan.rows.is_empty(), &mut report);
+        Ok(report)
     }
 
     fn flush(&mut self) -> Option<std::sync::mpsc::Receiver<()>> {
@@ -262,6 +292,8 @@ impl Runner for ModelRunner {
 
     fn reset(&mut self) {
         self.kv.storage_mut().clear_tables();
+        // Reads in flight were for a pool that no longer exists.
+        self.restorer = self.cold.clone().map(Restorer::new);
     }
 
     fn add_stats(&self, s: &mut EngineStats) {

@@ -6,6 +6,7 @@
 pub mod block_pool;
 pub mod paged;
 pub mod prefix;
+pub mod restorer;
 pub mod ssd;
 pub mod ssd_file;
 

@@ -6,12 +6,15 @@
 //! aligned positions as in a cold run, and every token's arithmetic is the same (the cached KV was itself made by
 //! that arithmetic). At least one prompt token is always computed: its logits are the first sample.
 
-use super::plan::{Restore, Spill, SpillKind};
+use super::plan::{Restore, RestoreReport, Spill, SpillKind};
 use super::{Scheduler, Sequence};
 use crate::attention::PIECE_ALIGN;
 use crate::kv::prefix::chain;
 use crate::kv::{BlockHash, CachedBlock};
 use std::time::Instant;
+
+/// The slot of an in-flight restore whose row went away.
+pub(super) const ORPHAN: usize = usize::MAX;
 
 /// What a waiting row found in the cache.
 pub(super) struct Attach {
@@ -161,9 +164,69 @@ impl Scheduler {
         s.restoring = Some(hit);
     }
 
-    /// The step's restores are done (`failed`: blocks whose data could not be read). A row whose restores all
-    /// succeeded continues after them; otherwise it keeps what did arrive (registered, so its next lookup finds
-    /// it) and goes back to the queue to compute the rest.
+    /// Whether restores are in flight: the engine keeps stepping (polling the runner) until they resolve.
+    pub fn restores_in_flight(&self) -> bool {
+        !self.inflight.is_empty()
+    }
+
+    /// Restores resolved outside a step (a flush's transfers).
+    pub fn restores_resolved(&mut self, report: &RestoreReport) {
+        self.track_restores(Vec::new(), report);
+    }
+
+    /// Add a step's restores to those in flight and apply what the runner resolved: orphans give their blocks
+    /// back; a row whose restores have all resolved finishes them ([`Self::finish_restores`]).
+    pub(super) fn track_restores(&mut self, planned: Vec<Restore>, report: &RestoreReport) {
+        self.inflight.extend(planned);
+        if self.inflight.is_empty() {
+            return;
+        }
+        self.resolved.extend(report.done.iter().map(|&b| (b, true)));
+        self.resolved.extend(report.failed.iter().map(|&b| (b, false)));
+        let mut i = 0;
+        while i < self.inflight.len() {
+            let r = &self.inflight[i];
+            if r.slot == ORPHAN && self.resolved.remove(&r.block).is_some() {
+                self.pool.release(r.block);
+                self.inflight.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        let mut slots: Vec<usize> = self.inflight.iter().map(|r| r.slot).filter(|&s| s != ORPHAN).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        for slot in slots {
+            let all = self.inflight.iter().filter(|r| r.slot == slot).all(|r| self.resolved.contains_key(&r.block));
+            if !all {
+                continue;
+            }
+            let (mine, rest): (Vec<Restore>, Vec<Restore>) =
+                std::mem::take(&mut self.inflight).into_iter().partition(|r| r.slot == slot);
+            self.inflight = rest;
+            let failed: Vec<u32> =
+                mine.iter().filter(|r| self.resolved.remove(&r.block) == Some(false)).map(|r| r.block).collect();
+            self.finish_restores(&mine, &failed);
+        }
+    }
+
+    /// A row goes away (finished, cancelled, preempted) with restores in flight: the runner may still write
+    /// those blocks, so they leave the row and return to the pool only once resolved.
+    pub(super) fn orphan_restores(&mut self, seq: &mut Sequence) {
+        let mut held = Vec::new();
+        for r in self.inflight.iter_mut().filter(|r| r.slot == seq.slot) {
+            r.slot = ORPHAN;
+            held.push(r.block);
+        }
+        if !held.is_empty() {
+            seq.blocks.retain(|b| !held.contains(b));
+            seq.restoring = None;
+        }
+    }
+
+    /// A row's restores have all resolved (`failed`: blocks whose data could not be read). A row whose restores
+    /// all succeeded continues after them; otherwise it keeps what did arrive (registered, so its next lookup
+    /// finds it) and goes back to the queue to compute the rest.
     pub(super) fn finish_restores(&mut self, restores: &[Restore], failed: &[u32]) {
         let mut slots: Vec<usize> = restores.iter().map(|r| r.slot).collect();
         slots.dedup();

@@ -268,3 +268,67 @@ fn agents_on_one_system_prompt_compute_it_once() {
     let st = c.scheduler().stats();
     assert_eq!((st.prompt_cache.hits, st.prompt_cache.misses, st.prompt_cache.hit_tokens), (7, 1, 7 * 96));
 }
+
+/// A fresh engine whose restores take 6 transfers to arrive, over a cold tier holding a 150-token request's
+/// prefix (spilled by an earlier engine); and that request.
+fn restoring_engine() -> (EngineCore<FakeRunner>, EngineRequest) {
+    let cold = Arc::new(FakeCold::default());
+    let a = request(150, 6, 4, 1);
+    let mut c = cached_core(64, 64, Some(cold.clone()));
+    run_one(&mut c, &mut 0, &a);
+    c.flush();
+    c.step();
+    let mut c = cached_core(64, 64, Some(cold));
+    c.runner.restore_delay = 5;
+    (c, a)
+}
+
+#[test]
+fn background_restores_let_other_rows_decode_and_answer_the_same() {
+    // A row decoding beside the restoring one keeps stepping meanwhile.
+    let (mut c, a) = restoring_engine();
+    let mut next = 0;
+    let b = request(20, 9, 12, 1);
+    let mut sb = submit(&mut c, &mut next, &b);
+    c.step();
+    let mut sa = submit(&mut c, &mut next, &a);
+    let before = c.runner.plans.len();
+    for _ in 0..3 {
+        c.step();
+    }
+    assert!(c.scheduler().restores_in_flight(), "the restore is still in flight");
+    assert_eq!(first_pos0(&c, 1), None, "the restoring row computes nothing yet");
+    assert_eq!(c.runner.plans.len() - before, 3, "the other row ran a step every time");
+    run_to_idle(&mut c);
+    assert_eq!(drain(&mut sb, 1).remove(0).0, solo(&b));
+    assert_eq!(drain(&mut sa, 1).remove(0).0, solo(&a));
+    assert_eq!(first_pos0(&c, 1), Some(128), "computed after the restored blocks");
+    assert_eq!(c.scheduler().stats().prompt_cache.restored_tokens, 128);
+    assert_eq!(c.scheduler().stats().kv_blocks_used, 0);
+    assert!(!c.scheduler().restores_in_flight());
+}
+
+#[test]
+fn a_row_cancelled_mid_restore_frees_its_blocks_once_the_reads_resolve() {
+    let (mut c, a) = restoring_engine();
+    let mut next = 0;
+    let sa = submit(&mut c, &mut next, &a);
+    c.step();
+    c.step();
+    assert!(c.scheduler().restores_in_flight());
+    let held = c.scheduler().stats().kv_blocks_used;
+    assert!(held >= 8, "the restoring row holds its blocks ({held})");
+    drop(sa);
+    c.step();
+    // The row is gone, but the reads still in flight keep their blocks out of the pool until they resolve.
+    assert_eq!(c.scheduler().stats().rows_running, 0);
+    assert!(c.scheduler().restores_in_flight());
+    assert!(c.scheduler().stats().kv_blocks_used >= 8);
+    assert!(!c.scheduler().is_idle(), "the engine keeps polling until they resolve");
+    run_to_idle(&mut c);
+    assert!(!c.scheduler().restores_in_flight());
+    assert_eq!(c.scheduler().stats().kv_blocks_used, 0, "orphaned blocks went back to the pool");
+    // The pool is sound: the same request answers like a cold run.
+    let (got, _) = run_one(&mut c, &mut next, &a);
+    assert_eq!(got, solo(&a));
+}

@@ -23,14 +23,14 @@ pub mod sequence;
 #[cfg(test)]
 mod tests;
 
-pub use plan::{BlockCopy, PlannedRow, Restore, Spill, SpillKind, StepOutput, StepPlan};
+pub use plan::{BlockCopy, PlannedRow, Restore, RestoreReport, Spill, SpillKind, StepOutput, StepPlan};
 pub use sequence::Sequence;
 
 use crate::attention::PIECE_ALIGN;
 use crate::kv::{BlockHash, BlockPool, ColdTier};
 use crate::types::{blocks_to_admit, EngineConfig, EngineEvent, EngineStats, FinishReason};
 use plan::{Pick, PieceBudget};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +47,12 @@ pub struct Scheduler {
     /// Evicted cached blocks to hand to the cold tier, and cold blocks to read back, in the next step.
     spills: Vec<Spill>,
     restores: Vec<Restore>,
+    /// Restores handed to the runner and not yet resolved (cold reads run in the background), in the order their
+    /// rows asked for them; a row that went away while they were in flight leaves them as orphans (slot
+    /// [`cache::ORPHAN`]) whose blocks return to the pool once resolved.
+    inflight: Vec<Restore>,
+    /// Resolved in-flight restores waiting for the rest of their row's: block -> arrived.
+    resolved: HashMap<u32, bool>,
     /// The root of every block address (the cache namespace).
     root: BlockHash,
     cold: Option<Arc<dyn ColdTier>>,
@@ -76,6 +82,8 @@ impl Scheduler {
             copies: Vec::new(),
             spills: Vec::new(),
             restores: Vec::new(),
+            inflight: Vec::new(),
+            resolved: HashMap::new(),
             cold: None,
             stats,
         }
@@ -92,8 +100,9 @@ impl Scheduler {
         self.cold.is_some() && self.demote_idle.is_some() && self.pool.num_parked() > 0
     }
 
+    /// Nothing to run and nothing in flight.
     pub fn is_idle(&self) -> bool {
-        self.running.is_empty() && self.waiting.is_empty()
+        self.running.is_empty() && self.waiting.is_empty() && self.inflight.is_empty()
     }
 
     pub fn enqueue(&mut self, seq: Sequence) {
@@ -148,11 +157,11 @@ impl Scheduler {
         }
     }
 
-    /// Take a step's output back (`failed`: blocks whose restore failed): advance each row, register its
+    /// Take a step's output back (`restored`: the restores the runner resolved): advance each row, register its
     /// completed blocks, sample the rows that reached their end, fork choices, emit events, retire finished rows.
-    pub fn postprocess(&mut self, plan: StepPlan, failed: &[u32], out: &StepOutput) {
+    pub fn postprocess(&mut self, mut plan: StepPlan, restored: &RestoreReport, out: &StepOutput) {
         self.release_copy_sources(&plan.copies);
-        self.finish_restores(&plan.restores, failed);
+        self.track_restores(std::mem::take(&mut plan.restores), restored);
         if plan.rows.is_empty() {
             self.refresh_stats();
             return;
@@ -196,11 +205,16 @@ impl Scheduler {
         self.refresh_stats();
     }
 
-    /// A step failed: fail its rows (with `message`), keep serving the others.
-    pub fn fail_step(&mut self, plan: StepPlan, message: &str) {
+    /// A step failed: fail its rows (with `message`), keep serving the others. `restored`: what its transfer
+    /// resolved, or None when the transfer failed (its restores never started: they are misses).
+    pub fn fail_step(&mut self, mut plan: StepPlan, restored: Option<&RestoreReport>, message: &str) {
         self.release_copy_sources(&plan.copies);
-        let restore_blocks: Vec<u32> = plan.restores.iter().map(|r| r.block).collect();
-        self.finish_restores(&plan.restores, &restore_blocks);
+        let restores = std::mem::take(&mut plan.restores);
+        let report = match restored {
+            Some(r) => r.clone(),
+            None => RestoreReport::all_failed(&restores),
+        };
+        self.track_restores(restores, &report);
         for row in &plan.rows {
             if let Some(i) = self.index_of(row.slot) {
                 let s = self.running.remove(i);
@@ -226,6 +240,8 @@ impl Scheduler {
         self.copies.clear();
         self.spills.clear();
         self.restores.clear();
+        self.inflight.clear();
+        self.resolved.clear();
         self.refresh_stats();
     }
 
@@ -242,6 +258,7 @@ impl Scheduler {
         let dropped: Vec<BlockCopy> = self.copies.iter().filter(|c| seq.blocks.contains(&c.dst)).copied().collect();
         self.copies.retain(|c| !seq.blocks.contains(&c.dst));
         self.restores.retain(|r| r.slot != seq.slot);
+        self.orphan_restores(seq);
         self.release_copy_sources(&dropped);
         self.pool.release_all(&mut seq.blocks);
     }

@@ -57,6 +57,23 @@ pub struct Restore {
     pub meta: CachedBlock,
 }
 
+/// Restores the runner resolved in a transfer: planned in that step or an earlier one (reads from the cold tier
+/// run in the background and may take several steps).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// Blocks whose data arrived.
+    pub done: Vec<u32>,
+    /// Blocks whose data could not be read (a miss: their rows recompute them).
+    pub failed: Vec<u32>,
+}
+
+impl RestoreReport {
+    /// Every restore of `restores` failed (they never reached the runner).
+    pub fn all_failed(restores: &[Restore]) -> Self {
+        Self { done: Vec::new(), failed: restores.iter().map(|r| r.block).collect() }
+    }
+}
+
 /// A step: block transfers first (spills, then copies, then restores: a spilled block may be reused by the other
 /// two), then the rows, packed in this order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

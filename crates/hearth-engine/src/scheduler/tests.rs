@@ -40,16 +40,27 @@ pub(super) struct FakeRunner {
     pub cold: Option<Arc<FakeCold>>,
     /// Blocks restored so far.
     pub restored: usize,
+    /// Transfers a restore stays in flight after the one that started it (0: it resolves in that transfer).
+    pub restore_delay: usize,
+    /// Restores in flight: (restore, transfers left).
+    pending: Vec<(super::Restore, usize)>,
 }
 
 impl FakeRunner {
     pub fn new(blocks: usize) -> Self {
-        Self { kv: vec![vec![None; BS]; blocks], plans: Vec::new(), cold: None, restored: 0 }
+        Self {
+            kv: vec![vec![None; BS]; blocks],
+            plans: Vec::new(),
+            cold: None,
+            restored: 0,
+            restore_delay: 0,
+            pending: Vec::new(),
+        }
     }
 }
 
 impl Runner for FakeRunner {
-    fn transfer(&mut self, plan: &StepPlan) -> Result<Vec<u32>> {
+    fn transfer(&mut self, plan: &StepPlan) -> Result<super::RestoreReport> {
         let cold = self.cold.clone().unwrap_or_default();
         for s in &plan.spills {
             let data = self.kv[s.block as usize].clone();
@@ -59,17 +70,23 @@ impl Runner for FakeRunner {
         for c in &plan.copies {
             self.kv[c.dst as usize] = self.kv[c.src as usize].clone();
         }
-        let mut failed = Vec::new();
-        for r in &plan.restores {
+        self.pending.extend(plan.restores.iter().map(|r| (r.clone(), self.restore_delay + 1)));
+        let mut report = super::RestoreReport::default();
+        for (r, left) in std::mem::take(&mut self.pending) {
+            if left > 1 {
+                self.pending.push((r, left - 1));
+                continue;
+            }
             match cold.blocks.lock().unwrap().get(&r.meta.hash) {
                 Some((tokens, data)) if *tokens == r.meta.tokens => {
                     self.kv[r.block as usize] = data.clone();
                     self.restored += 1;
+                    report.done.push(r.block);
                 }
-                _ => failed.push(r.block),
+                _ => report.failed.push(r.block),
             }
         }
-        Ok(failed)
+        Ok(report)
     }
 
     fn run(&mut self, plan: &StepPlan) -> Result<StepOutput> {
@@ -197,7 +214,7 @@ fn fifo_admission_under_a_block_budget() {
     let plan = c.scheduler.schedule();
     assert_eq!(plan.rows.iter().map(|r| r.slot).collect::<Vec<_>>(), vec![0], "only A is admitted");
     assert_eq!(c.scheduler().stats().rows_waiting, 2, "C does not jump the queue");
-    c.scheduler.fail_step(plan, "test");
+    c.scheduler.fail_step(plan, None, "test");
     while streams[0].rx.try_recv().is_ok() {}
     run_to_idle(&mut c);
     let got: Vec<Vec<u32>> = streams.iter_mut().skip(1).map(|s| drain(s, 1).remove(0).0).collect();
@@ -290,7 +307,7 @@ fn a_failed_step_fails_its_rows_and_keeps_serving() {
     let mut next = 0;
     let mut s = submit(&mut c, &mut next, &request(20, 1, 4, 2));
     let plan = c.scheduler.schedule();
-    c.scheduler.fail_step(plan, "boom");
+    c.scheduler.fail_step(plan, None, "boom");
     assert!(matches!(s.rx.try_recv(), Ok(EngineEvent::Error { .. })));
     assert!(c.scheduler().is_idle());
     assert_eq!(c.scheduler().stats().kv_blocks_used, 0);

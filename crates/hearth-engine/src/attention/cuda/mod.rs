@@ -317,6 +317,21 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
             }
             None => None,
         };
+        // A tile's keys: all of its context, or its window and its own tokens.
+        let tc_keys = if p.window > 0 { self.meta.max_keys.min(p.window + 64) } else { self.meta.max_keys };
+        let tc_split = tc.and_then(|tc| prefill::split_keys(tc.n_tiles, p.kv_heads, tc_keys));
+        let tc_merge = match (tc, tc_split) {
+            (Some(tc), Some((_, z))) => {
+                let f = dev.get_or_load_custom_func(
+                    &format!("prefill_tc_{}_d{d}_merge", sfx_c(qs.dtype())?),
+                    prefill::MODULE,
+                    prefill::PTX,
+                )?;
+                // SAFETY: every (tile, kv head, split) writes its 64 rows of d + 2 floats before the merge reads them.
+                Some((f, unsafe { dev.alloc::<f32>(tc.n_tiles * p.kv_heads * z * 64 * (d + 2))? }))
+            }
+            _ => None,
+        };
         macro_rules! launch {
             ($ty:ty) => {{
                 let q = qs.as_cuda_slice::<$ty>()?.slice(q0..q1);
@@ -367,13 +382,27 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
                     }
                 }
                 if let (Some((f, bytes)), Some(tc), Some(tiles)) = (&tc_func, tc, &tiles) {
-                    let tcfg = LaunchConfig { grid_dim: (tc.n_tiles as u32, p.kv_heads as u32, 1), block_dim: (prefill::THREADS, 1, 1), shared_mem_bytes: *bytes };
+                    let (per, z) = tc_split.unwrap_or((0, 1));
+                    let tcfg = LaunchConfig { grid_dim: (tc.n_tiles as u32, p.kv_heads as u32, z as u32), block_dim: (prefill::THREADS, 1, 1), shared_mem_bytes: *bytes };
                     let mut b = Launch::new(&stream, f);
                     attn_args!(b);
-                    b.ptr(tiles);
+                    let per_i = per as i32;
+                    b.ptr(tiles).val(&per_i);
+                    match &tc_merge {
+                        Some((_, part)) => b.ptr(part),
+                        None => b.null(),
+                    };
                     // SAFETY: tiles hold [first, count] of consecutive packed tokens of one row each (< t); the
-                    // block table covers their positions.
+                    // block table covers their positions; in split mode `part` holds every block's partials.
                     unsafe { b.launch(tcfg) }.w()?;
+                    if let Some((merge, part)) = &tc_merge {
+                        let mcfg = LaunchConfig { grid_dim: (tc.n_tiles as u32, p.kv_heads as u32, 1), block_dim: (prefill::THREADS, 1, 1), shared_mem_bytes: 0 };
+                        let zi = z as i32;
+                        let mut m = Launch::new(&stream, merge);
+                        m.ptr(part).ptr(&out).val(&hh).val(&kvh).val(&zi).ptr(tiles);
+                        // SAFETY: part holds the tiles' z partials; the merge writes the tiles' tokens' outputs.
+                        unsafe { m.launch(mcfg) }.w()?;
+                    }
                 }
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             }};

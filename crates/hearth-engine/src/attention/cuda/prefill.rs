@@ -39,6 +39,25 @@ pub fn tile_tokens(heads: usize, kv_heads: usize, head_dim: usize, dtype: DType)
     ok.then_some(ROWS / g)
 }
 
+/// Fewest keys one split block of the tensor-core kernel takes (a multiple of its 64-key tile).
+const TC_SPLIT_MIN_KEYS: usize = 512;
+/// Blocks a split launch aims for: 2 per multiprocessor of an H100/H200.
+const TC_FILL_BLOCKS: usize = 264;
+
+/// Keys per split block when a step's query tiles give too few (tile, kv head) blocks to fill the GPU and their
+/// keys are long — a short piece after a prompt-cache hit on a long context — or None: one block per (tile, kv
+/// head) sees all its keys (`HEARTH_CUDA_TC_SPLIT=0`: always). Returns (keys per split, splits).
+pub fn split_keys(n_tiles: usize, kv_heads: usize, max_keys: usize) -> Option<(usize, usize)> {
+    let blocks = n_tiles * kv_heads;
+    if !crate::levers::get().cuda_tc_split || blocks == 0 || blocks * 2 > TC_FILL_BLOCKS {
+        return None;
+    }
+    let want = TC_FILL_BLOCKS.div_ceil(blocks);
+    let per = max_keys.div_ceil(want).div_ceil(64).max(TC_SPLIT_MIN_KEYS / 64) * 64;
+    let z = max_keys.div_ceil(per);
+    (z > 1).then_some((per, z))
+}
+
 /// Whether `ctx`'s device runs the kernel for head dim `d`: compute capability 8.0 or newer (bf16 WMMA; the PTX
 /// holds no kernel below it) and enough opt-in shared memory per block (an A100 has 163 KB, Ada 99 KB).
 pub fn device_fits(ctx: &CudaContext, d: usize) -> bool {

@@ -10,6 +10,10 @@
 // O lives in shared memory as f32 (a wmma accumulator's element-to-row mapping is opaque, so the per-row rescale
 // is done there). Positions of a tile's tokens are consecutive: token i sits at tok_pos[t0] + i.
 // Same layouts as paged_attention.cu: q (T, H, D); caches (rows, KvH, D); tables (R, max_blocks).
+// Key split (split_keys > 0, `part` non-null): block (tile, g, z) attends only keys key_lo + z * split_keys ..
+// + split_keys - 1 of its tile and writes its unnormalized O rows with their running max and sum to `part`
+// ((tile, g, z, row) -> D + 2 floats); prefill_tc_*_merge then combines a tile's splits. A short piece over a long
+// context (a prompt-cache hit) is otherwise one block per (tile, kv head) walking every key.
 // Built only for compute capability >= 8.0 (bf16 WMMA); prefill.rs checks the device before using it.
 #include <mma.h>
 
@@ -57,7 +61,7 @@ __device__ void prefill_tc(const T *q, const T *kc, const T *vc,
                            const uint32_t *__restrict__ tables, const uint32_t *__restrict__ tok_row,
                            const uint32_t *__restrict__ tok_pos, T *__restrict__ out, int H, int KvH, int bs,
                            int max_blocks, int window, float scale, float softcap,
-                           const uint32_t *__restrict__ tiles) {
+                           const uint32_t *__restrict__ tiles, int split_keys, float *__restrict__ part) {
   using L = TcLayout<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   T *Qs = reinterpret_cast<T *>(smem + L::Q);
@@ -90,8 +94,10 @@ __device__ void prefill_tc(const T *q, const T *kc, const T *vc,
     row_l[i] = 0.f;
   }
 
-  const int key_end = p0 + n_tok - 1;                       // the last token's position: its last key
-  const int key_lo = window > 0 ? max(0, p0 + 1 - window) : 0;  // the first token's first key
+  const int tile_end = p0 + n_tok - 1;                       // the last token's position: its last key
+  const int tile_lo = window > 0 ? max(0, p0 + 1 - window) : 0;  // the first token's first key
+  const int key_lo = split_keys > 0 ? tile_lo + (int)blockIdx.z * split_keys : tile_lo;
+  const int key_end = split_keys > 0 ? min(tile_end, key_lo + split_keys - 1) : tile_end;
   for (int kt = key_lo; kt <= key_end; kt += TC_KT) {
     __syncthreads();  // the previous tile's K/V (and, at the start, Q / O / rows) are no longer being read
     auto key_row = [&](int r) -> size_t {
@@ -187,7 +193,16 @@ __device__ void prefill_tc(const T *q, const T *kc, const T *vc,
       }
     }
   }
-  __syncwarp();
+  __syncthreads();  // every thread leaves the loop together; with no key tile, the initial O / m / l are visible
+  if (part != nullptr) {
+    // A split whose range is empty (past the tile's last key) leaves O = 0, m = -inf, l = 0: the merge skips it.
+    float *dst = part + (((size_t)blockIdx.x * KvH + g) * gridDim.z + blockIdx.z) * TC_M * (D + 2);
+    for (int idx = lane; idx < 16 * (D + 2); idx += 32) {
+      const int r = warp * 16 + idx / (D + 2), d = idx % (D + 2);
+      dst[(size_t)r * (D + 2) + d] = d < D ? Os[r * L::LDO + d] : (d == D ? row_m[r] : row_l[r]);
+    }
+    return;
+  }
   for (int idx = lane; idx < 16 * D; idx += 32) {
     const int r = warp * 16 + idx / D, d = idx % D;
     const int i = r / G, h = r % G;
@@ -195,13 +210,46 @@ __device__ void prefill_tc(const T *q, const T *kc, const T *vc,
   }
 }
 
+// Combine the Z key splits of block (tile, g): O = sum_z O_z e^(m_z - M) / sum_z l_z e^(m_z - M), M = max_z m_z.
+template <typename T, int D>
+__device__ void prefill_tc_merge(const float *__restrict__ part, T *__restrict__ out, int H, int KvH, int Z,
+                                 const uint32_t *__restrict__ tiles) {
+  pdl_trigger();
+  pdl_wait();
+  const int g = blockIdx.y, G = H / KvH;
+  const int t0 = (int)tiles[2 * blockIdx.x], n_tok = (int)tiles[2 * blockIdx.x + 1];
+  const float *src = part + ((size_t)blockIdx.x * KvH + g) * Z * TC_M * (D + 2);
+  const size_t split_stride = (size_t)TC_M * (D + 2);
+  for (int idx = threadIdx.x; idx < TC_M * D; idx += blockDim.x) {
+    const int r = idx / D, d = idx % D;
+    const int i = r / G, h = r % G;
+    if (i >= n_tok) continue;
+    const float *row = src + (size_t)r * (D + 2);
+    float m = -INFINITY;
+    for (int z = 0; z < Z; z++) m = fmaxf(m, row[z * split_stride + D]);
+    float o = 0.f, l = 0.f;
+    for (int z = 0; z < Z; z++) {
+      const float mz = row[z * split_stride + D];
+      if (mz == -INFINITY) continue;
+      const float w = __expf(mz - m);
+      o += row[z * split_stride + d] * w;
+      l += row[z * split_stride + D + 1] * w;
+    }
+    out[((size_t)(t0 + i) * H + (size_t)g * G + h) * D + d] = from_f<T>(o / l);
+  }
+}
+
 #define PREFILL_TC(NAME, T, D)                                                                                 \
   extern "C" __global__ void __launch_bounds__(TC_WARPS * 32)                                                 \
       NAME(const T *q, const T *kc, const T *vc, const uint32_t *tables, const uint32_t *tok_row,             \
            const uint32_t *tok_pos, T *out, int H, int KvH, int bs, int max_blocks, int window, float scale,  \
-           float softcap, const uint32_t *tiles) {                                                            \
+           float softcap, const uint32_t *tiles, int split_keys, float *part) {                               \
     prefill_tc<T, D>(q, kc, vc, tables, tok_row, tok_pos, out, H, KvH, bs, max_blocks, window, scale,         \
-                     softcap, tiles);                                                                         \
+                     softcap, tiles, split_keys, part);                                                       \
+  }                                                                                                           \
+  extern "C" __global__ void NAME##_merge(const float *part, T *out, int H, int KvH, int Z,                   \
+                                          const uint32_t *tiles) {                                            \
+    prefill_tc_merge<T, D>(part, out, H, KvH, Z, tiles);                                                      \
   }
 PREFILL_TC(prefill_tc_bf16_d64, __nv_bfloat16, 64)
 PREFILL_TC(prefill_tc_bf16_d128, __nv_bfloat16, 128)
