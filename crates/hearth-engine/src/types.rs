@@ -25,6 +25,8 @@ pub struct EngineRequest {
     pub ignore_eos: bool,
     /// Number of choices (>= 1).
     pub n: usize,
+    /// The grammar every choice's output follows (each choice gets its own copy of the state).
+    pub constraint: Option<crate::sampling::grammar::Constraint>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,6 +153,11 @@ pub struct EngineStats {
     pub step_device_ms_total: f64,
     pub step_gap_ms_total: f64,
     pub step_gaps_total: u64,
+    /// Grammar masks computed for constrained rows (while the forward pass runs, or at sampling for choices forked
+    /// that step), their total and largest time in milliseconds.
+    pub grammar_masks_total: u64,
+    pub grammar_mask_ms_total: f64,
+    pub grammar_mask_ms_max: f64,
     pub prompt_cache: PromptCacheStats,
     /// The SSD tier, when `--ssd-cache` is set.
     pub ssd_cache: Option<crate::kv::ssd::SsdStats>,
@@ -377,6 +384,7 @@ mod tests {
             stop_token_ids: vec![],
             ignore_eos: false,
             n,
+            constraint: None,
         }
     }
 

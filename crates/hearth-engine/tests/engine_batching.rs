@@ -60,6 +60,7 @@ fn req(tok: &hearth_engine::tokenizer::Tokenizer, text: &str, max_tokens: usize)
         stop_token_ids: vec![],
         ignore_eos: true,
         n: 1,
+        constraint: None,
     }
 }
 

@@ -48,6 +48,7 @@ fn req(prompt: Vec<u32>, max_tokens: usize) -> EngineRequest {
         stop_token_ids: vec![],
         ignore_eos: true,
         n: 1,
+        constraint: None,
     }
 }
 

@@ -82,7 +82,7 @@ impl<R: Runner> EngineCore<R> {
                 return true;
             }
         };
-        let out = if plan.rows.is_empty() { Ok(StepOutput::Logits(Vec::new())) } else { self.runner.run(&plan) };
+        let out = if plan.rows.is_empty() { Ok(StepOutput::Logits(Vec::new())) } else { self.run_with_masks(&plan) };
         match out {
             Ok(out) => {
                 let t = Instant::now();
@@ -97,6 +97,26 @@ impl<R: Runner> EngineCore<R> {
             self.runner.idle();
         }
         true
+    }
+
+    /// Run the plan's forward pass while another thread computes the grammar masks of its constrained rows that
+    /// sample this step (a mask depends only on the tokens committed so far).
+    fn run_with_masks(&mut self, plan: &StepPlan) -> crate::Result<StepOutput> {
+        let mut taken = self.scheduler.take_constraints(plan);
+        if taken.is_empty() {
+            return self.runner.run(plan);
+        }
+        let runner = &mut self.runner;
+        let (out, ms) = std::thread::scope(|sc| {
+            let masks = sc.spawn(|| {
+                // An error here reappears when the row samples (and fails that row).
+                taken.iter_mut().map(|(_, c)| c.prepare().unwrap_or(0.0)).collect::<Vec<f64>>()
+            });
+            let out = runner.run(plan);
+            (out, masks.join().unwrap_or_default())
+        });
+        self.scheduler.return_constraints(taken, &ms);
+        out
     }
 
     /// Fail everything in flight (after a panic inside a step).

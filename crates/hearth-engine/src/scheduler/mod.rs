@@ -28,6 +28,7 @@ pub use sequence::Sequence;
 
 use crate::attention::PIECE_ALIGN;
 use crate::kv::{BlockHash, BlockPool, ColdTier};
+use crate::sampling::grammar::{Commit, Constraint};
 use crate::types::{blocks_to_admit, EngineConfig, EngineEvent, EngineStats, FinishReason};
 use plan::{Pick, PieceBudget};
 use std::collections::{HashMap, VecDeque};
@@ -135,8 +136,9 @@ impl Scheduler {
             .filter_map(|(slot, n)| {
                 let s = &self.running[self.index_of(slot)?];
                 let samples = s.computed + n >= s.tokens.len();
-                let greedy = s.sampler.params().is_plain_greedy()
-                    && s.siblings.iter().all(|b| b.sampler.params().is_plain_greedy());
+                // A constrained row needs its logits on the host (its grammar masks them).
+                let plain = |q: &Sequence| q.sampler.params().is_plain_greedy() && q.constraint.is_none();
+                let greedy = plain(s) && s.siblings.iter().all(plain);
                 Some(PlannedRow {
                     slot,
                     pos0: s.computed,
@@ -382,17 +384,48 @@ impl Scheduler {
 
     /// Sample the next token of `s` from its step output; returns true when the row is finished.
     fn accept(&mut self, s: &mut Sequence, pick: &Pick<'_>) -> bool {
-        let out = match *pick {
-            Pick::Logits(logits) => s.sampler.sample(logits, &s.tokens),
-            Pick::Id(id) => s.sampler.chosen(id),
+        let out = match (*pick, s.constraint.as_mut()) {
+            (Pick::Logits(logits), Some(c)) => {
+                // The grammar's mask first (its mask was computed during the forward pass, or is computed now),
+                // then every processor and sampler as usual.
+                let mut masked = logits.to_vec();
+                let fresh = c.prepare();
+                if let Ok(ms) = fresh {
+                    if ms > 0.0 {
+                        self.note_mask(ms);
+                    }
+                }
+                if let Err(e) = fresh.and_then(|_| c.apply(&mut masked)) {
+                    s.emit(EngineEvent::Error { message: format!("the output grammar failed: {e}") });
+                    return true;
+                }
+                s.sampler.sample(&masked, &s.tokens)
+            }
+            (Pick::Logits(logits), None) => s.sampler.sample(logits, &s.tokens),
+            (Pick::Id(id), _) => s.sampler.chosen(id),
         };
-        if s.stop_ids.contains(&out.id) || (!s.ignore_eos && self.eos.contains(&out.id)) {
+        // With a grammar, EOS is only allowed where the grammar accepts: it always ends the row.
+        let eos = self.eos.contains(&out.id) && (!s.ignore_eos || s.constraint.is_some());
+        if s.stop_ids.contains(&out.id) || eos {
             s.finish(FinishReason::Stop);
             return true;
         }
         s.tokens.push(out.id);
         self.stats.tokens_generated_total += 1;
         s.emit(EngineEvent::Token { choice: s.choice, id: out.id, logprob: out.logprob, top: out.top });
+        if let Some(c) = s.constraint.as_mut() {
+            match c.commit(out.id) {
+                Ok(Commit::Continue) => {}
+                Ok(Commit::Complete) => {
+                    s.finish(FinishReason::Stop);
+                    return true;
+                }
+                Err(e) => {
+                    s.emit(EngineEvent::Error { message: format!("the output grammar failed: {e}") });
+                    return true;
+                }
+            }
+        }
         if s.generated() >= s.max_tokens || s.tokens.len() >= self.max_positions {
             s.finish(FinishReason::Length);
             return true;
@@ -435,6 +468,39 @@ impl Scheduler {
         // Its prompt was computed (or reused) once, by choice 0: report the same reuse.
         sib.cached = parent_cached;
         Some(sib)
+    }
+
+    /// Count one grammar mask that took `ms`.
+    pub(crate) fn note_mask(&mut self, ms: f64) {
+        self.stats.grammar_masks_total += 1;
+        self.stats.grammar_mask_ms_total += ms;
+        self.stats.grammar_mask_ms_max = self.stats.grammar_mask_ms_max.max(ms);
+    }
+
+    /// The grammars of the plan's constrained rows that sample this step, taken out so their masks can be
+    /// computed while the forward pass runs; [`Self::return_constraints`] puts them back.
+    pub fn take_constraints(&mut self, plan: &StepPlan) -> Vec<(usize, Constraint)> {
+        let mut out = Vec::new();
+        for row in plan.rows.iter().filter(|r| r.samples) {
+            if let Some(i) = self.index_of(row.slot) {
+                if let Some(c) = self.running[i].constraint.take() {
+                    out.push((row.slot, c));
+                }
+            }
+        }
+        out
+    }
+
+    /// Put taken grammars back (with their masks), counting the masks computed (`ms`: each one's time).
+    pub fn return_constraints(&mut self, taken: Vec<(usize, Constraint)>, ms: &[f64]) {
+        for &t in ms.iter().filter(|t| **t > 0.0) {
+            self.note_mask(t);
+        }
+        for (slot, c) in taken {
+            if let Some(i) = self.index_of(slot) {
+                self.running[i].constraint = Some(c);
+            }
+        }
     }
 
     fn refresh_stats(&mut self) {

@@ -145,6 +145,7 @@ impl StepOutput {
 }
 
 /// What a row's sampler reads: its logits, or the token the device already chose.
+#[derive(Clone, Copy)]
 pub(crate) enum Pick<'a> {
     Logits(&'a [f32]),
     Id(u32),

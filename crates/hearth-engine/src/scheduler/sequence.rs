@@ -1,6 +1,7 @@
 //! One row: a choice of a request, with its tokens, KV blocks, sampler and event channel.
 
 use crate::kv::BlockHash;
+use crate::sampling::grammar::Constraint;
 use crate::sampling::{Sampler, SamplingParams};
 use crate::types::{EngineEvent, EngineRequest, FinishReason, RequestStream, Usage};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +32,8 @@ pub struct Sequence {
     /// A restore from the cold tier failed: look only in RAM from now on.
     pub skip_cold: bool,
     pub sampler: Sampler,
+    /// The grammar this row's output follows.
+    pub constraint: Option<Constraint>,
     pub max_tokens: usize,
     pub stop_ids: Vec<u32>,
     pub ignore_eos: bool,
@@ -68,6 +71,7 @@ impl Sequence {
                     restoring: None,
                     skip_cold: false,
                     sampler: Sampler::new(params),
+                    constraint: req.constraint.clone(),
                     max_tokens: req.max_tokens,
                     stop_ids: req.stop_token_ids.clone(),
                     ignore_eos: req.ignore_eos,

@@ -138,6 +138,7 @@ pub(super) fn request(prompt_len: usize, seed: u32, max_tokens: usize, n: usize)
         stop_token_ids: vec![],
         ignore_eos: true,
         n,
+        constraint: None,
     }
 }
 

@@ -165,6 +165,7 @@ impl GenParams {
             stop_token_ids: self.stop_token_ids.clone(),
             ignore_eos: self.ignore_eos,
             n: self.n,
+            constraint: None,
         })
     }
 }

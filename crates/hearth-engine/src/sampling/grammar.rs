@@ -1,0 +1,224 @@
+//! Grammar-constrained decoding with llguidance: a [`Grammars`] per model compiles a [`ConstraintSpec`] (JSON
+//! schema, regex, Lark, a list of choices) into a [`Constraint`], one per constrained row. Before a row samples,
+//! its constraint's mask sets every token the grammar cannot take next to -inf (computed while the step's forward
+//! pass runs: `engine::core`); the chosen token is then committed. EOS is allowed exactly when the grammar accepts.
+//!
+//! The vocabulary llguidance sees is hearth's own per-token bytes (`Tokenizer::token_bytes`); control, unknown
+//! and unused tokens are special (llguidance's 0xFF marker: text can never produce them), user-defined tokens
+//! (Gemma's `<table>`, runs of newlines) stay text. Rows of the logits past the tokenizer (padded lm_head rows)
+//! are never allowed.
+
+use super::super::tokenizer::{TokenKind, Tokenizer};
+use llguidance::api::{StopReason, TopLevelGrammar};
+use llguidance::toktrie::{SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
+use llguidance::{Matcher, ParserFactory};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+/// What a request constrains its output to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConstraintSpec {
+    /// A JSON schema (`response_format` `json_schema`, vLLM's `json`, llama.cpp's `json_schema`).
+    JsonSchema(serde_json::Value),
+    /// Any JSON object (`response_format` `json_object`).
+    JsonObject,
+    /// The whole output matches this regular expression.
+    Regex(String),
+    /// A Lark grammar (llguidance's dialect; GBNF is converted to it first).
+    Lark(String),
+    /// Exactly one of these strings.
+    Choice(Vec<String>),
+}
+
+impl ConstraintSpec {
+    /// The grammar llguidance compiles.
+    fn grammar(&self) -> Result<TopLevelGrammar, String> {
+        Ok(match self {
+            ConstraintSpec::JsonSchema(s) => TopLevelGrammar::from_json_schema(s.clone()),
+            ConstraintSpec::JsonObject => TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"})),
+            ConstraintSpec::Regex(r) => TopLevelGrammar::from_regex(r),
+            ConstraintSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+            ConstraintSpec::Choice(list) => {
+                if list.is_empty() {
+                    return Err("the list of choices is empty".into());
+                }
+                let alts: Vec<String> = list.iter().map(|c| lark_string(c)).collect();
+                TopLevelGrammar::from_lark(format!("start: {}", alts.join(" | ")))
+            }
+        })
+    }
+}
+
+/// `s` as a Lark string literal.
+pub fn lark_string(s: &str) -> String {
+    serde_json::Value::String(s.to_string()).to_string()
+}
+
+/// llguidance's view of hearth's vocabulary.
+struct HearthTokEnv {
+    trie: TokTrie,
+}
+
+impl TokenizerEnv for HearthTokEnv {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
+        self.trie.greedy_tokenize(s)
+    }
+
+    /// Greedy tokenization is not the tokenizer's: llguidance then forces no tokens, and masks stay exact.
+    fn tokenize_is_canonical(&self) -> bool {
+        false
+    }
+}
+
+/// The grammar compiler of one model, built on first use (the vocabulary trie takes ~0.1–1 s).
+pub struct Grammars {
+    tokenizer: Arc<Tokenizer>,
+    logits_width: usize,
+    factory: OnceLock<Result<Arc<ParserFactory>, String>>,
+}
+
+impl Grammars {
+    /// For a model whose logits rows have `logits_width` entries.
+    pub fn new(tokenizer: Arc<Tokenizer>, logits_width: usize) -> Self {
+        Self { tokenizer, logits_width, factory: OnceLock::new() }
+    }
+
+    fn factory(&self) -> Result<Arc<ParserFactory>, String> {
+        self.factory.get_or_init(|| build_factory(&self.tokenizer, self.logits_width)).clone()
+    }
+
+    /// Compile `spec`; the error names what is wrong with it (an invalid schema, regex or grammar).
+    pub fn compile(&self, spec: &ConstraintSpec) -> Result<Constraint, String> {
+        let factory = self.factory()?;
+        let grammar = spec.grammar()?;
+        let t0 = Instant::now();
+        let parser = factory.create_parser(grammar).map_err(|e| e.to_string())?;
+        let matcher = Matcher::new(Ok(parser));
+        if let Some(e) = matcher.get_error() {
+            return Err(e);
+        }
+        tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "compiled a grammar");
+        Ok(Constraint { matcher, mask: None, width: self.logits_width })
+    }
+}
+
+fn build_factory(tok: &Tokenizer, logits_width: usize) -> Result<Arc<ParserFactory>, String> {
+    let t0 = Instant::now();
+    let info = tok.info();
+    let n = logits_width.max(info.tokens.len());
+    let mut words: Vec<Vec<u8>> = (0..info.tokens.len())
+        .map(|i| match info.kinds[i] {
+            TokenKind::Control | TokenKind::Unknown | TokenKind::Unused => {
+                [&[TokTrie::SPECIAL_TOKEN_MARKER][..], info.tokens[i].as_bytes()].concat()
+            }
+            _ => tok.token_bytes(i as u32).to_vec(),
+        })
+        .collect();
+    // Padded lm_head rows: special names no text or grammar refers to.
+    while words.len() < n {
+        let name = format!("<[pad{}]>", words.len());
+        words.push([&[TokTrie::SPECIAL_TOKEN_MARKER][..], name.as_bytes()].concat());
+    }
+    let eos = info.eos_ids.first().copied().ok_or("the model has no EOS token: output cannot be constrained")?;
+    let mut trie = TokTrie::from(&TokRxInfo::new(n as u32, eos), &words);
+    if info.eos_ids.len() > 1 {
+        trie = trie.with_eos_tokens(&info.eos_ids);
+    }
+    let env: TokEnv = Arc::new(HearthTokEnv { trie });
+    let mut factory = ParserFactory::new_simple(&env).map_err(|e| format!("building the grammar compiler: {e}"))?;
+    factory.set_stderr_log_level(0);
+    factory.limits_mut().verbose_errors = false;
+    tracing::info!(vocab = n, ms = t0.elapsed().as_secs_f64() * 1e3, "grammar compiler ready");
+    Ok(Arc::new(factory))
+}
+
+/// What committing a token did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// The grammar goes on.
+    Continue,
+    /// The grammar is complete and cannot be extended: the row ends here (finish reason `stop`).
+    Complete,
+}
+
+/// One row's grammar state.
+#[derive(Clone)]
+pub struct Constraint {
+    matcher: Matcher,
+    /// The mask for the next token (None: not computed since the last commit).
+    mask: Option<SimpleVob>,
+    width: usize,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint").field("stopped", &self.matcher.is_stopped()).finish()
+    }
+}
+
+impl Constraint {
+    /// Compute the mask for the next token if it is not computed yet; returns the milliseconds it took (0 when it
+    /// was ready).
+    pub fn prepare(&mut self) -> Result<f64, String> {
+        if self.mask.is_some() {
+            return Ok(0.0);
+        }
+        let t0 = Instant::now();
+        let mask = self.matcher.compute_mask_or_eos().map_err(|e| grammar_error(&self.matcher, e))?;
+        self.mask = Some(mask);
+        Ok(t0.elapsed().as_secs_f64() * 1e3)
+    }
+
+    /// Set every logit the grammar does not allow next to -inf.
+    pub fn apply(&mut self, logits: &mut [f32]) -> Result<(), String> {
+        self.prepare()?;
+        let Some(mask) = &self.mask else { return Err("the grammar mask is missing".into()) };
+        let n = logits.len();
+        for (w, &word) in mask.as_slice().iter().enumerate() {
+            let base = w * 32;
+            if base >= n {
+                break;
+            }
+            if word == u32::MAX {
+                continue;
+            }
+            for (i, l) in logits[base..(base + 32).min(n)].iter_mut().enumerate() {
+                if word & (1 << i) == 0 {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        // Logits wider than the vocabulary the mask covers are never allowed.
+        if logits.len() > self.width {
+            logits[self.width..].iter_mut().for_each(|l| *l = f32::NEG_INFINITY);
+        }
+        Ok(())
+    }
+
+    /// Commit the chosen (non-EOS) token.
+    pub fn commit(&mut self, token: u32) -> Result<Commit, String> {
+        self.mask = None;
+        self.matcher.consume_token(token).map_err(|e| grammar_error(&self.matcher, e))?;
+        if !self.matcher.is_stopped() {
+            return Ok(Commit::Continue);
+        }
+        match self.matcher.stop_reason() {
+            StopReason::NoExtension | StopReason::NoExtensionBias | StopReason::EndOfSentence => Ok(Commit::Complete),
+            r => Err(self.matcher.get_error().unwrap_or_else(|| format!("the grammar stopped: {r:?}"))),
+        }
+    }
+
+    /// Whether `token` is allowed next (computes the mask if needed).
+    pub fn allows(&mut self, token: u32) -> Result<bool, String> {
+        self.prepare()?;
+        Ok(self.mask.as_ref().is_some_and(|m| m.is_allowed(token)))
+    }
+}
+
+fn grammar_error(m: &Matcher, e: impl std::fmt::Display) -> String {
+    m.get_error().unwrap_or_else(|| e.to_string())
+}

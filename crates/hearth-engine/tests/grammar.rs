@@ -1,0 +1,187 @@
+//! Grammar-constrained decoding on the real model (SmolLM2): JSON schemas, regexes, choices and Lark grammars
+//! hold for greedy and sampled rows, side by side with free rows in one batch (which answer as they do alone),
+//! for every choice of an `n > 1` request; a grammar that cannot finish within `max_tokens` ends with `length`;
+//! invalid schemas, regexes and grammars are errors that name the problem.
+
+mod common;
+use common::*;
+use hearth_engine::engine::FinishReason;
+use hearth_engine::engine::{start, CacheConfig, EngineConfig, EngineEvent, EngineHandle, EngineRequest};
+use hearth_engine::sampling::grammar::{ConstraintSpec, Grammars};
+use hearth_engine::sampling::SamplingParams;
+use hearth_engine::tokenizer::Tokenizer;
+use serde_json::json;
+use std::sync::Arc;
+
+fn engine() -> (EngineHandle, Arc<Tokenizer>, Grammars) {
+    let m = engine_model("smollm2-135m");
+    let eos = m.tokenizer.eos_ids().to_vec();
+    let width = m.model.config().vocab_size;
+    let cfg = EngineConfig {
+        max_batch: 8,
+        kv_block_size: 16,
+        kv_blocks: 256,
+        step_tokens: 64,
+        step_tokens_decoding: 32,
+        max_prefill_rows: 0,
+        max_queue: 16,
+        cache: CacheConfig::default(),
+    };
+    let tok = Arc::new(m.tokenizer);
+    let grammars = Grammars::new(tok.clone(), width);
+    (start(m.model, m.device, cfg, eos).unwrap(), tok, grammars)
+}
+
+/// A ChatML prompt asking for `what`.
+fn chat(tok: &Tokenizer, what: &str) -> Vec<u32> {
+    let text = format!("<|im_start|>user\n{what}<|im_end|>\n<|im_start|>assistant\n");
+    tok.encode(&text, false).unwrap()
+}
+
+fn req(prompt: Vec<u32>, max_tokens: usize, spec: Option<&ConstraintSpec>, g: &Grammars) -> EngineRequest {
+    EngineRequest {
+        prompt,
+        sampling: SamplingParams::default(),
+        max_tokens,
+        stop_token_ids: vec![],
+        ignore_eos: false,
+        n: 1,
+        constraint: spec.map(|s| g.compile(s).expect("a valid grammar")),
+    }
+}
+
+/// Each choice's text and finish reason.
+fn run(e: &EngineHandle, tok: &Tokenizer, r: EngineRequest) -> Vec<(String, FinishReason)> {
+    let n = r.n;
+    let mut s = e.submit(r).unwrap();
+    let mut ids = vec![Vec::new(); n];
+    let mut done = vec![None; n];
+    while done.iter().any(Option::is_none) {
+        match s.blocking_next().expect("stream ended early") {
+            EngineEvent::Token { choice, id, .. } => ids[choice].push(id),
+            EngineEvent::Finished { choice, reason, .. } => done[choice] = Some(reason),
+            EngineEvent::Error { message } => panic!("engine error: {message}"),
+        }
+    }
+    ids.iter().zip(done).map(|(i, d)| (tok.decode(i, true), d.unwrap())).collect()
+}
+
+fn person_schema() -> serde_json::Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 24},
+            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "city": {"type": "string", "enum": ["Paris", "Tokyo", "Lima"]}
+        },
+        "required": ["name", "age", "city"],
+        "additionalProperties": false
+    })
+}
+
+fn check_person(text: &str) {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"));
+    let o = v.as_object().unwrap_or_else(|| panic!("not an object: {text}"));
+    assert_eq!(o.keys().collect::<Vec<_>>(), ["name", "age", "city"], "{text}");
+    assert!(o["name"].as_str().is_some_and(|n| n.chars().count() <= 24), "{text}");
+    assert!(o["age"].as_u64().is_some_and(|a| a <= 150), "{text}");
+    assert!(["Paris", "Tokyo", "Lima"].contains(&o["city"].as_str().unwrap_or("")), "{text}");
+}
+
+#[test]
+fn constrained_rows_follow_their_grammar_beside_free_rows() {
+    let (e, tok, g) = engine();
+    let person = ConstraintSpec::JsonSchema(person_schema());
+    let verdict = ConstraintSpec::Regex("(yes|no), because [a-z ]{3,40}\\.".into());
+    let colour = ConstraintSpec::Choice(vec!["red".into(), "green".into(), "dark blue".into()]);
+    let lark = ConstraintSpec::Lark("start: \"Answer: \" NUM \" apples\"\nNUM: /[0-9]{1,3}/".into());
+    let free_prompt = chat(&tok, "Write one sentence about the sea.");
+    let alone = run(&e, &tok, req(free_prompt.clone(), 24, None, &g));
+
+    // All at once: constrained and free rows share every step.
+    let jobs = vec![
+        req(chat(&tok, "Describe a person as JSON."), 80, Some(&person), &g),
+        req(chat(&tok, "Is the sky green? Answer yes or no and say why."), 40, Some(&verdict), &g),
+        req(chat(&tok, "Pick a colour."), 10, Some(&colour), &g),
+        req(chat(&tok, "How many apples are in the basket?"), 20, Some(&lark), &g),
+        req(free_prompt, 24, None, &g),
+    ];
+    let streams: Vec<_> = jobs.into_iter().map(|r| e.submit(r).unwrap()).collect();
+    let mut out = Vec::new();
+    for mut s in streams {
+        let mut ids = Vec::new();
+        let reason = loop {
+            match s.blocking_next().expect("stream ended early") {
+                EngineEvent::Token { id, .. } => ids.push(id),
+                EngineEvent::Finished { reason, .. } => break reason,
+                EngineEvent::Error { message } => panic!("engine error: {message}"),
+            }
+        };
+        out.push((tok.decode(&ids, true), reason));
+    }
+    check_person(&out[0].0);
+    assert_eq!(out[0].1, FinishReason::Stop, "the JSON closed: {:?}", out[0]);
+    let v = &out[1].0;
+    assert!(v.starts_with("yes, because ") || v.starts_with("no, because "), "{v:?}");
+    assert!(
+        v.ends_with('.')
+            && v.split(", because ")
+                .nth(1)
+                .unwrap()
+                .trim_end_matches('.')
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c == ' '),
+        "{v:?}"
+    );
+    assert!(["red", "green", "dark blue"].contains(&out[2].0.as_str()), "{:?}", out[2]);
+    assert_eq!(out[2].1, FinishReason::Stop);
+    let a = out[3].0.strip_prefix("Answer: ").and_then(|r| r.strip_suffix(" apples"));
+    assert!(a.is_some_and(|n| !n.is_empty() && n.len() <= 3 && n.chars().all(|c| c.is_ascii_digit())), "{:?}", out[3]);
+    assert_eq!(out[4], alone[0], "a free row answers as it does alone");
+    let st = e.stats();
+    assert!(st.grammar_masks_total > 10, "masks are counted: {}", st.grammar_masks_total);
+    assert!(st.grammar_mask_ms_total > 0.0 && st.grammar_mask_ms_max > 0.0);
+}
+
+#[test]
+fn sampled_choices_and_short_budgets() {
+    let (e, tok, g) = engine();
+    // Sampled rows (temperature 1, top-p) of an n = 3 request: every choice follows the schema.
+    let mut r =
+        req(chat(&tok, "Describe a person as JSON."), 80, Some(&ConstraintSpec::JsonSchema(person_schema())), &g);
+    r.sampling = SamplingParams { temperature: 1.0, top_p: 0.95, seed: Some(7), ..SamplingParams::default() };
+    r.n = 3;
+    for (text, reason) in run(&e, &tok, r) {
+        check_person(&text);
+        assert_eq!(reason, FinishReason::Stop);
+    }
+    // Any JSON object.
+    let obj = run(&e, &tok, req(chat(&tok, "Reply in JSON."), 60, Some(&ConstraintSpec::JsonObject), &g));
+    let (text, reason) = &obj[0];
+    if *reason == FinishReason::Stop {
+        assert!(serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v.is_object()), "{text:?}");
+    } else {
+        assert!(text.starts_with('{'), "{text:?}");
+    }
+    // A grammar that cannot finish in 5 tokens: `length`, with a prefix of a valid answer.
+    let long = ConstraintSpec::Regex("The answer is: [a-z]{40}".into());
+    let (text, reason) = run(&e, &tok, req(chat(&tok, "Say something."), 5, Some(&long), &g)).remove(0);
+    assert_eq!(reason, FinishReason::Length);
+    assert!("The answer is: ".starts_with(&text) || text.starts_with("The answer is: "), "{text:?}");
+}
+
+#[test]
+fn bad_grammars_are_named_errors() {
+    let (_e, _tok, g) = engine();
+    let cases = [
+        (ConstraintSpec::JsonSchema(json!({"type": "objekt"})), "objekt"),
+        (ConstraintSpec::JsonSchema(json!({"$ref": "#/$defs/nope"})), "nope"),
+        (ConstraintSpec::Regex("(abc".into()), "regex"),
+        (ConstraintSpec::Lark("start: foo".into()), "foo"),
+        (ConstraintSpec::Choice(vec![]), "empty"),
+    ];
+    for (spec, word) in cases {
+        let err = g.compile(&spec).err().unwrap_or_else(|| panic!("{spec:?} compiled"));
+        assert!(err.to_lowercase().contains(word), "{spec:?}: {err}");
+    }
+}
