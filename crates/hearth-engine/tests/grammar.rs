@@ -163,6 +163,15 @@ fn sampled_choices_and_short_budgets() {
     } else {
         assert!(text.starts_with('{'), "{text:?}");
     }
+    // llama.cpp's GBNF, converted to Lark (capitalized names, classes, repetitions, escapes).
+    let gbnf = ConstraintSpec::Gbnf(
+        "root ::= \"Colour: \" Colour \" (\" [0-9]{1,2} \"%)\\n\"\nColour ::= \"red\" | \"blue\" # two\n".into(),
+    );
+    let (text, reason) = run(&e, &tok, req(chat(&tok, "Name a colour."), 20, Some(&gbnf), &g)).remove(0);
+    assert_eq!(reason, FinishReason::Stop);
+    let rest = text.strip_prefix("Colour: red (").or_else(|| text.strip_prefix("Colour: blue ("));
+    let pct = rest.and_then(|r| r.strip_suffix("%)\n"));
+    assert!(pct.is_some_and(|p| (1..=2).contains(&p.len()) && p.chars().all(|c| c.is_ascii_digit())), "{text:?}");
     // A grammar that cannot finish in 5 tokens: `length`, with a prefix of a valid answer.
     let long = ConstraintSpec::Regex("The answer is: [a-z]{40}".into());
     let (text, reason) = run(&e, &tok, req(chat(&tok, "Say something."), 5, Some(&long), &g)).remove(0);
@@ -179,6 +188,7 @@ fn bad_grammars_are_named_errors() {
         (ConstraintSpec::Regex("(abc".into()), "regex"),
         (ConstraintSpec::Lark("start: foo".into()), "foo"),
         (ConstraintSpec::Choice(vec![]), "empty"),
+        (ConstraintSpec::Gbnf("root ::= item".into()), "not defined"),
     ];
     for (spec, word) in cases {
         let err = g.compile(&spec).err().unwrap_or_else(|| panic!("{spec:?} compiled"));

@@ -24,8 +24,10 @@ pub enum ConstraintSpec {
     JsonObject,
     /// The whole output matches this regular expression.
     Regex(String),
-    /// A Lark grammar (llguidance's dialect; GBNF is converted to it first).
+    /// A Lark grammar (llguidance's dialect).
     Lark(String),
+    /// A llama.cpp GBNF grammar (converted to Lark).
+    Gbnf(String),
     /// Exactly one of these strings.
     Choice(Vec<String>),
 }
@@ -38,6 +40,7 @@ impl ConstraintSpec {
             ConstraintSpec::JsonObject => TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"})),
             ConstraintSpec::Regex(r) => TopLevelGrammar::from_regex(r),
             ConstraintSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+            ConstraintSpec::Gbnf(g) => TopLevelGrammar::from_lark(super::gbnf::to_lark(g)?),
             ConstraintSpec::Choice(list) => {
                 if list.is_empty() {
                     return Err("the list of choices is empty".into());

@@ -1,6 +1,7 @@
 //! Sampling: request parameters, logit processors (bias, penalties), and the per-row sampler (greedy,
 //! temperature, top-k, top-p, min-p, XTC) with a seeded RNG and log-probabilities.
 
+pub mod gbnf;
 pub mod grammar;
 pub mod params;
 pub mod processors;
