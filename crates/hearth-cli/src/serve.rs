@@ -4,6 +4,7 @@ use crate::ModelArgs;
 use anyhow::Context;
 use clap::Args;
 use hearth_engine::engine::{blocks_for_budget, CacheConfig, EngineConfig, SsdSettings};
+use hearth_engine::sampling::grammar::Grammars;
 use hearth_server::{DefaultOverrides, Ready, SamplingDefaults, ServerConfig};
 use std::sync::Arc;
 use std::time::Duration;
@@ -213,10 +214,19 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
         max_queue: a.max_queue,
         cache,
     };
+    let width = m.model.config().vocab_size;
     let engine = hearth_engine::engine::start(m.model, m.device, ecfg, eos).context("starting the engine")?;
+    let tokenizer = Arc::new(m.tokenizer);
+    let grammars = Arc::new(Grammars::new(tokenizer.clone(), width));
+    {
+        // The grammar compiler's vocabulary index takes ~0.1-1 s: build it now, not in the first request.
+        let g = grammars.clone();
+        let _ = std::thread::Builder::new().name("hearth-grammars".into()).spawn(move || g.warm());
+    }
     Ok(Ready {
         engine,
-        tokenizer: Arc::new(m.tokenizer),
+        tokenizer,
+        grammars,
         model_id: a.model.model.clone(),
         device,
         defaults,

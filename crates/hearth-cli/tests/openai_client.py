@@ -89,6 +89,49 @@ def unknown_model():
     return raised(lambda: client.models.retrieve("no-such-model"))
 
 
+PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
+          "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0}}}
+PERSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+ASK = [{"role": "user", "content": "Describe a person as JSON."}]
+
+
+def json_schema():
+    r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=60, temperature=0,
+                                       response_format=PERSON_FORMAT)
+    return {"content": r.choices[0].message.content, "finish_reason": r.choices[0].finish_reason}
+
+
+def json_schema_stream():
+    stream = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=60, temperature=0,
+                                            response_format=PERSON_FORMAT, stream=True)
+    parts, finish = [], []
+    for chunk in stream:
+        for ch in chunk.choices:
+            if ch.delta.content:
+                parts.append(ch.delta.content)
+            if ch.finish_reason is not None:
+                finish.append(ch.finish_reason)
+    return {"content": "".join(parts), "finish_reasons": finish}
+
+
+def constrained(extra, messages=ASK, max_tokens=30):
+    r = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=max_tokens, temperature=0,
+                                       extra_body=extra)
+    return {"content": r.choices[0].message.content, "finish_reason": r.choices[0].finish_reason}
+
+
+def completion_regex():
+    r = client.completions.create(model=MODEL, prompt="The year the war ended was", max_tokens=10, temperature=0,
+                                  extra_body={"guided_regex": " [0-9]{4}\\."})
+    return {"text": r.choices[0].text, "finish_reason": r.choices[0].finish_reason}
+
+
+def bad_schema():
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}
+    return raised(lambda: client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4,
+                                                         response_format=fmt))
+
+
 def run(fn, *args):
     try:
         return fn(*args)
@@ -108,5 +151,18 @@ results = {
     "models_retrieve": run(models_retrieve),
     "bad_temperature": run(bad_temperature),
     "unknown_model": run(unknown_model),
+    "json_schema": run(json_schema),
+    "json_schema_stream": run(json_schema_stream),
+    "json_object": run(constrained, {"response_format": {"type": "json_object"}}, ASK, 40),
+    "regex": run(constrained, {"structured_outputs": {"regex": "(yes|no)\\. [A-Z][a-z ]{2,30}\\."}},
+                 [{"role": "user", "content": "Is water wet?"}]),
+    "choice": run(constrained, {"guided_choice": ["Paris", "London", "Berlin"]},
+                  [{"role": "user", "content": "What is the capital of France?"}], 8),
+    "lark": run(constrained, {"structured_outputs": {"grammar": 'start: "It is " NUM " degrees."\nNUM: /[0-9]{1,2}/'}},
+                [{"role": "user", "content": "How warm is it?"}], 20),
+    "gbnf": run(constrained, {"grammar": 'root ::= "Answer: " ("A" | "B" | "C")'},
+                [{"role": "user", "content": "Pick A, B or C."}], 8),
+    "completion_regex": run(completion_regex),
+    "bad_schema": run(bad_schema),
 }
 print(json.dumps(results))

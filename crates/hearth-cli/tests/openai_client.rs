@@ -1,6 +1,7 @@
 //! The official `openai` Python client against the real `hearth serve` (default model smollm2-135m): chat, chat
-//! streaming, completions (text and token prompts), models list / retrieve, and a 400 raised as
-//! `openai.BadRequestError`. `tests/openai_client.py` runs the calls and prints one JSON line; this test asserts.
+//! streaming, completions (text and token prompts), models list / retrieve, a 400 raised as
+//! `openai.BadRequestError`, and structured output (`response_format` json_schema / json_object, streamed and not;
+//! regex, choice, Lark and GBNF constraints through `extra_body`; an invalid schema as a 400). `tests/openai_client.py` runs the calls and prints one JSON line; this test asserts.
 //!
 //! The interpreter is `.venv-test/bin/python`, made by `scripts/setup-test-python` (scripts/test runs it first).
 //! Without it this test fails; it never skips.
@@ -172,5 +173,62 @@ fn official_openai_python_client() {
     let n = &r["unknown_model"];
     no_exception(n, "unknown_model");
     assert_eq!((n["raised"].as_str(), n["status_code"].as_u64()), (Some("NotFoundError"), Some(404)), "{n}");
+
+    // Structured output: every constrained answer follows its schema, regex, choice or grammar.
+    let person = |text: &str, what: &str| {
+        let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {text:?}"));
+        let keys: Vec<&String> = v.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+        assert_eq!(keys, ["name", "age"], "{what}: {text}");
+        assert!(
+            v["name"].as_str().is_some_and(|n| n.chars().count() <= 20) && v["age"].as_u64().is_some(),
+            "{what}: {text}"
+        );
+    };
+    let j = &r["json_schema"];
+    no_exception(j, "json_schema");
+    person(j["content"].as_str().unwrap_or(""), "json_schema");
+    assert_eq!(j["finish_reason"], "stop", "{j}");
+    let js = &r["json_schema_stream"];
+    no_exception(js, "json_schema_stream");
+    assert_eq!(js["content"], j["content"], "streamed and non-streamed constrained answers differ: {js}");
+    assert_eq!(js["finish_reasons"], serde_json::json!(["stop"]), "{js}");
+    let o = &r["json_object"];
+    no_exception(o, "json_object");
+    let text = o["content"].as_str().unwrap_or("");
+    if o["finish_reason"] == "stop" {
+        assert!(serde_json::from_str::<Value>(text).is_ok_and(|v| v.is_object()), "json_object: {text:?}");
+    } else {
+        assert!(text.starts_with('{'), "json_object: {text:?}");
+    }
+    let content = |k: &str| -> String {
+        no_exception(&r[k], k);
+        r[k]["content"].as_str().unwrap_or_else(|| panic!("{k}: {}", r[k])).to_string()
+    };
+    let re = content("regex");
+    let rest = re.strip_prefix("yes. ").or_else(|| re.strip_prefix("no. ")).unwrap_or_else(|| panic!("regex: {re:?}"));
+    assert!(rest.ends_with('.') && rest.starts_with(|c: char| c.is_ascii_uppercase()), "regex: {re:?}");
+    assert!(["Paris", "London", "Berlin"].contains(&content("choice").as_str()), "choice: {}", r["choice"]);
+    let lark = content("lark");
+    let deg = lark.strip_prefix("It is ").and_then(|t| t.strip_suffix(" degrees."));
+    assert!(
+        deg.is_some_and(|d| !d.is_empty() && d.len() <= 2 && d.chars().all(|c| c.is_ascii_digit())),
+        "lark: {lark:?}"
+    );
+    assert!(["Answer: A", "Answer: B", "Answer: C"].contains(&content("gbnf").as_str()), "gbnf: {}", r["gbnf"]);
+    let cr = &r["completion_regex"];
+    no_exception(cr, "completion_regex");
+    let year = cr["text"].as_str().unwrap_or("");
+    assert!(
+        year.len() == 6
+            && year.starts_with(' ')
+            && year.ends_with('.')
+            && year[1..5].chars().all(|c| c.is_ascii_digit()),
+        "completion_regex: {cr}"
+    );
+    let b = &r["bad_schema"];
+    no_exception(b, "bad_schema");
+    assert_eq!((b["raised"].as_str(), b["status_code"].as_u64()), (Some("BadRequestError"), Some(400)), "{b}");
+    assert_eq!(b["param"], "response_format", "{b}");
+    assert!(b["message"].as_str().is_some_and(|m| m.contains("objekt")), "{b}");
     drop(server);
 }

@@ -4,6 +4,7 @@
 use crate::config::{SamplingDefaults, ServerConfig};
 use crate::error::{ApiError, ApiResult};
 use hearth_engine::engine::EngineHandle;
+use hearth_engine::sampling::grammar::Grammars;
 use hearth_engine::tokenizer::Tokenizer;
 use std::sync::{Arc, OnceLock};
 
@@ -11,6 +12,8 @@ use std::sync::{Arc, OnceLock};
 pub struct Ready {
     pub engine: EngineHandle,
     pub tokenizer: Arc<Tokenizer>,
+    /// Compiles the output constraints of requests (`response_format`, `structured_outputs`, `grammar`, ...).
+    pub grammars: Arc<Grammars>,
     /// The `--model` string, reported as the model id.
     pub model_id: String,
     /// The device, in words (for the banner and /stats).

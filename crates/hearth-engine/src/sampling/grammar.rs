@@ -90,6 +90,13 @@ impl Grammars {
         Self { tokenizer, logits_width, factory: OnceLock::new() }
     }
 
+    /// Build the vocabulary index now (a server does it at start, off the request path).
+    pub fn warm(&self) {
+        if let Err(e) = self.factory() {
+            tracing::warn!("structured output is unavailable: {e}");
+        }
+    }
+
     fn factory(&self) -> Result<Arc<ParserFactory>, String> {
         self.factory.get_or_init(|| build_factory(&self.tokenizer, self.logits_width)).clone()
     }

@@ -2,6 +2,7 @@
 
 pub mod chat;
 pub mod completions;
+pub mod constraint;
 pub mod logprobs;
 pub mod messages;
 pub mod models;

@@ -27,6 +27,8 @@ pub struct GenParams {
     pub include_usage: bool,
     pub ignore_eos: bool,
     pub skip_special: bool,
+    /// The grammar the output follows, and the field that asked for it.
+    pub constraint: Option<super::constraint::Requested>,
 }
 
 /// A number within `[lo, hi]` (`hi = f64::MAX`: no upper bound).
@@ -121,14 +123,7 @@ pub fn resolve(
     let (max_name, max_value) = max_tokens;
     let max_tokens = int_in(max_name, max_value, 1, i64::MAX)?.map(|m| m as usize);
     let n = int_in("n", p.n, 1, MAX_N)?.unwrap_or(1) as usize;
-    if let Some(kind) = p.response_format.as_ref().and_then(|f| f.kind.as_deref()).filter(|k| *k != "text") {
-        return Err(ApiError::param(
-            "response_format",
-            format!(
-                "`response_format` type `{kind}` is not supported yet (constrained decoding is not implemented); use `text`"
-            ),
-        ));
-    }
+    let constraint = super::constraint::requested(p)?;
     let stop_token_ids = match &p.stop_token_ids {
         Some(ids) => ids.check("stop_token_ids", vocab)?,
         None => Vec::new(),
@@ -143,6 +138,7 @@ pub fn resolve(
         include_usage: p.stream_options.is_some_and(|o| o.include_usage),
         ignore_eos: p.ignore_eos.unwrap_or(false),
         skip_special: p.skip_special_tokens.unwrap_or(true),
+        constraint,
     })
 }
 
@@ -158,6 +154,13 @@ impl GenParams {
             Some(m) => m,
             None => ready.defaults.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).min(room).max(1),
         };
+        // Compiled for each request: a bad schema, regex or grammar is a 400 naming the field.
+        let constraint = match &self.constraint {
+            Some(c) => Some(ready.grammars.compile(&c.spec).map_err(|e| {
+                ApiError::param(c.param, format!("`{}` is not a constraint this server can enforce: {e}", c.param))
+            })?),
+            None => None,
+        };
         Ok(EngineRequest {
             prompt,
             sampling: self.sampling.clone(),
@@ -165,7 +168,7 @@ impl GenParams {
             stop_token_ids: self.stop_token_ids.clone(),
             ignore_eos: self.ignore_eos,
             n: self.n,
-            constraint: None,
+            constraint,
         })
     }
 }
@@ -246,9 +249,14 @@ mod tests {
         assert_eq!(param_of(json!({"logit_bias": {"1": 101}})), "logit_bias");
         assert_eq!(param_of(json!({"stream": "yes"})), "stream");
         assert_eq!(param_of(json!({"stream_options": {"include_usage": 1}})), "stream_options");
-        assert_eq!(param_of(json!({"response_format": {"type": "json_object"}})), "response_format");
+        assert_eq!(param_of(json!({"response_format": {"type": "json_object"}})), "ok");
         assert_eq!(param_of(json!({"response_format": {"type": "text"}})), "ok");
-        assert_eq!(param_of(json!({"response_format": {"type": 5}})), "ok");
+        assert_eq!(param_of(json!({"response_format": {"type": 5}})), "response_format");
+        assert_eq!(param_of(json!({"response_format": {"type": "xml"}})), "response_format");
+        assert_eq!(param_of(json!({"guided_json": 5})), "guided_json");
+        assert_eq!(param_of(json!({"guided_choice": []})), "guided_choice");
+        assert_eq!(param_of(json!({"structured_outputs": {"foo": 1}})), "structured_outputs");
+        assert_eq!(param_of(json!({"grammar": "root ::= \"a\"", "guided_regex": "a"})), "grammar");
     }
 
     #[test]
@@ -272,7 +280,10 @@ mod tests {
             (json!({"stop": [""]}), "`stop` strings must not be empty"),
             (json!({"stop": vec!["a"; 17]}), "`stop` may hold at most 16 strings, got 17"),
             (json!({"stop_token_ids": "1"}), "`stop_token_ids` must be an array, got a string"),
-            (json!({"stop_token_ids": [1.5]}), "`stop_token_ids` must hold non-negative integer token ids, found a number"),
+            (
+                json!({"stop_token_ids": [1.5]}),
+                "`stop_token_ids` must hold non-negative integer token ids, found a number",
+            ),
             (json!({"stop_token_ids": [100]}), "token id 100 in `stop_token_ids` is outside the vocabulary (size 100)"),
             (json!({"logit_bias": []}), "`logit_bias` must be an object, got an array"),
             (json!({"logit_bias": {"abc": 1}}), "`logit_bias` keys must be token ids, got \"abc\""),
@@ -282,9 +293,37 @@ mod tests {
             (json!({"stream_options": true}), "`stream_options` must be an object, got a boolean"),
             (json!({"stream_options": {"include_usage": 1}}), "`stream_options.include_usage` must be a boolean"),
             (json!({"response_format": "json"}), "`response_format` must be an object, got a string"),
+            (json!({"response_format": {}}), "`response_format.type` is required"),
             (
-                json!({"response_format": {"type": "json_object"}}),
-                "`response_format` type `json_object` is not supported yet (constrained decoding is not implemented); use `text`",
+                json!({"response_format": {"type": "xml"}}),
+                "`response_format.type` must be `text`, `json_object` or `json_schema`, got `xml`",
+            ),
+            (
+                json!({"response_format": {"type": "json_schema"}}),
+                "`response_format.json_schema` is required with type `json_schema`",
+            ),
+            (
+                json!({"response_format": {"type": "json_schema", "json_schema": {"schema": 5}}}),
+                "`response_format.json_schema.schema` must be an object, got a number",
+            ),
+            (json!({"guided_json": "{"}), "`guided_json` must be a JSON schema (an object, or a string holding one)"),
+            (json!({"guided_choice": ["a", 1]}), "`guided_choice` must hold non-empty strings"),
+            (
+                json!({"structured_outputs": {}}),
+                "`structured_outputs` must set one of json, regex, choice, grammar, json_object",
+            ),
+            (
+                json!({"structured_outputs": {"regex": "a", "choice": ["b"]}}),
+                "`structured_outputs` may set only one of json, regex, choice, grammar, json_object",
+            ),
+            (
+                json!({"structured_outputs": {"xml": "a"}}),
+                "`structured_outputs.xml` is not supported (use one of json, regex, choice, grammar, json_object)",
+            ),
+            (json!({"structured_outputs": {"regex": 5}}), "`structured_outputs.regex` must be a string"),
+            (
+                json!({"response_format": {"type": "json_object"}, "guided_regex": "a"}),
+                "`response_format` and `guided_regex` both constrain the output; send one of them",
             ),
         ];
         for (body, want) in cases {

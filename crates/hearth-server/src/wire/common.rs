@@ -4,7 +4,7 @@
 use super::de::{kind, opt, want, FromJson, TokenIds};
 use crate::generation::UsageTotals;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// Most stop strings per request (OpenAI allows 4; agents often send more).
 pub const MAX_STOPS: usize = 16;
@@ -47,6 +47,22 @@ pub struct GenerationParams {
     pub stream_options: Option<StreamOptions>,
     #[serde(deserialize_with = "opt")]
     pub response_format: Option<ResponseFormat>,
+    /// vLLM's constraint object (`json`, `regex`, `choice`, `grammar`, `json_object`) and its older fields.
+    #[serde(deserialize_with = "opt")]
+    pub structured_outputs: Option<Map<String, Value>>,
+    #[serde(deserialize_with = "opt")]
+    pub guided_json: Option<JsonValue>,
+    #[serde(deserialize_with = "opt")]
+    pub guided_regex: Option<String>,
+    #[serde(deserialize_with = "opt")]
+    pub guided_choice: Option<Vec<Value>>,
+    #[serde(deserialize_with = "opt")]
+    pub guided_grammar: Option<String>,
+    /// llama.cpp's: a GBNF grammar, and a JSON schema.
+    #[serde(deserialize_with = "opt")]
+    pub grammar: Option<String>,
+    #[serde(deserialize_with = "opt")]
+    pub json_schema: Option<JsonValue>,
     #[serde(deserialize_with = "opt")]
     pub stop: Option<Stop>,
     #[serde(deserialize_with = "opt")]
@@ -122,17 +138,59 @@ impl FromJson for StreamOptions {
     }
 }
 
-/// `response_format`: `{"type": "text" | "json_object" | "json_schema", ...}`; a `type` that is not a string
-/// counts as absent.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ResponseFormat {
-    pub kind: Option<String>,
+/// `response_format`: `{"type": "text"}`, `{"type": "json_object"}` or
+/// `{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum ResponseFormat {
+    #[default]
+    Text,
+    JsonObject,
+    /// The schema (absent: any JSON object).
+    JsonSchema(Option<Value>),
 }
 
 impl FromJson for ResponseFormat {
     fn from_json(v: Value) -> Result<Self, String> {
         let Value::Object(m) = v else { return Err(want("an object", &v)) };
-        Ok(Self { kind: m.get("type").and_then(Value::as_str).map(str::to_string) })
+        match m.get("type") {
+            Some(Value::String(t)) if t == "text" => Ok(Self::Text),
+            Some(Value::String(t)) if t == "json_object" => Ok(Self::JsonObject),
+            Some(Value::String(t)) if t == "json_schema" => {
+                let Some(js) = m.get("json_schema") else {
+                    return Err("`response_format.json_schema` is required with type `json_schema`".into());
+                };
+                let Value::Object(js) = js else {
+                    return Err(format!("`response_format.json_schema` {}", want("an object", js)));
+                };
+                match js.get("schema") {
+                    None | Some(Value::Null) => Ok(Self::JsonSchema(None)),
+                    Some(s @ (Value::Object(_) | Value::Bool(_))) => Ok(Self::JsonSchema(Some(s.clone()))),
+                    Some(s) => Err(format!("`response_format.json_schema.schema` {}", want("an object", s))),
+                }
+            }
+            Some(Value::String(t)) => {
+                Err(format!("`response_format.type` must be `text`, `json_object` or `json_schema`, got `{t}`"))
+            }
+            None => Err("`response_format.type` is required".into()),
+            Some(other) => Err(format!("`response_format.type` {}", want("a string", other))),
+        }
+    }
+}
+
+/// A JSON schema as a field: an object or a boolean (or a string holding one, as some clients send it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonValue(pub Value);
+
+impl FromJson for JsonValue {
+    fn from_json(v: Value) -> Result<Self, String> {
+        match v {
+            Value::Object(_) | Value::Bool(_) => Ok(Self(v)),
+            Value::String(s) => match serde_json::from_str::<Value>(&s) {
+                Ok(inner @ (Value::Object(_) | Value::Bool(_))) => Ok(Self(inner)),
+                _ => Err("must be a JSON schema (an object, or a string holding one)".into()),
+            },
+            other => Err(want("a JSON schema (an object)", &other)),
+        }
     }
 }
 

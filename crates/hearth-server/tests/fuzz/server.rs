@@ -109,9 +109,11 @@ pub fn ready_router(alias: &str, template: Template) -> (Router, usize) {
     };
     let engine = hearth_engine::engine::start(Box::new(model), Device::Cpu, ecfg, eos).expect("starting the engine");
     let state = AppState::new(ServerConfig { keepalive: Duration::from_millis(50), ..Default::default() });
+    let tokenizer = Arc::new(tokenizer);
     let ready = Ready {
         engine,
-        tokenizer: Arc::new(tokenizer),
+        grammars: Arc::new(hearth_engine::sampling::grammar::Grammars::new(tokenizer.clone(), vocab)),
+        tokenizer,
         model_id: alias.to_string(),
         device: "fake".into(),
         defaults: SamplingDefaults::default(),
