@@ -132,6 +132,64 @@ def bad_schema():
                                                          response_format=fmt))
 
 
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                       "required": ["city"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "get_time", "description": "The time now",
+                                      "parameters": {"type": "object", "properties": {},
+                                                     "additionalProperties": False}}},
+]
+WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def calls_of(message_calls):
+    return [{"id": c.id, "type": c.type, "name": c.function.name, "arguments": c.function.arguments}
+            for c in (message_calls or [])]
+
+
+def tools_required():
+    r = client.chat.completions.create(model=MODEL, messages=WEATHER, tools=TOOLS, tool_choice="required",
+                                       max_tokens=80, temperature=0)
+    m = r.choices[0].message
+    return {"content": m.content, "finish_reason": r.choices[0].finish_reason, "calls": calls_of(m.tool_calls)}
+
+
+def tools_named_stream():
+    stream = client.chat.completions.create(model=MODEL, messages=WEATHER, tools=TOOLS, max_tokens=80, temperature=0,
+                                            tool_choice={"type": "function", "function": {"name": "get_time"}},
+                                            parallel_tool_calls=False, stream=True)
+    calls, content, finish = [], [], []
+    for chunk in stream:
+        for ch in chunk.choices:
+            for c in ch.delta.tool_calls or []:
+                calls.append({"index": c.index, "id": c.id, "type": c.type, "name": c.function.name,
+                              "arguments": c.function.arguments})
+            if ch.delta.content:
+                content.append(ch.delta.content)
+            if ch.finish_reason is not None:
+                finish.append(ch.finish_reason)
+    return {"calls": calls, "content": "".join(content), "finish_reasons": finish}
+
+
+def tools_round_trip():
+    history = WEATHER + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C"},
+    ]
+    r = client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS, max_tokens=16, temperature=0)
+    return {"content": r.choices[0].message.content, "finish_reason": r.choices[0].finish_reason,
+            "calls": calls_of(r.choices[0].message.tool_calls)}
+
+
+def bad_tool_choice():
+    return raised(lambda: client.chat.completions.create(
+        model=MODEL, messages=WEATHER, tools=TOOLS, max_tokens=4,
+        tool_choice={"type": "function", "function": {"name": "nope"}}))
+
+
 def run(fn, *args):
     try:
         return fn(*args)
@@ -164,5 +222,9 @@ results = {
                 [{"role": "user", "content": "Pick A, B or C."}], 8),
     "completion_regex": run(completion_regex),
     "bad_schema": run(bad_schema),
+    "tools_required": run(tools_required),
+    "tools_named_stream": run(tools_named_stream),
+    "tools_round_trip": run(tools_round_trip),
+    "bad_tool_choice": run(bad_tool_choice),
 }
 print(json.dumps(results))

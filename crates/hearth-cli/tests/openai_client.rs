@@ -230,5 +230,38 @@ fn official_openai_python_client() {
     assert_eq!((b["raised"].as_str(), b["status_code"].as_u64()), (Some("BadRequestError"), Some(400)), "{b}");
     assert_eq!(b["param"], "response_format", "{b}");
     assert!(b["message"].as_str().is_some_and(|m| m.contains("objekt")), "{b}");
+
+    // Tool calling: `required` and a named function are enforced (valid calls even from a 135M model), parsed into
+    // `tool_calls` with `finish_reason: "tool_calls"`, streamed as `delta.tool_calls`; a tool result round-trips.
+    let t = &r["tools_required"];
+    no_exception(t, "tools_required");
+    assert_eq!(t["finish_reason"], "tool_calls", "{t}");
+    let calls = t["calls"].as_array().cloned().unwrap_or_default();
+    assert!(!calls.is_empty(), "{t}");
+    for c in &calls {
+        assert!(c["id"].as_str().is_some_and(|i| i.starts_with("call_")) && c["type"] == "function", "{t}");
+        let args: Value = serde_json::from_str(c["arguments"].as_str().unwrap_or("")).expect("arguments are JSON");
+        match c["name"].as_str() {
+            Some("get_weather") => assert!(args["city"].as_str().is_some_and(|s| s.chars().count() <= 20), "{t}"),
+            Some("get_time") => assert_eq!(args, serde_json::json!({}), "{t}"),
+            other => panic!("tools_required: unknown function {other:?}: {t}"),
+        }
+    }
+    let s = &r["tools_named_stream"];
+    no_exception(s, "tools_named_stream");
+    let calls = s["calls"].as_array().cloned().unwrap_or_default();
+    assert_eq!(calls.len(), 1, "one call with parallel_tool_calls false: {s}");
+    assert_eq!((calls[0]["index"].as_u64(), calls[0]["name"].as_str()), (Some(0), Some("get_time")), "{s}");
+    assert!(
+        serde_json::from_str::<Value>(calls[0]["arguments"].as_str().unwrap_or("")).is_ok_and(|a| a.is_object()),
+        "{s}"
+    );
+    assert_eq!(s["finish_reasons"], serde_json::json!(["tool_calls"]), "{s}");
+    let rt = &r["tools_round_trip"];
+    no_exception(rt, "tools_round_trip");
+    assert!(matches!(rt["finish_reason"].as_str(), Some("stop" | "length" | "tool_calls")), "{rt}");
+    let b = &r["bad_tool_choice"];
+    no_exception(b, "bad_tool_choice");
+    assert_eq!((b["status_code"].as_u64(), b["param"].as_str()), (Some(400), Some("tool_choice")), "{b}");
     drop(server);
 }

@@ -110,5 +110,5 @@ pub async fn apply_template(
     JsonBody(conversation): JsonBody<Conversation>,
 ) -> ApiResult<Json<ApplyTemplateResponse>> {
     let r = st.ready()?;
-    Ok(Json(ApplyTemplateResponse { prompt: messages::render(&r, &conversation)? }))
+    Ok(Json(ApplyTemplateResponse { prompt: messages::render(&r, &conversation, None)? }))
 }

@@ -13,6 +13,7 @@ pub mod openai;
 pub mod sse;
 pub mod state;
 pub mod stream;
+pub mod tools;
 pub mod wire;
 
 pub use config::{DefaultOverrides, SamplingDefaults, ServerConfig};

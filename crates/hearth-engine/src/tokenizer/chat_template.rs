@@ -10,6 +10,8 @@ use minijinja::{Environment, ErrorKind, State};
 
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// The template's source (tool-call formats are recognized from it).
+    pub source: String,
     bos_token: String,
     eos_token: String,
 }
@@ -199,7 +201,7 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned("chat", strip_generation_tags(source))
             .map_err(|e| Error::Template(format!("does not compile: {e:#}")))?;
-        Ok(Self { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
+        Ok(Self { env, source: source.to_string(), bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
     }
 
     /// Load a template file given with `--chat-template`.

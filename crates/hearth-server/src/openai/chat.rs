@@ -1,12 +1,17 @@
 //! `POST /v1/chat/completions`.
 
+use super::constraint::Requested;
 use super::{logprobs, messages, params};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::generation::{collect, Event, Generation, Job, TextOptions, UsageTotals};
 use crate::sse::{self, ChunkFormat, StreamSpec};
 use crate::state::{new_id, unix_now, AppState};
-use crate::wire::chat::{AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionRequest, Delta};
+use crate::tools::parser::{CallParser, Piece};
+use crate::tools::{Call, Format, Tools};
+use crate::wire::chat::{
+    AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionRequest, Delta, FunctionCall, ToolCall, ToolCallDelta,
+};
 use crate::wire::{Chunk, ResponseMeta};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -42,7 +47,19 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
     if want_logprobs {
         g.sampling.logprobs = Some(top.unwrap_or(0));
     }
-    let prompt = messages::prompt_ids(&ready, &conversation)?;
+    let template = ready.tokenizer.chat_template.as_ref().map(|t| t.source.as_str()).unwrap_or("");
+    let tools = Tools::resolve(&conversation, template)?;
+    if let Some(spec) = tools.as_ref().and_then(Tools::constraint) {
+        if let Some(other) = &g.constraint {
+            return Err(ApiError::param(
+                "tool_choice",
+                format!("`tool_choice` and `{}` both constrain the output; send one of them", other.param),
+            ));
+        }
+        g.constraint = Some(Requested { spec, param: "tool_choice" });
+    }
+    let format = tools.as_ref().map(|t| t.format);
+    let prompt = messages::prompt_ids(&ready, &conversation, tools.as_ref())?;
     let req = g.engine_request(prompt, &ready)?;
     let prompt_tokens = req.prompt.len();
     tracing::info!(prompt_tokens, max_tokens = req.max_tokens, n = g.n, stream = g.stream, "accepted");
@@ -51,7 +68,8 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
     let text = TextOptions { stops: g.stops.clone(), trim_leading_space: true, skip_special: g.skip_special };
     let meta = ResponseMeta { id, created: unix_now(), model: ready.model_id.clone() };
     if g.stream {
-        let fmt = ChatChunks { meta, n: g.n, include_usage: g.include_usage };
+        let parsers = (0..g.n).map(|_| format.map(CallParser::new)).collect();
+        let fmt = ChatChunks { meta, n: g.n, include_usage: g.include_usage, parsers };
         let spec = StreamSpec { jobs, text, include_usage: g.include_usage, keepalive: st.cfg.keepalive };
         return Ok(sse::respond(ready.tokenizer.clone(), spec, fmt));
     }
@@ -60,15 +78,47 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
     let choices = choices
         .into_iter()
         .enumerate()
-        .map(|(index, c)| ChatChoice {
-            index,
-            logprobs: want_logprobs.then(|| logprobs::chat(&tok, &c.logprobs)),
-            message: AssistantMessage { role: "assistant", content: c.text },
-            finish_reason: c.finish_reason,
+        .map(|(index, c)| {
+            let (content, calls) = match format {
+                Some(f) => split_calls(f, &c.text),
+                None => (Some(c.text), Vec::new()),
+            };
+            let finish_reason = finish_reason(c.finish_reason, !calls.is_empty());
+            let tool_calls = (!calls.is_empty()).then(|| calls.into_iter().map(tool_call).collect());
+            ChatChoice {
+                index,
+                logprobs: want_logprobs.then(|| logprobs::chat(&tok, &c.logprobs)),
+                message: AssistantMessage { role: "assistant", content, tool_calls },
+                finish_reason,
+            }
         })
         .collect();
     tracing::info!(completion_tokens = usage.completion_tokens, "done");
     Ok(Json(crate::wire::Response::new(&meta, OBJECT, choices, usage.into())).into_response())
+}
+
+/// A whole answer's text and calls (`content` is None when it is only calls).
+fn split_calls(f: Format, text: &str) -> (Option<String>, Vec<Call>) {
+    let (content, calls) = crate::tools::parser::parse_whole(f, text);
+    let content = (calls.is_empty() || !content.trim().is_empty()).then_some(content);
+    (content, calls)
+}
+
+/// `tool_calls` when a choice that stopped on its own made calls.
+fn finish_reason(reason: &'static str, called: bool) -> &'static str {
+    if called && reason == "stop" {
+        "tool_calls"
+    } else {
+        reason
+    }
+}
+
+fn tool_call(c: Call) -> ToolCall {
+    ToolCall {
+        id: new_id("call").replacen("call-", "call_", 1),
+        kind: "function",
+        function: FunctionCall { name: c.name, arguments: c.arguments },
+    }
 }
 
 /// `chat.completion.chunk` objects.
@@ -76,6 +126,8 @@ struct ChatChunks {
     meta: ResponseMeta,
     n: usize,
     include_usage: bool,
+    /// Each choice's tool-call parser, when the request offers tools.
+    parsers: Vec<Option<CallParser>>,
 }
 
 impl ChatChunks {
@@ -83,18 +135,56 @@ impl ChatChunks {
         Chunk::new(&self.meta, CHUNK_OBJECT, vec![choice], self.include_usage)
     }
 
-    fn content(
+    /// A choice's new text as delta parts (content, or a call): as is, or through its tool-call parser (`end`: the
+    /// choice ended).
+    fn parts(&mut self, index: usize, text: String, end: bool) -> Vec<(Option<String>, Option<ToolCallDelta>)> {
+        let Some(Some(p)) = self.parsers.get_mut(index) else {
+            return if text.is_empty() { Vec::new() } else { vec![(Some(text), None)] };
+        };
+        let mut call_index = p.calls();
+        let mut pieces = p.feed(&text);
+        if end {
+            pieces.extend(p.finish());
+        }
+        pieces
+            .into_iter()
+            .map(|piece| match piece {
+                Piece::Text(t) => (Some(t), None),
+                Piece::Call(c) => {
+                    call_index += 1;
+                    (None, Some(ToolCallDelta { index: call_index - 1, call: tool_call(c) }))
+                }
+            })
+            .collect()
+    }
+
+    /// Chunks of delta parts; the token's logprobs ride on the first (an empty one when its text is held back).
+    fn chunks(
         &self,
         index: usize,
-        text: String,
+        parts: Vec<(Option<String>, Option<ToolCallDelta>)>,
         logprobs: Option<crate::wire::chat::ChatLogprobs>,
-    ) -> Chunk<'_, ChatChunkChoice> {
-        self.chunk(ChatChunkChoice {
-            index,
-            delta: Delta { role: None, content: Some(text) },
-            logprobs,
-            finish_reason: None,
-        })
+    ) -> Vec<Chunk<'_, ChatChunkChoice>> {
+        let mut parts = parts;
+        if parts.is_empty() && logprobs.is_some() {
+            parts.push((Some(String::new()), None));
+        }
+        let mut lp = logprobs;
+        parts
+            .into_iter()
+            .map(|(content, call)| {
+                self.chunk(ChatChunkChoice {
+                    index,
+                    delta: Delta { role: None, content, tool_calls: call.map(|c| vec![c]) },
+                    logprobs: lp.take(),
+                    finish_reason: None,
+                })
+            })
+            .collect()
+    }
+
+    fn called(&self, index: usize) -> bool {
+        self.parsers.get(index).and_then(Option::as_ref).is_some_and(|p| p.calls() > 0)
     }
 }
 
@@ -104,7 +194,7 @@ impl ChunkFormat for ChatChunks {
     fn start(&mut self) -> Vec<Self::Chunk<'_>> {
         (0..self.n)
             .map(|index| {
-                let delta = Delta { role: Some("assistant"), content: Some(String::new()) };
+                let delta = Delta { role: Some("assistant"), content: Some(String::new()), tool_calls: None };
                 self.chunk(ChatChunkChoice { index, delta, logprobs: None, finish_reason: None })
             })
             .collect()
@@ -113,17 +203,14 @@ impl ChunkFormat for ChatChunks {
     fn event(&mut self, tok: &Tokenizer, ev: Event) -> Vec<Self::Chunk<'_>> {
         match ev {
             Event::Token { choice, text, logprob } => {
-                if text.is_empty() && logprob.is_none() {
-                    return Vec::new();
-                }
                 let lp = logprob.map(|l| logprobs::chat(tok, std::slice::from_ref(&l)));
-                vec![self.content(choice, text, lp)]
+                let parts = self.parts(choice, text, false);
+                self.chunks(choice, parts, lp)
             }
             Event::Finish { choice, text, reason } => {
-                let mut out = Vec::new();
-                if !text.is_empty() {
-                    out.push(self.content(choice, text, None));
-                }
+                let parts = self.parts(choice, text, true);
+                let reason = finish_reason(reason, self.called(choice));
+                let mut out = self.chunks(choice, parts, None);
                 let done = ChatChunkChoice {
                     index: choice,
                     delta: Delta::default(),

@@ -6,6 +6,7 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::state::Ready;
+use crate::tools::{Format, Tools};
 use crate::wire::chat::Conversation;
 use crate::wire::de::kind;
 use hearth_engine::tokenizer::chat_template::RenderOptions;
@@ -131,10 +132,41 @@ fn tools(c: &Conversation) -> ApiResult<Option<Value>> {
     Ok(Some(Value::Array(list.clone())))
 }
 
-/// Render the request's conversation with the model's chat template.
-pub fn render(ready: &Ready, c: &Conversation) -> ApiResult<String> {
-    let messages = normalize(c)?;
+/// For a template that does not render tools (the generic tool format): the tools described in the system
+/// message, and earlier calls written the way the model is asked to write them.
+fn add_generic_tools(messages: &mut Value, t: &Tools) {
+    let Some(list) = messages.as_array_mut() else { return };
+    for m in list.iter_mut() {
+        let calls = m.get("tool_calls").and_then(Value::as_array).cloned();
+        if let (Some(calls), Some(obj)) = (calls, m.as_object_mut()) {
+            if obj.get("content").is_none_or(Value::is_null) {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .filter_map(|c| c.get("function"))
+                    .map(|f| serde_json::json!({"name": f.get("name"), "arguments": f.get("arguments")}))
+                    .collect();
+                obj.insert("content".into(), serde_json::json!({"tool_calls": calls}).to_string().into());
+            }
+        }
+    }
+    let Some(text) = t.instructions() else { return };
+    match list.first_mut().filter(|m| m["role"] == "system" && m["content"].is_string()) {
+        Some(sys) => {
+            let merged = format!("{}\n\n{text}", sys["content"].as_str().unwrap_or(""));
+            sys["content"] = merged.into();
+        }
+        None => list.insert(0, serde_json::json!({"role": "system", "content": text})),
+    }
+}
+
+/// Render the request's conversation with the model's chat template (`tools`: what `Tools::resolve` made of
+/// the request's tools).
+pub fn render(ready: &Ready, c: &Conversation, with: Option<&Tools>) -> ApiResult<String> {
+    let mut messages = normalize(c)?;
     let tools = tools(c)?;
+    if let Some(t) = with.filter(|t| t.format == Format::Generic) {
+        add_generic_tools(&mut messages, t);
+    }
     let extra: Option<&Map<String, Value>> = c.chat_template_kwargs.as_ref();
     let add_generation_prompt = c.add_generation_prompt.unwrap_or(true);
     let tmpl = ready.tokenizer.chat_template.as_ref().ok_or_else(|| {
@@ -152,8 +184,8 @@ pub fn render(ready: &Ready, c: &Conversation) -> ApiResult<String> {
 }
 
 /// Render and tokenize (BOS only if the template did not write it).
-pub fn prompt_ids(ready: &Ready, c: &Conversation) -> ApiResult<Vec<u32>> {
-    let text = render(ready, c)?;
+pub fn prompt_ids(ready: &Ready, c: &Conversation, with: Option<&Tools>) -> ApiResult<Vec<u32>> {
+    let text = render(ready, c, with)?;
     ready.tokenizer.encode_chat(&text).map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))
 }
 

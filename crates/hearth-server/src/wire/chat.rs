@@ -16,8 +16,9 @@ pub struct Conversation {
     pub messages: Option<Vec<Value>>,
     #[serde(deserialize_with = "opt")]
     pub tools: Option<Vec<Value>>,
-    /// Only `"none"` has an effect (it leaves `tools` out); anything else is accepted.
+    /// `auto`, `none`, `required` or a named function (checked in `tools`).
     pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<Value>,
     #[serde(deserialize_with = "opt")]
     pub chat_template_kwargs: Option<Map<String, Value>>,
     #[serde(deserialize_with = "opt")]
@@ -69,7 +70,34 @@ pub struct ChatChoice {
 #[derive(Debug, Serialize)]
 pub struct AssistantMessage {
     pub role: &'static str,
-    pub content: String,
+    /// `null` when the answer is only tool calls.
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+}
+
+/// A call in `message.tool_calls`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCall,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// The arguments object as a JSON string.
+    pub arguments: String,
+}
+
+/// A call in `delta.tool_calls`: each call arrives whole, in one delta, once it is complete.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolCallDelta {
+    pub index: usize,
+    #[serde(flatten)]
+    pub call: ToolCall,
 }
 
 /// One choice of a `chat.completion.chunk`.
@@ -88,6 +116,8 @@ pub struct Delta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 /// Chat's log-probabilities: one entry per generated token.
