@@ -104,11 +104,15 @@ pub async fn detokenize(
     Ok(Json(DetokenizeResponse { content: r.tokenizer.decode(&ids, false) }))
 }
 
-/// `{"messages": [...]}` -> `{"prompt": "..."}`: the chat template's rendering with the generation prompt.
+/// `{"messages": [...]}` -> `{"prompt": "..."}`: the chat template's rendering with the generation prompt (and the
+/// tools, as a chat request would render them).
 pub async fn apply_template(
     State(st): State<AppState>,
     JsonBody(conversation): JsonBody<Conversation>,
 ) -> ApiResult<Json<ApplyTemplateResponse>> {
     let r = st.ready()?;
-    Ok(Json(ApplyTemplateResponse { prompt: messages::render(&r, &conversation, None)? }))
+    // The same prompt a chat request with these tools would get.
+    let template = r.tokenizer.chat_template.as_ref().map(|t| t.source.as_str()).unwrap_or("");
+    let tools = crate::tools::Tools::resolve(&conversation, template)?;
+    Ok(Json(ApplyTemplateResponse { prompt: messages::render(&r, &conversation, tools.as_ref())? }))
 }
