@@ -33,9 +33,9 @@ def token_prompt(n, vocab, seed):
     return [rng.randrange(100, vocab) for _ in range(n)]
 
 
-def one_request(host, port, prompt, max_tokens, timeout):
+def one_request(host, port, prompt, max_tokens, timeout, extra=None):
     body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                       "stream": True, "ignore_eos": True}).encode()
+                       "stream": True, "ignore_eos": True, **(extra or {})}).encode()
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     t0 = time.perf_counter()
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -68,7 +68,7 @@ def one_request(host, port, prompt, max_tokens, timeout):
     return t0, times
 
 
-def run_level(host, port, prompt, conc, n_req, max_tokens, timeout, prompt_tokens=0, vocab=0):
+def run_level(host, port, prompt, conc, n_req, max_tokens, timeout, prompt_tokens=0, vocab=0, extra=None):
     lock = threading.Lock()
     results, errors = [], []
     todo = list(range(n_req))
@@ -85,7 +85,7 @@ def run_level(host, port, prompt, conc, n_req, max_tokens, timeout, prompt_token
                 opener = f"{OPENERS[i % len(OPENERS)]} {RUN_NONCE}-{conc}-{i}."
                 body_prompt = (token_prompt(prompt_tokens, vocab, opener) if prompt_tokens
                                else f"{opener} {prompt}")
-                r = one_request(host, port, body_prompt, max_tokens, timeout)
+                r = one_request(host, port, body_prompt, max_tokens, timeout, extra)
                 with lock:
                     results.append(r)
             except Exception as e:  # noqa: BLE001 - reported, not hidden
@@ -123,6 +123,8 @@ def main():
     ap.add_argument("--vocab", type=int, default=49152, help="token ids for --prompt-tokens are drawn below this")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--label", default="")
+    ap.add_argument("--extra", default="", help="JSON object merged into every request body "
+                    "(e.g. a response_format, to measure constrained decoding)")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
     u = urllib.parse.urlparse(a.url)
@@ -132,9 +134,12 @@ def main():
         raise SystemExit("--vocab must exceed 100")
     if a.requests > 256:
         raise SystemExit("--requests is capped at 256")
+    extra = json.loads(a.extra) if a.extra else None
+    if extra is not None and not isinstance(extra, dict):
+        raise SystemExit("--extra must be a JSON object")
     for c in [int(x) for x in a.concurrency.split(",")]:
         r = run_level(u.hostname, u.port or 80, a.prompt, c, max(a.requests, c), a.max_tokens, a.timeout,
-                      a.prompt_tokens, a.vocab)
+                      a.prompt_tokens, a.vocab, extra)
         if a.prompt_tokens:
             r["prompt_tokens"] = a.prompt_tokens
         r["label"] = a.label

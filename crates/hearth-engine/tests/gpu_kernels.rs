@@ -669,6 +669,33 @@ fn kv_blocks_move_between_vram_host_and_ssd() {
     assert!(sp.is_idle());
     let got: Vec<(u32, Vec<u8>)> = got.into_iter().map(|(s, d)| (s.block, d)).collect();
     assert_eq!(got, vec![(2, gpu.read_block(2).unwrap()), (0, bytes.clone())], "second-stream spill copies");
+    // A ring of one-block chunks: two steps' evictions (6 blocks) are more chunks than the ring's buffers, so some
+    // wait in device memory and go to the copy stream as buffers come back; every block arrives intact, in order.
+    let mut sp =
+        hearth_engine::gpu::spill::AsyncSpiller::new(&dev).unwrap().expect("a CUDA device").with_chunk_bytes(n);
+    sp.start(gpu.gather_blocks(&[3, 2, 0]).unwrap(), vec![spill(3), spill(2), spill(0)]).unwrap();
+    sp.start(gpu.gather_blocks(&[1, 2, 3]).unwrap(), vec![spill(1), spill(2), spill(3)]).unwrap();
+    let early = sp.collect(false).unwrap();
+    let mut got: Vec<(u32, Vec<u8>)> = early.into_iter().map(|(s, d)| (s.block, d)).collect();
+    got.extend(sp.collect(true).unwrap().into_iter().map(|(s, d)| (s.block, d)));
+    assert!(sp.is_idle());
+    let want: Vec<(u32, Vec<u8>)> = [3, 2, 0, 1, 2, 3].iter().map(|&b| (b, gpu.read_block(b).unwrap())).collect();
+    assert_eq!(got, want, "chunked spill copies");
+    // With a sink, a thread splits the chunks and hands each block over; `collect(true)` returns once all are.
+    let sunk = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let to = sunk.clone();
+    let mut sp = hearth_engine::gpu::spill::AsyncSpiller::new(&dev)
+        .unwrap()
+        .expect("a CUDA device")
+        .with_chunk_bytes(n)
+        .with_sink(move |s, d| to.lock().unwrap().push((s.block, d)))
+        .unwrap();
+    for _ in 0..3 {
+        sp.start(gpu.gather_blocks(&[3, 2, 0]).unwrap(), vec![spill(3), spill(2), spill(0)]).unwrap();
+    }
+    assert!(sp.collect(true).unwrap().is_empty(), "the sink takes the blocks");
+    assert!(sp.is_idle());
+    assert_eq!(*sunk.lock().unwrap(), [want[..3].to_vec(), want[..3].to_vec(), want[..3].to_vec()].concat());
     let mut host = PagedKv::new(layers, 4, bs, kvh, d, DType::BF16, &Device::Cpu).unwrap();
     host.write_block(2, &back).unwrap();
     assert_eq!(host.read_block(2).unwrap(), bytes, "the CPU pool reads the same format");

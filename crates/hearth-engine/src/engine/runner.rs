@@ -93,8 +93,15 @@ impl ModelRunner {
         #[cfg(not(feature = "cuda"))]
         let argmax_on_device = false;
         #[cfg(feature = "cuda")]
-        let spiller = match cold {
-            Some(_) => crate::gpu::spill::AsyncSpiller::new(&device)?,
+        // Evicted blocks' bytes go straight from the spill thread to the SSD tier.
+        let spiller = match &cold {
+            Some(c) => match crate::gpu::spill::AsyncSpiller::new(&device)? {
+                Some(sp) => {
+                    let c = c.clone();
+                    Some(sp.with_sink(move |s, data| Self::hand_over(Some(&c), &s, data))?)
+                }
+                None => None,
+            },
             None => None,
         };
         Ok(Self {
@@ -198,7 +205,8 @@ impl Runner for ModelRunner {
                 }
                 let evicted: Vec<crate::scheduler::Spill> =
                     plan.spills.iter().filter(|s| s.kind == SpillKind::Evicted).cloned().collect();
-                if !evicted.is_empty() {
+                // Past the device memory spills may wait in, evictions are dropped (the tier misses them).
+                if !evicted.is_empty() && sp.has_room(evicted.len(), self.block_bytes as usize) {
                     let blocks: Vec<u32> = evicted.iter().map(|s| s.block).collect();
                     sp.start(kv.gather_blocks(&blocks)?, evicted)?;
                 }
