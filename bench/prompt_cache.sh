@@ -2,7 +2,8 @@
 # Prompt-cache benchmarks on the CPU, loopback only, one server at a time (bench/prompt_cache.py does the talking).
 #   bench/prompt_cache.sh reattach   # 8k-token prompt: cold, RAM hit, SSD restore after a restart
 #   bench/prompt_cache.sh agents     # 8 agents sharing a 2k-token system prompt: cache on, off, llama-server
-#   bench/prompt_cache.sh multiturn  # a 20-turn chat, ChatML (SmolLM2) and Gemma 3 (bench/templates/gemma3.jinja)
+#   bench/prompt_cache.sh multiturn  # a 20-turn chat, ChatML (SmolLM2) and Gemma 3 (bench/templates/gemma3.jinja),
+#                                    # and SmolLM2 on llama-server (multiturn-llama: only that)
 # HEARTH_BIN picks the binary (default target/release/hearth); THREADS (2). Prints JSON lines for
 # docs/benchmarks.md. Needs: scripts/fetch-models, cargo build --release -p hearth-cli (and for agents
 # bench/setup-llama-cpp.sh unless SKIP_LLAMA=1).
@@ -69,12 +70,24 @@ multiturn() {
   start -m gemma3-270m --batch 4 --chat-template bench/templates/gemma3.jinja
   python3 bench/prompt_cache.py multiturn --url "$URL" --turns 20 --max-tokens 48 --vocab 262144 --label "Gemma 3 270M, Gemma template, cache on"
   stop
+  multiturn_llama
+}
+
+# The same 20-turn SmolLM2 chat on llama-server (same GGUF, its template, cache_prompt), for the peer's turn 20 / turn 1.
+multiturn_llama() {
+  [ "${SKIP_LLAMA:-0}" = 1 ] && return 0
+  bench/.build/llama.cpp/build/bin/llama-server -m "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" -t "$THREADS" \
+    -tb "$THREADS" -np 1 -c 8192 --jinja --host 127.0.0.1 --port $PORT >>"$TMP/server.log" 2>&1 &
+  PID=$!; wait_ready
+  python3 bench/prompt_cache.py multiturn --url "$URL" --turns 20 --max-tokens 48 --label "SmolLM2 ChatML, llama-server (cache_prompt)"
+  stop
 }
 
 case "$WHAT" in
   reattach) reattach ;;
   agents) agents ;;
   multiturn) multiturn ;;
+  multiturn-llama) multiturn_llama ;;
   all) reattach; agents; multiturn ;;
-  *) echo "usage: $0 reattach|agents|multiturn|all" >&2; exit 2 ;;
+  *) echo "usage: $0 reattach|agents|multiturn|multiturn-llama|all" >&2; exit 2 ;;
 esac
