@@ -24,6 +24,14 @@ pub const KNOWN_KEYS: &[&str] = &[
     "stream",
     "stream_options",
     "response_format",
+    "structured_outputs",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "grammar",
+    "json_schema",
+    "parallel_tool_calls",
     "stop",
     "stop_token_ids",
     "ignore_eos",
@@ -333,6 +341,23 @@ pub fn gen_params(rng: &mut Rng, m: &mut Map<String, Value>, vocab: usize, chat:
             m.insert(k.into(), v);
         }
     }
+    // At most one output constraint (mutation may add another, or break it: a 400 either way, never a crash).
+    if rng.pct(12) {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "string", "maxLength": 5},
+                             "b": {"type": "integer"}}, "required": ["a"], "additionalProperties": false});
+        let (k, v) = match rng.below(9) {
+            0 => ("response_format", json!({"type": "json_object"})),
+            1 => ("response_format", json!({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})),
+            2 => ("structured_outputs", json!({"regex": "[a-z]{1,6}( [0-9]+)?"})),
+            3 => ("structured_outputs", json!({"choice": ["yes", "no", text(rng)]})),
+            4 => ("guided_grammar", json!("start: \"a\" NUM\nNUM: /[0-9]+/")),
+            5 => ("grammar", json!("root ::= (\"x\" | [0-9]){1,4} \".\"")),
+            6 => ("guided_regex", json!(text(rng))),
+            7 => ("json_schema", json!({"type": "array", "items": {"type": "boolean"}, "maxItems": 3})),
+            _ => ("guided_json", json!({"type": random_string(rng)})),
+        };
+        m.insert(k.into(), v);
+    }
 }
 
 pub fn chat_body(rng: &mut Rng, vocab: usize) -> Value {
@@ -353,6 +378,9 @@ pub fn chat_body(rng: &mut Rng, vocab: usize) -> Value {
                 "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]),
         );
         m.insert("tool_choice".into(), json!(*rng.pick(&["auto", "none", "required"])));
+        if rng.pct(30) {
+            m.insert("parallel_tool_calls".into(), json!(rng.pct(50)));
+        }
     }
     if rng.pct(5) {
         m.insert("chat_template_kwargs".into(), json!({"enable_thinking": false}));
