@@ -13,4 +13,4 @@ for r in $(seq 1 "$ROUNDS"); do
   python3 bench/load.py --url "$URL" --concurrency "$CONC" --requests 8 --max-tokens "$MAXT" --label "free r$r"
   python3 bench/load.py --url "$URL" --concurrency "$CONC" --requests 8 --max-tokens "$MAXT" --label "json_schema r$r" --extra "$SCHEMA"
 done
-curl -s "$URL/stats" | python3 -c "import json,sys; s=json.load(sys.stdin); n=max(s['grammar_masks_total'],1); print(json.dumps({'grammar_masks_total': s['grammar_masks_total'], 'grammar_mask_ms_mean': round(s['grammar_mask_ms_total']/n, 4), 'grammar_mask_ms_max': s['grammar_mask_ms_max']}))"
+curl -s "$URL/stats" | python3 -c "import json,sys; s=json.load(sys.stdin); n=max(s['grammar_masks_total'],1); print(json.dumps({'grammar_masks_total': s['grammar_masks_total'], 'grammar_mask_ms_mean': round(s['grammar_mask_ms_total']/n, 4), 'p50': s['grammar_mask_ms_p50'], 'p99': s['grammar_mask_ms_p99'], 'grammar_mask_ms_max': s['grammar_mask_ms_max']}))"

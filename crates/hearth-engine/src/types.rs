@@ -158,6 +158,12 @@ pub struct EngineStats {
     pub grammar_masks_total: u64,
     pub grammar_mask_ms_total: f64,
     pub grammar_mask_ms_max: f64,
+    /// Their median and 99th percentile, to within a factor of 2^(1/4) (a log histogram).
+    pub grammar_mask_ms_p50: f64,
+    pub grammar_mask_ms_p99: f64,
+    /// The histogram: `grammar_mask_hist[i]` masks took between 2^((i-1)/4) and 2^(i/4) microseconds.
+    #[serde(skip)]
+    pub grammar_mask_hist: Vec<u64>,
     pub prompt_cache: PromptCacheStats,
     /// The SSD tier, when `--ssd-cache` is set.
     pub ssd_cache: Option<crate::kv::ssd::SsdStats>,

@@ -141,6 +141,9 @@ fn constrained_rows_follow_their_grammar_beside_free_rows() {
     let st = e.stats();
     assert!(st.grammar_masks_total > 10, "masks are counted: {}", st.grammar_masks_total);
     assert!(st.grammar_mask_ms_total > 0.0 && st.grammar_mask_ms_max > 0.0);
+    // Quantiles from the quarter-octave histogram: ordered, and within a bucket of the largest.
+    let (p50, p99, max) = (st.grammar_mask_ms_p50, st.grammar_mask_ms_p99, st.grammar_mask_ms_max);
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= max * 1.2 + 1e-3, "p50 {p50} p99 {p99} max {max}");
 }
 
 #[test]
@@ -189,6 +192,8 @@ fn bad_grammars_are_named_errors() {
         (ConstraintSpec::Lark("start: foo".into()), "foo"),
         (ConstraintSpec::Choice(vec![]), "empty"),
         (ConstraintSpec::Gbnf("root ::= item".into()), "not defined"),
+        // A character SmolLM2's tokens cannot spell: caught when compiling, not mid-generation.
+        (ConstraintSpec::Regex("\u{9ef82}S".into()), "cannot start"),
     ];
     for (spec, word) in cases {
         let err = g.compile(&spec).err().unwrap_or_else(|| panic!("{spec:?} compiled"));

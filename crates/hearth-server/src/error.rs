@@ -64,6 +64,16 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
 
+    /// An error the engine reported for a request: a constraint that this model's tokens cannot continue is the
+    /// request's fault (400 `constraint_unsatisfiable`); anything else is the server's.
+    pub fn engine(message: impl Into<String>) -> Self {
+        let message = message.into();
+        if message.starts_with(hearth_engine::sampling::grammar::GRAMMAR_FAILED) {
+            return Self::bad_request(message).with_code("constraint_unsatisfiable");
+        }
+        Self::internal(message)
+    }
+
     /// A generic error for a bare status (axum rejections, 405, ...).
     pub fn from_status(status: StatusCode, message: impl Into<String>) -> Self {
         let (kind, code) = match status {

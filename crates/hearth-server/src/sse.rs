@@ -117,7 +117,7 @@ async fn pump<F: ChunkFormat>(
         match ev {
             None => break,
             Some(Event::Error(message)) => {
-                send!(data(&ApiError::internal(message).body()));
+                send!(data(&ApiError::engine(message).body()));
                 outcome = "engine error";
                 break;
             }

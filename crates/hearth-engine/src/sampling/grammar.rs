@@ -15,6 +15,10 @@ use llguidance::{Matcher, ParserFactory};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+/// How the engine's error for a row whose grammar failed mid-generation begins (the server answers it as the
+/// request's error: a constraint this model's tokens cannot continue).
+pub const GRAMMAR_FAILED: &str = "the output grammar failed";
+
 /// What a request constrains its output to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ConstraintSpec {
@@ -111,8 +115,12 @@ impl Grammars {
         if let Some(e) = matcher.get_error() {
             return Err(e);
         }
+        // The first mask now: a grammar this vocabulary cannot start (a character no token spells, say) is the
+        // request's error, not a failure mid-generation; and the mask is ready for the first sample.
+        let mut c = Constraint { matcher, mask: None, width: self.logits_width };
+        c.prepare().map_err(|e| format!("it cannot start: {e}"))?;
         tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "compiled a grammar");
-        Ok(Constraint { matcher, mask: None, width: self.logits_width })
+        Ok(c)
     }
 }
 
@@ -178,7 +186,11 @@ impl Constraint {
             return Ok(0.0);
         }
         let t0 = Instant::now();
-        let mask = self.matcher.compute_mask_or_eos().map_err(|e| grammar_error(&self.matcher, e))?;
+        let mask = self.matcher.compute_mask_or_eos().map_err(|e| {
+            let why = grammar_error(&self.matcher, e);
+            let why = why.lines().next().unwrap_or("").to_string();
+            format!("no token of this model can continue the output here ({why})")
+        })?;
         self.mask = Some(mask);
         Ok(t0.elapsed().as_secs_f64() * 1e3)
     }

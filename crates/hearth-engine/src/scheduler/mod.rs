@@ -28,7 +28,7 @@ pub use sequence::Sequence;
 
 use crate::attention::PIECE_ALIGN;
 use crate::kv::{BlockHash, BlockPool, ColdTier};
-use crate::sampling::grammar::{Commit, Constraint};
+use crate::sampling::grammar::{Commit, Constraint, GRAMMAR_FAILED};
 use crate::types::{blocks_to_admit, EngineConfig, EngineEvent, EngineStats, FinishReason};
 use plan::{Pick, PieceBudget};
 use std::collections::{HashMap, VecDeque};
@@ -396,7 +396,7 @@ impl Scheduler {
                     }
                 }
                 if let Err(e) = fresh.and_then(|_| c.apply(&mut masked)) {
-                    s.emit(EngineEvent::Error { message: format!("the output grammar failed: {e}") });
+                    s.emit(EngineEvent::Error { message: format!("{GRAMMAR_FAILED}: {e}") });
                     return true;
                 }
                 s.sampler.sample(&masked, &s.tokens)
@@ -421,7 +421,7 @@ impl Scheduler {
                     return true;
                 }
                 Err(e) => {
-                    s.emit(EngineEvent::Error { message: format!("the output grammar failed: {e}") });
+                    s.emit(EngineEvent::Error { message: format!("{GRAMMAR_FAILED}: {e}") });
                     return true;
                 }
             }
@@ -472,9 +472,29 @@ impl Scheduler {
 
     /// Count one grammar mask that took `ms`.
     pub(crate) fn note_mask(&mut self, ms: f64) {
-        self.stats.grammar_masks_total += 1;
-        self.stats.grammar_mask_ms_total += ms;
-        self.stats.grammar_mask_ms_max = self.stats.grammar_mask_ms_max.max(ms);
+        let st = &mut self.stats;
+        st.grammar_masks_total += 1;
+        st.grammar_mask_ms_total += ms;
+        st.grammar_mask_ms_max = st.grammar_mask_ms_max.max(ms);
+        // Quarter-octave buckets of microseconds, from 1 µs to ~30 s.
+        let bucket = ((ms * 1e3).max(1.0).log2() * 4.0).ceil().clamp(0.0, 99.0) as usize;
+        if st.grammar_mask_hist.len() <= bucket {
+            st.grammar_mask_hist.resize(bucket + 1, 0);
+        }
+        st.grammar_mask_hist[bucket] += 1;
+        let quantile = |q: f64| -> f64 {
+            let want = (q * st.grammar_masks_total as f64).ceil() as u64;
+            let mut seen = 0;
+            for (i, &n) in st.grammar_mask_hist.iter().enumerate() {
+                seen += n;
+                if seen >= want {
+                    return 2f64.powf(i as f64 / 4.0) / 1e3;
+                }
+            }
+            st.grammar_mask_ms_max
+        };
+        st.grammar_mask_ms_p50 = quantile(0.5);
+        st.grammar_mask_ms_p99 = quantile(0.99);
     }
 
     /// The grammars of the plan's constrained rows that sample this step, taken out so their masks can be

@@ -74,7 +74,7 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
         return Ok(sse::respond(ready.tokenizer.clone(), spec, fmt));
     }
     let tok = ready.tokenizer.clone();
-    let (choices, usage) = collect(Generation::new(&tok, jobs, &text)).await.map_err(ApiError::internal)?;
+    let (choices, usage) = collect(Generation::new(&tok, jobs, &text)).await.map_err(ApiError::engine)?;
     let choices = choices
         .into_iter()
         .enumerate()

@@ -103,7 +103,7 @@ async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Resp
         return Ok(sse::respond(ready.tokenizer.clone(), spec, fmt));
     }
     let tok = ready.tokenizer.clone();
-    let (choices, usage) = collect(Generation::new(&tok, jobs, &text)).await.map_err(ApiError::internal)?;
+    let (choices, usage) = collect(Generation::new(&tok, jobs, &text)).await.map_err(ApiError::engine)?;
     let choices = choices
         .into_iter()
         .zip(echoes)
