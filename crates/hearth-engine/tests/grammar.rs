@@ -200,3 +200,28 @@ fn bad_grammars_are_named_errors() {
         assert!(err.to_lowercase().contains(word), "{spec:?}: {err}");
     }
 }
+
+#[test]
+fn masked_argmax_is_argmax_of_the_masked_logits() {
+    let (_e, tok, g) = engine();
+    let width = tok.vocab_size() + 7; // padded logits rows are never allowed
+    // Thousands of tokens are allowed at the start (every lowercase word piece).
+    let spec = ConstraintSpec::Regex("[a-z ]{1,40}".into());
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    for step in 0..4 {
+        let mut c = g.compile(&spec).unwrap();
+        let logits: Vec<f32> = (0..width)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed % 10_000) as f32 / 100.0
+            })
+            .collect();
+        let mut masked = logits.clone();
+        c.apply(&mut masked).unwrap();
+        let want = hearth_engine::sampling::sampler::argmax(&masked) as u32;
+        assert_eq!(c.masked_argmax(&logits).unwrap(), Some(want), "step {step}");
+        assert!(want < tok.vocab_size() as u32);
+    }
+}

@@ -109,8 +109,9 @@ impl<R: Runner> EngineCore<R> {
         let runner = &mut self.runner;
         let (out, ms) = std::thread::scope(|sc| {
             let masks = sc.spawn(|| {
-                // An error here reappears when the row samples (and fails that row).
-                taken.iter_mut().map(|(_, c)| c.prepare().unwrap_or(0.0)).collect::<Vec<f64>>()
+                use rayon::prelude::*;
+                // Rows in parallel; an error here reappears when the row samples (and fails that row).
+                taken.par_iter_mut().map(|(_, c)| c.prepare().unwrap_or(0.0)).collect::<Vec<f64>>()
             });
             let out = runner.run(plan);
             (out, masks.join().unwrap_or_default())

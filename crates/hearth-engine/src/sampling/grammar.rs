@@ -221,6 +221,33 @@ impl Constraint {
         Ok(())
     }
 
+    /// The allowed token with the highest logit (lowest id on ties), without copying the logits: what greedy
+    /// sampling over the masked logits picks. None when the mask allows nothing within `logits`.
+    pub fn masked_argmax(&mut self, logits: &[f32]) -> Result<Option<u32>, String> {
+        self.prepare()?;
+        let Some(mask) = &self.mask else { return Err("the grammar mask is missing".into()) };
+        let n = logits.len().min(self.width);
+        let mut best: Option<(usize, f32)> = None;
+        for (w, &word) in mask.as_slice().iter().enumerate() {
+            let base = w * 32;
+            if base >= n {
+                break;
+            }
+            let mut bits = word;
+            while bits != 0 {
+                let i = base + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if i >= n {
+                    break;
+                }
+                if best.is_none_or(|(_, b)| logits[i] > b) {
+                    best = Some((i, logits[i]));
+                }
+            }
+        }
+        Ok(best.map(|(i, _)| i as u32))
+    }
+
     /// Commit the chosen (non-EOS) token.
     pub fn commit(&mut self, token: u32) -> Result<Commit, String> {
         self.mask = None;

@@ -386,20 +386,31 @@ impl Scheduler {
     fn accept(&mut self, s: &mut Sequence, pick: &Pick<'_>) -> bool {
         let out = match (*pick, s.constraint.as_mut()) {
             (Pick::Logits(logits), Some(c)) => {
-                // The grammar's mask first (its mask was computed during the forward pass, or is computed now),
-                // then every processor and sampler as usual.
-                let mut masked = logits.to_vec();
+                // The grammar's mask (computed during the forward pass, or now), then the sampler: plain greedy
+                // takes the best allowed token straight from the logits; anything else samples masked logits.
                 let fresh = c.prepare();
                 if let Ok(ms) = fresh {
                     if ms > 0.0 {
                         self.note_mask(ms);
                     }
                 }
-                if let Err(e) = fresh.and_then(|_| c.apply(&mut masked)) {
-                    s.emit(EngineEvent::Error { message: format!("{GRAMMAR_FAILED}: {e}") });
-                    return true;
+                let picked = fresh.and_then(|_| {
+                    if s.sampler.params().is_plain_greedy() {
+                        let id = c.masked_argmax(logits)?.ok_or("it allows no token")?;
+                        Ok(s.sampler.chosen(id))
+                    } else {
+                        let mut masked = logits.to_vec();
+                        c.apply(&mut masked)?;
+                        Ok(s.sampler.sample(&masked, &s.tokens))
+                    }
+                });
+                match picked {
+                    Ok(out) => out,
+                    Err(e) => {
+                        s.emit(EngineEvent::Error { message: format!("{GRAMMAR_FAILED}: {e}") });
+                        return true;
+                    }
                 }
-                s.sampler.sample(&masked, &s.tokens)
             }
             (Pick::Logits(logits), None) => s.sampler.sample(logits, &s.tokens),
             (Pick::Id(id), _) => s.sampler.chosen(id),
