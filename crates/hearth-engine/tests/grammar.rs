@@ -204,8 +204,8 @@ fn bad_grammars_are_named_errors() {
 #[test]
 fn masked_argmax_is_argmax_of_the_masked_logits() {
     let (_e, tok, g) = engine();
-    let width = tok.vocab_size() + 7; // padded logits rows are never allowed
-    // Thousands of tokens are allowed at the start (every lowercase word piece).
+    // Padded logits rows are never allowed; thousands of tokens are at the start (every lowercase word piece).
+    let width = tok.vocab_size() + 7;
     let spec = ConstraintSpec::Regex("[a-z ]{1,40}".into());
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
     for step in 0..4 {
