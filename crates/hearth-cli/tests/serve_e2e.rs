@@ -417,3 +417,39 @@ fn client_disconnect_cancels_the_request() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A template that thinks (tests/fixtures/templates/chatml-think.jinja opens `<think>` in its generation prompt):
+/// the answer goes to `reasoning_content` until `</think>`, streamed as `delta.reasoning_content` with the same
+/// greedy text; with `enable_thinking: false` the template closes the thought and the answer is plain content.
+#[test]
+fn thinking_templates_split_reasoning_content() {
+    let root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/templates/chatml-think.jinja");
+    let s = Server::start(&["--chat-template", root.to_str().unwrap()], &[]);
+    let body = json!({"messages": user("What is 2+2?"), "max_tokens": 12, "temperature": 0});
+    let v = ok(s.post("/v1/chat/completions", &body));
+    let m = &v["choices"][0]["message"];
+    let thought = m["reasoning_content"].as_str().unwrap_or_else(|| panic!("no reasoning_content: {v}"));
+    assert!(!thought.is_empty(), "{v}");
+    // SmolLM2 does not close the thought within 12 tokens: no content then.
+    if !thought.contains("</think>") && v["choices"][0]["finish_reason"] == "length" {
+        assert!(m["content"].is_null() || m["content"] == "", "{v}");
+    }
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let r = s.post("/v1/chat/completions", &sb);
+    assert_eq!(r.status, 200);
+    let mut streamed = String::new();
+    for c in r.sse_json() {
+        if let Some(t) = c["choices"][0]["delta"]["reasoning_content"].as_str() {
+            streamed.push_str(t);
+        }
+    }
+    assert_eq!(streamed, thought, "streamed and non-streamed thoughts differ");
+    let mut off = body.clone();
+    off["chat_template_kwargs"] = json!({"enable_thinking": false});
+    let v = ok(s.post("/v1/chat/completions", &off));
+    let m = &v["choices"][0]["message"];
+    assert!(m.get("reasoning_content").is_none(), "{v}");
+    assert!(m["content"].as_str().is_some_and(|c| !c.is_empty()), "{v}");
+}

@@ -10,6 +10,7 @@ pub mod error;
 pub mod generation;
 pub mod middleware;
 pub mod openai;
+pub mod reasoning;
 pub mod sse;
 pub mod state;
 pub mod stream;

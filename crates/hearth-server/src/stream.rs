@@ -57,21 +57,32 @@ impl StopMatcher {
     }
 
     fn partial_tail_len(&self) -> usize {
-        let h = &self.held;
-        let mut best = 0;
-        for s in &self.stops {
-            // Tails of `h` shorter than `s` (a full match was handled above), longest first.
-            let max = (s.len() - 1).min(h.len());
-            for len in (best + 1..=max).rev() {
-                let start = h.len() - len;
-                if h.is_char_boundary(start) && s.starts_with(&h[start..]) {
-                    best = len;
-                    break;
-                }
-            }
-        }
-        best
+        // Tails of `held` shorter than a stop (a full match was handled above).
+        self.stops.iter().map(|s| partial_marker_len(&self.held, s)).max().unwrap_or(0)
     }
+}
+
+/// The length of the longest tail of `s` that is a proper prefix of `marker`: text to hold back, since it may be
+/// the marker's start (a stop string, a tool-call or reasoning tag split over several pieces).
+pub fn partial_marker_len(s: &str, marker: &str) -> usize {
+    (1..marker.len().min(s.len() + 1))
+        .rev()
+        .find(|&n| s.is_char_boundary(s.len() - n) && marker.starts_with(&s[s.len() - n..]))
+        .unwrap_or(0)
+}
+
+/// Tests of streaming text state machines: `run` over `text` cut at every pair of char boundaries (three pieces)
+/// must give what it gives over `text` in one piece; returns that.
+#[cfg(test)]
+pub fn same_at_every_split<T: PartialEq + std::fmt::Debug>(text: &str, run: impl Fn(&[&str]) -> T) -> T {
+    let want = run(&[text]);
+    let bounds: Vec<usize> = (0..=text.len()).filter(|&i| text.is_char_boundary(i)).collect();
+    for &a in &bounds {
+        for &b in bounds.iter().filter(|&&b| b >= a) {
+            assert_eq!(run(&[&text[..a], &text[a..b], &text[b..]]), want, "split at {a}, {b} of {text:?}");
+        }
+    }
+    want
 }
 
 /// One choice's text state.

@@ -5,6 +5,7 @@ use super::{logprobs, messages, params};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::generation::{collect, Event, Generation, Job, TextOptions, UsageTotals};
+use crate::reasoning::{self, Part, ReasoningSplitter};
 use crate::sse::{self, ChunkFormat, StreamSpec};
 use crate::state::{new_id, unix_now, AppState};
 use crate::tools::parser::{CallParser, Piece};
@@ -59,7 +60,10 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
         g.constraint = Some(Requested { spec, param: "tool_choice" });
     }
     let format = tools.as_ref().map(|t| t.format);
-    let prompt = messages::prompt_ids(&ready, &conversation, tools.as_ref())?;
+    let (prompt_text, prompt) = messages::prompt_ids(&ready, &conversation, tools.as_ref())?;
+    // A template that thinks: the answer's `<think>...</think>` part becomes `reasoning_content`.
+    let thinks = reasoning::template_thinks(template);
+    let opened = thinks && reasoning::prompt_opens_thought(&prompt_text);
     let req = g.engine_request(prompt, &ready)?;
     let prompt_tokens = req.prompt.len();
     tracing::info!(prompt_tokens, max_tokens = req.max_tokens, n = g.n, stream = g.stream, "accepted");
@@ -69,7 +73,8 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
     let meta = ResponseMeta { id, created: unix_now(), model: ready.model_id.clone() };
     if g.stream {
         let parsers = (0..g.n).map(|_| format.map(CallParser::new)).collect();
-        let fmt = ChatChunks { meta, n: g.n, include_usage: g.include_usage, parsers };
+        let thinkers = (0..g.n).map(|_| thinks.then(|| ReasoningSplitter::new(opened))).collect();
+        let fmt = ChatChunks { meta, n: g.n, include_usage: g.include_usage, parsers, thinkers };
         let spec = StreamSpec { jobs, text, include_usage: g.include_usage, keepalive: st.cfg.keepalive };
         return Ok(sse::respond(ready.tokenizer.clone(), spec, fmt));
     }
@@ -79,22 +84,50 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
         .into_iter()
         .enumerate()
         .map(|(index, c)| {
-            let (content, calls) = match format {
-                Some(f) => split_calls(f, &c.text),
-                None => (Some(c.text), Vec::new()),
+            let (thought, answer) = match thinks {
+                true => split_reasoning(opened, &c.text),
+                false => (None, c.text),
             };
+            let (content, calls) = match format {
+                Some(f) => split_calls(f, &answer),
+                None => (Some(answer), Vec::new()),
+            };
+            // Only a thought (cut off by max_tokens): no content.
+            let content = content.filter(|t| thought.is_none() || !t.is_empty());
             let finish_reason = finish_reason(c.finish_reason, !calls.is_empty());
             let tool_calls = (!calls.is_empty()).then(|| calls.into_iter().map(tool_call).collect());
             ChatChoice {
                 index,
                 logprobs: want_logprobs.then(|| logprobs::chat(&tok, &c.logprobs)),
-                message: AssistantMessage { role: "assistant", content, tool_calls },
+                message: AssistantMessage { role: "assistant", reasoning_content: thought, content, tool_calls },
                 finish_reason,
             }
         })
         .collect();
     tracing::info!(completion_tokens = usage.completion_tokens, "done");
     Ok(Json(crate::wire::Response::new(&meta, OBJECT, choices, usage.into())).into_response())
+}
+
+/// A whole answer's thought (None when it has none) and the rest.
+fn split_reasoning(opened: bool, text: &str) -> (Option<String>, String) {
+    let mut s = ReasoningSplitter::new(opened);
+    let mut parts = s.feed(text);
+    parts.extend(s.finish());
+    let (mut thought, mut answer) = (None::<String>, String::new());
+    for p in parts {
+        match p {
+            Part::Reasoning(t) => thought.get_or_insert_with(String::new).push_str(&t),
+            Part::Content(t) => answer.push_str(&t),
+        }
+    }
+    (thought, answer)
+}
+
+/// A piece of a streamed message.
+enum DeltaPart {
+    Content(String),
+    Reasoning(String),
+    Call(ToolCallDelta),
 }
 
 /// A whole answer's text and calls (`content` is None when it is only calls).
@@ -128,6 +161,8 @@ struct ChatChunks {
     include_usage: bool,
     /// Each choice's tool-call parser, when the request offers tools.
     parsers: Vec<Option<CallParser>>,
+    /// Each choice's reasoning splitter, when the template thinks.
+    thinkers: Vec<Option<ReasoningSplitter>>,
 }
 
 impl ChatChunks {
@@ -135,50 +170,72 @@ impl ChatChunks {
         Chunk::new(&self.meta, CHUNK_OBJECT, vec![choice], self.include_usage)
     }
 
-    /// A choice's new text as delta parts (content, or a call): as is, or through its tool-call parser (`end`: the
-    /// choice ended).
-    fn parts(&mut self, index: usize, text: String, end: bool) -> Vec<(Option<String>, Option<ToolCallDelta>)> {
+    /// A choice's new text as delta parts: its thought, then content or calls (through its tool-call parser when
+    /// the request offers tools; `end`: the choice ended).
+    fn parts(&mut self, index: usize, text: String, end: bool) -> Vec<DeltaPart> {
+        let mut out = Vec::new();
+        let answer = match self.thinkers.get_mut(index).and_then(Option::as_mut) {
+            Some(t) => {
+                let mut pieces = t.feed(&text);
+                if end {
+                    pieces.extend(t.finish());
+                }
+                let mut answer = String::new();
+                for p in pieces {
+                    match p {
+                        Part::Reasoning(r) => out.push(DeltaPart::Reasoning(r)),
+                        Part::Content(c) => answer.push_str(&c),
+                    }
+                }
+                answer
+            }
+            None => text,
+        };
         let Some(Some(p)) = self.parsers.get_mut(index) else {
-            return if text.is_empty() { Vec::new() } else { vec![(Some(text), None)] };
+            if !answer.is_empty() {
+                out.push(DeltaPart::Content(answer));
+            }
+            return out;
         };
         let mut call_index = p.calls();
-        let mut pieces = p.feed(&text);
+        let mut pieces = p.feed(&answer);
         if end {
             pieces.extend(p.finish());
         }
-        pieces
-            .into_iter()
-            .map(|piece| match piece {
-                Piece::Text(t) => (Some(t), None),
+        for piece in pieces {
+            match piece {
+                Piece::Text(t) => out.push(DeltaPart::Content(t)),
                 Piece::Call(c) => {
                     call_index += 1;
-                    (None, Some(ToolCallDelta { index: call_index - 1, call: tool_call(c) }))
+                    out.push(DeltaPart::Call(ToolCallDelta { index: call_index - 1, call: tool_call(c) }));
                 }
-            })
-            .collect()
+            }
+        }
+        out
     }
 
     /// Chunks of delta parts; the token's logprobs ride on the first (an empty one when its text is held back).
     fn chunks(
         &self,
         index: usize,
-        parts: Vec<(Option<String>, Option<ToolCallDelta>)>,
+        parts: Vec<DeltaPart>,
         logprobs: Option<crate::wire::chat::ChatLogprobs>,
     ) -> Vec<Chunk<'_, ChatChunkChoice>> {
         let mut parts = parts;
         if parts.is_empty() && logprobs.is_some() {
-            parts.push((Some(String::new()), None));
+            parts.push(DeltaPart::Content(String::new()));
         }
         let mut lp = logprobs;
         parts
             .into_iter()
-            .map(|(content, call)| {
-                self.chunk(ChatChunkChoice {
-                    index,
-                    delta: Delta { role: None, content, tool_calls: call.map(|c| vec![c]) },
-                    logprobs: lp.take(),
-                    finish_reason: None,
-                })
+            .map(|part| {
+                let mut delta = Delta::default();
+                match part {
+                    DeltaPart::Content(c) => delta.content = Some(c),
+                    DeltaPart::Reasoning(r) => delta.reasoning_content = Some(r),
+                    DeltaPart::Call(c) => delta.tool_calls = Some(vec![c]),
+                }
+                self.chunk(ChatChunkChoice { index, delta, logprobs: lp.take(), finish_reason: None })
             })
             .collect()
     }
@@ -194,7 +251,7 @@ impl ChunkFormat for ChatChunks {
     fn start(&mut self) -> Vec<Self::Chunk<'_>> {
         (0..self.n)
             .map(|index| {
-                let delta = Delta { role: Some("assistant"), content: Some(String::new()), tool_calls: None };
+                let delta = Delta { role: Some("assistant"), content: Some(String::new()), ..Delta::default() };
                 self.chunk(ChatChunkChoice { index, delta, logprobs: None, finish_reason: None })
             })
             .collect()

@@ -183,10 +183,14 @@ pub fn render(ready: &Ready, c: &Conversation, with: Option<&Tools>) -> ApiResul
     })
 }
 
-/// Render and tokenize (BOS only if the template did not write it).
-pub fn prompt_ids(ready: &Ready, c: &Conversation, with: Option<&Tools>) -> ApiResult<Vec<u32>> {
+/// Render and tokenize (BOS only if the template did not write it): the prompt's text and ids.
+pub fn prompt_ids(ready: &Ready, c: &Conversation, with: Option<&Tools>) -> ApiResult<(String, Vec<u32>)> {
     let text = render(ready, c, with)?;
-    ready.tokenizer.encode_chat(&text).map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))
+    let ids = ready
+        .tokenizer
+        .encode_chat(&text)
+        .map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))?;
+    Ok((text, ids))
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! known not to (a Hermes `<tool_call>` split over several pieces, or a generic answer that opens with `{`).
 
 use super::{generic, hermes, Call, Format};
+use crate::stream::partial_marker_len;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
@@ -85,7 +86,7 @@ impl CallParser {
                         self.mode = Mode::Call;
                         continue;
                     }
-                    let keep = if end { 0 } else { marker_prefix_len(&self.buf, hermes::START) };
+                    let keep = if end { 0 } else { partial_marker_len(&self.buf, hermes::START) };
                     let cut = self.buf.len() - keep;
                     Self::text(out, &self.buf[..cut]);
                     self.buf.drain(..cut);
@@ -173,14 +174,6 @@ pub fn parse_whole(format: Format, text: &str) -> (String, Vec<Call>) {
     merge(pieces)
 }
 
-/// The length of the longest suffix of `s` that is a proper prefix of `marker` (held back: it may be its start).
-fn marker_prefix_len(s: &str, marker: &str) -> usize {
-    (1..marker.len().min(s.len() + 1))
-        .rev()
-        .find(|&n| s.is_char_boundary(s.len() - n) && marker.starts_with(&s[s.len() - n..]))
-        .unwrap_or(0)
-}
-
 /// Whether `s` (which starts with `{` after whitespace) holds one complete JSON object: braces balance outside
 /// strings.
 fn json_complete(s: &str) -> bool {
@@ -215,19 +208,12 @@ mod tests {
     /// Feed `text` split at every byte boundary pair (char boundaries) and in one piece: the same pieces come out,
     /// merged.
     fn parse_all(format: Format, text: &str) -> (String, Vec<Call>) {
-        let want = parse_whole(format, text);
-        let bounds: Vec<usize> = (0..=text.len()).filter(|&i| text.is_char_boundary(i)).collect();
-        for &a in &bounds {
-            for &b in bounds.iter().filter(|&&b| b >= a) {
-                let mut p = CallParser::new(format);
-                let mut got = p.feed(&text[..a]);
-                got.extend(p.feed(&text[a..b]));
-                got.extend(p.feed(&text[b..]));
-                got.extend(p.finish());
-                assert_eq!(merge(got), want, "split at {a}, {b} of {text:?}");
-            }
-        }
-        want
+        crate::stream::same_at_every_split(text, |pieces| {
+            let mut p = CallParser::new(format);
+            let mut got: Vec<Piece> = pieces.iter().flat_map(|t| p.feed(t)).collect();
+            got.extend(p.finish());
+            merge(got)
+        })
     }
 
     fn call(name: &str, args: &str) -> Call {
@@ -272,9 +258,9 @@ mod tests {
 
     #[test]
     fn marker_prefixes() {
-        assert_eq!(marker_prefix_len("abc <tool", "<tool_call>"), 5);
-        assert_eq!(marker_prefix_len("abc", "<tool_call>"), 0);
-        assert_eq!(marker_prefix_len("é<", "<tool_call>"), 1);
+        assert_eq!(partial_marker_len("abc <tool", "<tool_call>"), 5);
+        assert_eq!(partial_marker_len("abc", "<tool_call>"), 0);
+        assert_eq!(partial_marker_len("é<", "<tool_call>"), 1);
         assert!(json_complete("{\"a\": \"}\"}") && !json_complete("{\"a\": \"}\"") && !json_complete("  "));
     }
 }

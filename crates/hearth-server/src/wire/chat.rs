@@ -70,6 +70,9 @@ pub struct ChatChoice {
 #[derive(Debug, Serialize)]
 pub struct AssistantMessage {
     pub role: &'static str,
+    /// The model's thought (`<think>...</think>`), for templates that think.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     /// `null` when the answer is only tool calls.
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -116,6 +119,8 @@ pub struct Delta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
