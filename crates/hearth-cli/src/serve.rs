@@ -77,9 +77,22 @@ pub struct ServeArgs {
     /// Default top-k (0 = off).
     #[arg(long, env = "HEARTH_TOP_K")]
     pub top_k: Option<usize>,
+    /// Default for thinking templates (`enable_thinking` for requests that do not set it in
+    /// `chat_template_kwargs`): on or off; unset, the template's own default.
+    #[arg(long, env = "HEARTH_REASONING", value_parser = parse_on_off)]
+    pub reasoning: Option<bool>,
     /// Milliseconds between SSE keep-alive comments while a stream waits for its first token.
     #[arg(long, env = "HEARTH_SSE_KEEPALIVE_MS", default_value_t = 1000, hide = true)]
     pub sse_keepalive_ms: u64,
+}
+
+/// `on` / `off`.
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(format!("`{s}` must be `on` or `off`")),
+    }
 }
 
 /// `4096`, `512K`, `4M`, `1G` (powers of 1024; a trailing `B`/`iB` is allowed).
@@ -227,6 +240,7 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
         engine,
         tokenizer,
         grammars,
+        reasoning: a.reasoning,
         model_id: a.model.model.clone(),
         device,
         defaults,

@@ -452,4 +452,13 @@ fn thinking_templates_split_reasoning_content() {
     let m = &v["choices"][0]["message"];
     assert!(m.get("reasoning_content").is_none(), "{v}");
     assert!(m["content"].as_str().is_some_and(|c| !c.is_empty()), "{v}");
+    drop(s);
+    // `--reasoning off` makes that the default; a request can still turn thinking on.
+    let s = Server::start(&["--chat-template", root.to_str().unwrap(), "--reasoning", "off"], &[]);
+    let v = ok(s.post("/v1/chat/completions", &body));
+    assert!(v["choices"][0]["message"].get("reasoning_content").is_none(), "{v}");
+    let mut on = body.clone();
+    on["chat_template_kwargs"] = json!({"enable_thinking": true});
+    let v = ok(s.post("/v1/chat/completions", &on));
+    assert_eq!(v["choices"][0]["message"]["reasoning_content"].as_str(), Some(thought), "{v}");
 }

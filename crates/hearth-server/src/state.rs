@@ -19,6 +19,8 @@ pub struct Ready {
     /// The device, in words (for the banner and /stats).
     pub device: String,
     pub defaults: SamplingDefaults,
+    /// `enable_thinking` for requests that do not set it (`--reasoning`); None: the template's default.
+    pub reasoning: Option<bool>,
     /// Unix time the model became ready (`created` in /v1/models).
     pub created: u64,
 }

@@ -167,7 +167,12 @@ pub fn render(ready: &Ready, c: &Conversation, with: Option<&Tools>) -> ApiResul
     if let Some(t) = with.filter(|t| t.format == Format::Generic) {
         add_generic_tools(&mut messages, t);
     }
-    let extra: Option<&Map<String, Value>> = c.chat_template_kwargs.as_ref();
+    // The server's `--reasoning` default, unless the request says otherwise.
+    let mut kwargs = c.chat_template_kwargs.clone().unwrap_or_default();
+    if let Some(on) = ready.reasoning {
+        kwargs.entry("enable_thinking").or_insert(Value::Bool(on));
+    }
+    let extra: Option<&Map<String, Value>> = (!kwargs.is_empty()).then_some(&kwargs);
     let add_generation_prompt = c.add_generation_prompt.unwrap_or(true);
     let tmpl = ready.tokenizer.chat_template.as_ref().ok_or_else(|| {
         ApiError::bad_request(

@@ -117,6 +117,7 @@ pub fn ready_router(alias: &str, template: Template) -> (Router, usize) {
         model_id: alias.to_string(),
         device: "fake".into(),
         defaults: SamplingDefaults::default(),
+        reasoning: None,
         created: 1,
     };
     assert!(state.set_ready(ready));
