@@ -446,6 +446,11 @@ fn thinking_templates_split_reasoning_content() {
         }
     }
     assert_eq!(streamed, thought, "streamed and non-streamed thoughts differ");
+    // A constraint waits for the thought to end: the (unfinished) thought is the same free text.
+    let mut constrained = body.clone();
+    constrained["response_format"] = json!({"type": "json_object"});
+    let v = ok(s.post("/v1/chat/completions", &constrained));
+    assert_eq!(v["choices"][0]["message"]["reasoning_content"].as_str(), Some(thought), "{v}");
     let mut off = body.clone();
     off["chat_template_kwargs"] = json!({"enable_thinking": false});
     let v = ok(s.post("/v1/chat/completions", &off));

@@ -225,3 +225,19 @@ fn masked_argmax_is_argmax_of_the_masked_logits() {
         assert!(want < tok.vocab_size() as u32);
     }
 }
+
+#[test]
+fn a_dormant_grammar_applies_after_its_marker() {
+    let (_e, tok, g) = engine();
+    let mut c = g.compile(&ConstraintSpec::Regex("[0-9]+".into())).unwrap().after_marker("</think>");
+    let letter = tok.encode("hello", false).unwrap()[0];
+    let digit = tok.encode("7", false).unwrap()[0];
+    assert!(c.is_dormant() && c.allows(letter).unwrap() && c.allows(digit).unwrap(), "free while dormant");
+    // The thought's tokens, with the marker split over several of them, are not checked by the grammar.
+    for id in tok.encode("Let me think about it.</think>", false).unwrap() {
+        assert!(c.is_dormant(), "active before the marker ended");
+        c.commit(id).unwrap();
+    }
+    assert!(!c.is_dormant(), "the marker ends the dormancy");
+    assert!(!c.allows(letter).unwrap() && c.allows(digit).unwrap(), "the grammar applies after the marker");
+}

@@ -117,7 +117,7 @@ impl Grammars {
         }
         // The first mask now: a grammar this vocabulary cannot start (a character no token spells, say) is the
         // request's error, not a failure mid-generation; and the mask is ready for the first sample.
-        let mut c = Constraint { matcher, mask: None, width: self.logits_width };
+        let mut c = Constraint { matcher, mask: None, width: self.logits_width, dormant: None };
         c.prepare().map_err(|e| format!("it cannot start: {e}"))?;
         tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "compiled a grammar");
         Ok(c)
@@ -170,6 +170,15 @@ pub struct Constraint {
     /// The mask for the next token (None: not computed since the last commit).
     mask: Option<SimpleVob>,
     width: usize,
+    /// Free until the output contains these bytes (the end of a thought, `</think>`); then the grammar applies.
+    dormant: Option<Dormant>,
+}
+
+#[derive(Clone)]
+struct Dormant {
+    marker: Vec<u8>,
+    /// The output's last bytes (at most the marker's length).
+    tail: Vec<u8>,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -179,10 +188,22 @@ impl std::fmt::Debug for Constraint {
 }
 
 impl Constraint {
+    /// Leave the output free until it contains `marker` (a thought's end, for a prompt that opened one): the
+    /// grammar applies to what follows.
+    pub fn after_marker(mut self, marker: &str) -> Self {
+        self.dormant = Some(Dormant { marker: marker.as_bytes().to_vec(), tail: Vec::new() });
+        self
+    }
+
+    /// Whether the grammar is still waiting for its marker.
+    pub fn is_dormant(&self) -> bool {
+        self.dormant.is_some()
+    }
+
     /// Compute the mask for the next token if it is not computed yet; returns the milliseconds it took (0 when it
-    /// was ready).
+    /// was ready, or the grammar is dormant).
     pub fn prepare(&mut self) -> Result<f64, String> {
-        if self.mask.is_some() {
+        if self.mask.is_some() || self.dormant.is_some() {
             return Ok(0.0);
         }
         let t0 = Instant::now();
@@ -197,6 +218,12 @@ impl Constraint {
 
     /// Set every logit the grammar does not allow next to -inf.
     pub fn apply(&mut self, logits: &mut [f32]) -> Result<(), String> {
+        if self.dormant.is_some() {
+            // Free text, but never a padded row.
+            let w = self.width.min(logits.len());
+            logits[w..].iter_mut().for_each(|l| *l = f32::NEG_INFINITY);
+            return Ok(());
+        }
         self.prepare()?;
         let Some(mask) = &self.mask else { return Err("the grammar mask is missing".into()) };
         let n = logits.len();
@@ -224,6 +251,10 @@ impl Constraint {
     /// The allowed token with the highest logit (lowest id on ties), without copying the logits: what greedy
     /// sampling over the masked logits picks. None when the mask allows nothing within `logits`.
     pub fn masked_argmax(&mut self, logits: &[f32]) -> Result<Option<u32>, String> {
+        if self.dormant.is_some() {
+            let w = self.width.min(logits.len());
+            return Ok((w > 0).then(|| super::sampler::argmax(&logits[..w]) as u32));
+        }
         self.prepare()?;
         let Some(mask) = &self.mask else { return Err("the grammar mask is missing".into()) };
         let n = logits.len().min(self.width);
@@ -250,6 +281,18 @@ impl Constraint {
 
     /// Commit the chosen (non-EOS) token.
     pub fn commit(&mut self, token: u32) -> Result<Commit, String> {
+        if let Some(d) = self.dormant.as_mut() {
+            let env = self.matcher.tok_env().map_err(|e| e.to_string())?;
+            d.tail.extend_from_slice(env.tok_trie().token(token));
+            if d.tail.ends_with(&d.marker) {
+                self.dormant = None;
+                self.mask = None;
+            } else {
+                let keep = d.tail.len().saturating_sub(d.marker.len());
+                d.tail.drain(..keep);
+            }
+            return Ok(Commit::Continue);
+        }
         self.mask = None;
         self.matcher.consume_token(token).map_err(|e| grammar_error(&self.matcher, e))?;
         if !self.matcher.is_stopped() {
@@ -263,6 +306,9 @@ impl Constraint {
 
     /// Whether `token` is allowed next (computes the mask if needed).
     pub fn allows(&mut self, token: u32) -> Result<bool, String> {
+        if self.dormant.is_some() {
+            return Ok((token as usize) < self.width);
+        }
         self.prepare()?;
         Ok(self.mask.as_ref().is_some_and(|m| m.is_allowed(token)))
     }

@@ -64,7 +64,11 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
     // A template that thinks: the answer's `<think>...</think>` part becomes `reasoning_content`.
     let thinks = reasoning::template_thinks(template);
     let opened = thinks && reasoning::prompt_opens_thought(&prompt_text);
-    let req = g.engine_request(prompt, &ready)?;
+    let mut req = g.engine_request(prompt, &ready)?;
+    // A thought the prompt opened is free text: the constraint (a schema, a tool grammar) applies after it.
+    if opened {
+        req.constraint = req.constraint.take().map(|c| c.after_marker(reasoning::END));
+    }
     let prompt_tokens = req.prompt.len();
     tracing::info!(prompt_tokens, max_tokens = req.max_tokens, n = g.n, stream = g.stream, "accepted");
     let stream = ready.engine.submit(req)?;
