@@ -467,3 +467,40 @@ fn thinking_templates_split_reasoning_content() {
     let v = ok(s.post("/v1/chat/completions", &on));
     assert_eq!(v["choices"][0]["message"]["reasoning_content"].as_str(), Some(thought), "{v}");
 }
+
+/// Llama 3-style JSON tool calls (a template that mentions `<|python_tag|>`,
+/// tests/fixtures/templates/chatml-llama3-tools.jinja): `tool_choice: "required"` makes SmolLM2 answer
+/// `{"name": .., "parameters": {..}}`, returned as `tool_calls` (and streamed as one `delta.tool_calls` entry).
+#[test]
+fn llama3_json_tool_calls() {
+    let t = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/templates/chatml-llama3-tools.jinja");
+    let s = Server::start(&["--chat-template", t.to_str().unwrap()], &[]);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"],
+        "additionalProperties": false}}}]);
+    let body = json!({"messages": user("Weather in Lima?"), "tools": tools, "tool_choice": "required",
+                      "parallel_tool_calls": false, "max_tokens": 40, "temperature": 0});
+    let v = ok(s.post("/v1/chat/completions", &body));
+    let c = &v["choices"][0];
+    assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+    let call = &c["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "get_weather", "{v}");
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap_or("")).expect("JSON arguments");
+    assert!(args["city"].as_str().is_some_and(|c| c.chars().count() <= 20), "{v}");
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let r = s.post("/v1/chat/completions", &sb);
+    let calls: Vec<Value> = r
+        .sse_json()
+        .iter()
+        .filter_map(|ch| ch["choices"][0]["delta"]["tool_calls"].as_array().cloned())
+        .flatten()
+        .collect();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(
+        calls[0]["function"]["arguments"], call["function"]["arguments"],
+        "streamed and non-streamed calls differ"
+    );
+}

@@ -3,11 +3,14 @@
 //! turns the model's output into `tool_calls` (streamed as they complete).
 //!
 //! Formats: [`hermes`] (`<tool_call>{"name": .., "arguments": {..}}</tool_call>`: Hermes, Qwen 2.5/3, SmolLM3 and
-//! every template that mentions `<tool_call>`), and [`generic`] for templates that do not render tools: the tools
-//! are described in a system message and the model answers `{"tool_calls": [{"name": .., "arguments": {..}}]}`.
+//! every template that mentions `<tool_call>`), [`llama3`] (`{"name": .., "parameters": {..}}` as the whole answer:
+//! Llama 3.1–3.3, templates that mention `<|python_tag|>`), and [`generic`] for templates that do not render tools:
+//! the tools are described in a system message and the model answers
+//! `{"tool_calls": [{"name": .., "arguments": {..}}]}`.
 
 pub mod generic;
 pub mod hermes;
+pub mod llama3;
 pub mod parser;
 
 use crate::error::{ApiError, ApiResult};
@@ -19,6 +22,7 @@ use serde_json::{json, Value};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Hermes,
+    Llama3,
     Generic,
 }
 
@@ -27,6 +31,8 @@ impl Format {
     pub fn of_template(source: &str) -> Format {
         if source.contains("<tool_call>") {
             Format::Hermes
+        } else if source.contains(llama3::MARKER) {
+            Format::Llama3
         } else {
             Format::Generic
         }
@@ -135,15 +141,16 @@ impl Tools {
         })
     }
 
-    /// Lark rules `call: f0 | f1 ...` with each function's `{"name": .., "arguments": ..}` as a JSON schema.
-    fn call_rules(&self) -> String {
+    /// Lark rules `call: f0 | f1 ...` with each function's `{"name": .., KEY: ..}` as a JSON schema (KEY:
+    /// `arguments`, or Llama 3's `parameters`).
+    fn call_rules(&self, key: &str) -> String {
         let mut names = Vec::new();
         let mut rules = String::new();
         for (i, (name, params)) in self.callable().enumerate() {
             let schema = json!({
                 "type": "object",
-                "properties": {"name": {"const": name}, "arguments": params},
-                "required": ["name", "arguments"],
+                "properties": {"name": {"const": name}, key: params},
+                "required": ["name", key],
                 "additionalProperties": false,
                 // Compact JSON: with free whitespace a small model can pad an empty object forever.
                 "x-guidance": {"whitespace_flexible": false}
@@ -170,8 +177,13 @@ impl Tools {
                 let more = if self.parallel { " (\", \" call)*" } else { "" };
                 format!("start: {} call{more} \"]}}\"\n", lark_string("{\"tool_calls\": ["))
             }
+            Format::Llama3 => {
+                let more = if self.parallel { " (\"; \" call)*" } else { "" };
+                format!("start: call{more}\n")
+            }
         };
-        Some(ConstraintSpec::Lark(format!("%llguidance {{}}\n{top}{}", self.call_rules())))
+        let key = if self.format == Format::Llama3 { "parameters" } else { "arguments" };
+        Some(ConstraintSpec::Lark(format!("%llguidance {{}}\n{top}{}", self.call_rules(key))))
     }
 
     /// For templates that do not render tools: the system text that describes them.

@@ -2,7 +2,7 @@
 //! show and calls, each as soon as it is complete. Text that may begin a call marker is held back until it is
 //! known not to (a Hermes `<tool_call>` split over several pieces, or a generic answer that opens with `{`).
 
-use super::{generic, hermes, Call, Format};
+use super::{generic, hermes, llama3, Call, Format};
 use crate::stream::partial_marker_len;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +46,7 @@ impl CallParser {
         let mut out = Vec::new();
         match self.format {
             Format::Hermes => self.hermes(&mut out, false),
-            Format::Generic => self.generic(&mut out, false),
+            Format::Generic | Format::Llama3 => self.json_answer(&mut out, false),
         }
         out
     }
@@ -56,7 +56,7 @@ impl CallParser {
         let mut out = Vec::new();
         match self.format {
             Format::Hermes => self.hermes(&mut out, true),
-            Format::Generic => self.generic(&mut out, true),
+            Format::Generic | Format::Llama3 => self.json_answer(&mut out, true),
         }
         out
     }
@@ -123,7 +123,9 @@ impl CallParser {
         }
     }
 
-    fn generic(&mut self, out: &mut Vec<Piece>, end: bool) {
+    /// Formats whose calls are the whole answer, as JSON: decided by its first character, parsed once complete
+    /// (generic: one object; Llama 3: at the end, as `;` may join several).
+    fn json_answer(&mut self, out: &mut Vec<Piece>, end: bool) {
         if self.mode == Mode::Text {
             match self.buf.trim_start().chars().next() {
                 Some('{') => self.mode = Mode::Call,
@@ -137,8 +139,10 @@ impl CallParser {
                 Self::text(out, &self.buf);
                 self.buf.clear();
             }
-            Mode::Call if end || json_complete(&self.buf) => {
-                match generic::parse(&self.buf) {
+            Mode::Call if end || (self.format == Format::Generic && json_complete(&self.buf)) => {
+                let parsed =
+                    if self.format == Format::Llama3 { llama3::parse(&self.buf) } else { generic::parse(&self.buf) };
+                match parsed {
                     Some(calls) => {
                         self.calls += calls.len();
                         out.extend(calls.into_iter().map(Piece::Call));
@@ -245,15 +249,23 @@ mod tests {
     }
 
     #[test]
-    fn generic_answers() {
-        let out = " {\"tool_calls\": [{\"name\": \"weather\", \"arguments\": {\"city\": \"Lima {x}\"}}, {\"name\": \"t\", \"arguments\": {}}]}";
-        let (text, calls) = parse_all(Format::Generic, out);
-        assert_eq!(text, "");
-        assert_eq!(calls, vec![call("weather", "{\"city\":\"Lima {x}\"}"), call("t", "{}")]);
-        assert_eq!(parse_all(Format::Generic, "Hello {there}"), ("Hello {there}".into(), vec![]));
-        assert_eq!(parse_all(Format::Generic, "{\"a\": 1}"), ("{\"a\": 1}".into(), vec![]));
-        assert_eq!(parse_all(Format::Generic, "{\"tool_calls\": [{\"na"), ("{\"tool_calls\": [{\"na".into(), vec![]));
-        assert_eq!(parse_all(Format::Generic, "  "), ("  ".into(), vec![]));
+    fn whole_answer_json_formats() {
+        let generic = " {\"tool_calls\": [{\"name\": \"weather\", \"arguments\": {\"city\": \"Lima {x}\"}}, {\"name\": \"t\", \"arguments\": {}}]}";
+        let llama = "{\"name\": \"f\", \"parameters\": {\"x\": \"{;}\"}}; {\"name\": \"g\", \"parameters\": {}}";
+        let cases: Vec<(Format, &str, &str, Vec<Call>)> = vec![
+            (Format::Generic, generic, "", vec![call("weather", "{\"city\":\"Lima {x}\"}"), call("t", "{}")]),
+            (Format::Llama3, llama, "", vec![call("f", "{\"x\":\"{;}\"}"), call("g", "{}")]),
+            // Text, and JSON that is not a call list, stay text.
+            (Format::Generic, "Hello {there}", "Hello {there}", vec![]),
+            (Format::Generic, "{\"a\": 1}", "{\"a\": 1}", vec![]),
+            (Format::Generic, "{\"tool_calls\": [{\"na", "{\"tool_calls\": [{\"na", vec![]),
+            (Format::Generic, "  ", "  ", vec![]),
+            (Format::Llama3, "Sure, {x}", "Sure, {x}", vec![]),
+            (Format::Llama3, "{\"a\": 1}", "{\"a\": 1}", vec![]),
+        ];
+        for (format, input, text, calls) in cases {
+            assert_eq!(parse_all(format, input), (text.to_string(), calls), "{format:?} {input:?}");
+        }
     }
 
     #[test]
