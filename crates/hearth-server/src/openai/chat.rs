@@ -9,7 +9,7 @@ use crate::reasoning::{self, Part, ReasoningSplitter};
 use crate::sse::{self, ChunkFormat, StreamSpec};
 use crate::state::{new_id, unix_now, AppState};
 use crate::tools::parser::{CallParser, Piece};
-use crate::tools::{Call, Format, Tools};
+use crate::tools::{Call, Format, ToolChoice, Tools};
 use crate::wire::chat::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionRequest, Delta, FunctionCall, ToolCall, ToolCallDelta,
 };
@@ -50,7 +50,9 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
     }
     let template = ready.tokenizer.chat_template.as_ref().map(|t| t.source.as_str()).unwrap_or("");
     let tools = Tools::resolve(&conversation, template)?;
-    if let Some(spec) = tools.as_ref().and_then(Tools::constraint) {
+    // The tools' grammar; with `auto` a request's own constraint wins (its answer is then parsed for calls only).
+    let auto = tools.as_ref().is_some_and(|t| t.choice == ToolChoice::Auto);
+    if let Some(spec) = tools.as_ref().and_then(Tools::constraint).filter(|_| !(auto && g.constraint.is_some())) {
         if let Some(other) = &g.constraint {
             return Err(ApiError::param(
                 "tool_choice",

@@ -161,26 +161,38 @@ impl Tools {
         format!("call: {}\n{rules}", names.join(" | "))
     }
 
-    /// The grammar that enforces `required` or a named function (None for `auto`).
+    /// The grammar that enforces `required` or a named function, or for Hermes `auto` guides the calls the model
+    /// chooses to make (None for other formats' `auto`).
     pub fn constraint(&self) -> Option<ConstraintSpec> {
-        if self.choice == ToolChoice::Auto {
-            return None;
-        }
         let calls = if self.parallel { "+" } else { "" };
-        let top = match self.format {
-            Format::Hermes => format!(
-                "start: tc{calls}\ntc: {} \"\\n\" call \"\\n\" {} \"\\n\"?\n",
-                lark_string(hermes::START),
-                lark_string(hermes::END)
-            ),
-            Format::Generic => {
-                let more = if self.parallel { " (\", \" call)*" } else { "" };
-                format!("start: {} call{more} \"]}}\"\n", lark_string("{\"tool_calls\": ["))
+        let top = match (self.format, &self.choice) {
+            // Hermes `auto`: text is free until the model opens a call; from `<tool_call>` to `</tool_call>` the call
+            // must be valid (llguidance's lazy rule: TEXT matches as little as it can before the tag).
+            (Format::Hermes, ToolChoice::Auto) => {
+                let more = if self.parallel { "*" } else { "?" };
+                format!(
+                    "start: tc{more} TEXT\ntc: tc_open \"\\n\" call \"\\n\" {}\ntc_open[lazy]: TEXT {}\nTEXT: /(.|\\n)*/\n",
+                    lark_string(hermes::END),
+                    lark_string(hermes::START)
+                )
             }
-            Format::Llama3 => {
-                let more = if self.parallel { " (\"; \" call)*" } else { "" };
-                format!("start: call{more}\n")
-            }
+            // The other formats' `auto` answers are parsed, not guided: their calls have no opening tag to wait for.
+            (_, ToolChoice::Auto) => return None,
+            (format, _) => match format {
+                Format::Hermes => format!(
+                    "start: tc{calls}\ntc: {} \"\\n\" call \"\\n\" {} \"\\n\"?\n",
+                    lark_string(hermes::START),
+                    lark_string(hermes::END)
+                ),
+                Format::Generic => {
+                    let more = if self.parallel { " (\", \" call)*" } else { "" };
+                    format!("start: {} call{more} \"]}}\"\n", lark_string("{\"tool_calls\": ["))
+                }
+                Format::Llama3 => {
+                    let more = if self.parallel { " (\"; \" call)*" } else { "" };
+                    format!("start: call{more}\n")
+                }
+            },
         };
         let key = if self.format == Format::Llama3 { "parameters" } else { "arguments" };
         Some(ConstraintSpec::Lark(format!("%llguidance {{}}\n{top}{}", self.call_rules(key))))
