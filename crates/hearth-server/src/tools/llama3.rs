@@ -1,12 +1,19 @@
 //! Llama 3.1–3.3 JSON tool calls: the answer is `{"name": "f", "parameters": {...}}` (after the `<|python_tag|>`
-//! control token, which the text leaves out), several calls separated by `;`. Templates that mention
-//! `<|python_tag|>` speak it.
+//! control token, which the text leaves out), several calls separated by `;`.
 
 use super::Call;
 use serde_json::Value;
 
-/// What a template holds when it speaks this format.
+/// The control token a Llama 3 call may open with (the text leaves it out).
 pub const MARKER: &str = "<|python_tag|>";
+
+/// Whether a chat template speaks this format: it mentions `<|python_tag|>`, the `ipython` environment, or asks for
+/// `{"name": ..., "parameters": ...}` answers (Meta's Llama 3.1–3.3 templates do all three or some).
+pub fn speaks(template: &str) -> bool {
+    template.contains(MARKER)
+        || template.contains("Environment: ipython")
+        || template.contains("\"parameters\": dictionary")
+}
 
 /// The calls of a whole answer, if it is one or more `{"name": .., "parameters": {..}}` objects.
 pub fn parse(text: &str) -> Option<Vec<Call>> {

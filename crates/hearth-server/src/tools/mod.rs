@@ -31,7 +31,7 @@ impl Format {
     pub fn of_template(source: &str) -> Format {
         if source.contains("<tool_call>") {
             Format::Hermes
-        } else if source.contains(llama3::MARKER) {
+        } else if llama3::speaks(source) {
             Format::Llama3
         } else {
             Format::Generic
@@ -222,4 +222,21 @@ pub fn call_of(v: &Value) -> Option<Call> {
         _ => return None,
     };
     Some(Call { name, arguments: args.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_of_real_templates() {
+        let t = |name: &str| {
+            let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/oracle/templates").join(name);
+            Format::of_template(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        };
+        assert_eq!(t("qwen3_like.jinja"), Format::Hermes);
+        assert_eq!(t("llama31_like.jinja"), Format::Llama3);
+        assert_eq!(Format::of_template("{{ '<|python_tag|>' }}"), Format::Llama3);
+        assert_eq!(Format::of_template("<|im_start|>{{ message.content }}"), Format::Generic);
+    }
 }
