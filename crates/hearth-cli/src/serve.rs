@@ -232,7 +232,8 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let tokenizer = Arc::new(m.tokenizer);
     let grammars = Arc::new(Grammars::new(tokenizer.clone(), width));
     {
-        // The grammar compiler's vocabulary index takes ~0.1-1 s: build it now, not in the first request.
+        // The grammar compiler's vocabulary index takes 0.15 s (49k tokens) to 1.7 s (262k): build it now, not in the
+        // first request.
         let g = grammars.clone();
         let _ = std::thread::Builder::new().name("hearth-grammars".into()).spawn(move || g.warm());
     }

@@ -169,6 +169,24 @@ pub struct EngineStats {
     pub ssd_cache: Option<crate::kv::ssd::SsdStats>,
 }
 
+impl EngineStats {
+    /// Fill the grammar masks' p50 / p99 from their histogram (on a snapshot, not per mask).
+    pub fn grammar_quantiles(&mut self) {
+        let quantile = |q: f64| -> f64 {
+            let want = (q * self.grammar_masks_total as f64).ceil() as u64;
+            let mut seen = 0;
+            for (i, &n) in self.grammar_mask_hist.iter().enumerate() {
+                seen += n;
+                if seen >= want {
+                    return 2f64.powf(i as f64 / 4.0) / 1e3;
+                }
+            }
+            self.grammar_mask_ms_max
+        };
+        (self.grammar_mask_ms_p50, self.grammar_mask_ms_p99) = (quantile(0.5), quantile(0.99));
+    }
+}
+
 /// The prompt cache in `/stats`.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PromptCacheStats {

@@ -130,6 +130,7 @@ impl<R: Runner> EngineCore<R> {
         let mut s = self.scheduler.stats().clone();
         self.runner.add_stats(&mut s);
         s.step_sample_ms_total = self.sample_ms;
+        s.grammar_quantiles();
         s
     }
 

@@ -58,8 +58,6 @@ pub struct AsyncSpiller {
     allocated: usize,
     /// Bytes of one ring buffer ([`CHUNK_BYTES`]; smaller in tests, to cut spills into several chunks).
     chunk_bytes: usize,
-    /// Evicted blocks not spilled because too many were waiting.
-    pub dropped: u64,
     /// The thread completed chunks go to, and the buffers it gives back.
     sink: Option<(std::sync::mpsc::Sender<Copied>, std::sync::mpsc::Receiver<PinnedHostSlice<u8>>)>,
     /// Chunks with the sink thread.
@@ -89,7 +87,6 @@ impl AsyncSpiller {
             free: Vec::new(),
             allocated: 0,
             chunk_bytes: CHUNK_BYTES,
-            dropped: 0,
             sink: None,
             handed: 0,
         }))
@@ -102,13 +99,9 @@ impl AsyncSpiller {
     }
 
     /// Whether gathering `blocks` more blocks of `block_bytes` each stays within [`MAX_WAITING_BYTES`] (else the
-    /// caller drops them and this counts them).
-    pub fn has_room(&mut self, blocks: usize, block_bytes: usize) -> bool {
-        let ok = self.waiting_bytes + blocks * block_bytes <= MAX_WAITING_BYTES;
-        if !ok {
-            self.dropped += blocks as u64;
-        }
-        ok
+    /// caller drops them).
+    pub fn has_room(&self, blocks: usize, block_bytes: usize) -> bool {
+        self.waiting_bytes + blocks * block_bytes <= MAX_WAITING_BYTES
     }
 
     /// Queue `gathered` (per layer, K then V: each `blocks × block_size` rows, as `PagedKv::gather_blocks` returns

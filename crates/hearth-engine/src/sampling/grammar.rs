@@ -81,7 +81,8 @@ impl TokenizerEnv for HearthTokEnv {
     }
 }
 
-/// The grammar compiler of one model, built on first use (the vocabulary trie takes ~0.1–1 s).
+/// The grammar compiler of one model, built on first use (its vocabulary index: 0.15 s for 49k tokens, 1.7 s for
+/// 262k on the 2-core CI machine).
 pub struct Grammars {
     tokenizer: Arc<Tokenizer>,
     logits_width: usize,

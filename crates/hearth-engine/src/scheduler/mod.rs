@@ -493,19 +493,6 @@ impl Scheduler {
             st.grammar_mask_hist.resize(bucket + 1, 0);
         }
         st.grammar_mask_hist[bucket] += 1;
-        let quantile = |q: f64| -> f64 {
-            let want = (q * st.grammar_masks_total as f64).ceil() as u64;
-            let mut seen = 0;
-            for (i, &n) in st.grammar_mask_hist.iter().enumerate() {
-                seen += n;
-                if seen >= want {
-                    return 2f64.powf(i as f64 / 4.0) / 1e3;
-                }
-            }
-            st.grammar_mask_ms_max
-        };
-        st.grammar_mask_ms_p50 = quantile(0.5);
-        st.grammar_mask_ms_p99 = quantile(0.99);
     }
 
     /// The grammars of the plan's constrained rows that sample this step, taken out so their masks can be

@@ -113,25 +113,6 @@ fn tool_calls(at: &str, calls: &Value) -> ApiResult<Value> {
     Ok(Value::Array(out))
 }
 
-/// `tools`: a list of `{"type": "function", "function": {"name": ...}}`.
-fn tools(c: &Conversation) -> ApiResult<Option<Value>> {
-    let Some(list) = &c.tools else { return Ok(None) };
-    for (i, t) in list.iter().enumerate() {
-        let ok = t.get("type").and_then(Value::as_str) == Some("function")
-            && t.get("function").and_then(|f| f.get("name")).is_some_and(Value::is_string);
-        if !ok {
-            return Err(ApiError::param(
-                "tools",
-                format!("`tools[{i}]` must be {{\"type\": \"function\", \"function\": {{\"name\": ..., \"parameters\": ...}}}}"),
-            ));
-        }
-    }
-    if c.tool_choice.as_ref().and_then(Value::as_str) == Some("none") {
-        return Ok(None);
-    }
-    Ok(Some(Value::Array(list.clone())))
-}
-
 /// For a template that does not render tools (the generic tool format): the tools described in the system
 /// message, and earlier calls written the way the model is asked to write them.
 fn add_generic_tools(messages: &mut Value, t: &Tools) {
@@ -163,7 +144,8 @@ fn add_generic_tools(messages: &mut Value, t: &Tools) {
 /// the request's tools).
 pub fn render(ready: &Ready, c: &Conversation, with: Option<&Tools>) -> ApiResult<String> {
     let mut messages = normalize(c)?;
-    let tools = tools(c)?;
+    // The template sees the tools when the request offers them (`Tools::resolve` checked them).
+    let tools = with.and(c.tools.as_ref()).map(|l| Value::Array(l.clone()));
     if let Some(t) = with.filter(|t| t.format == Format::Generic) {
         add_generic_tools(&mut messages, t);
     }

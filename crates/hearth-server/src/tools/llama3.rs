@@ -24,7 +24,7 @@ pub fn parse(text: &str) -> Option<Vec<Call>> {
         let mut it = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
         let v = it.next()?.ok()?;
         let used = it.byte_offset();
-        calls.push(v.as_object().filter(|o| o.contains_key("name"))?.get("name").and(super::call_of(&v))?);
+        calls.push(super::call_of(&v)?);
         rest = rest[used..].trim_start().trim_start_matches(';').trim_start();
     }
     (!calls.is_empty()).then_some(calls)
