@@ -4,6 +4,7 @@
     python3 bench/prompt_cache.py reattach  --url URL --tokens 8000 [--seed S]   # one long prompt, sent twice
     python3 bench/prompt_cache.py agents    --url URL --agents 8 --system 2000 --turns 3 --max-tokens 64
     python3 bench/prompt_cache.py multiturn --url URL --turns 20 --max-tokens 48
+    python3 bench/prompt_cache.py turn20    --url URL [--repeats 7]
 
 reattach: a prompt of exactly N random token ids (a long agent conversation), twice: TTFT of the first (cold, or
 whatever the server already holds) and the second (the server's cache). Run it again after a restart to measure
@@ -15,6 +16,10 @@ Prints one JSON line per turn: TTFT mean/p50/max and aggregate completion tok/s 
 
 multiturn: one chat of T turns on /v1/chat/completions (the server's chat template): every turn appends the
 reply and a new user message; prints per turn TTFT, prompt_tokens and cached_tokens.
+
+turn20: a fixed 19-turn chat (the replies written out, so every server and build sees the same tokens): TTFT of
+turn 1 (a new chat each time) and of turn 20 (the whole history cached, a new last message each time), medians
+of --repeats, and their ratio.
 
 Every request is greedy; `ignore_eos` keeps completion lengths fixed where the server honours it. Stdlib only.
 """
@@ -145,9 +150,38 @@ def multiturn(a, host, port):
                           "cached_tokens": cached(usage)}), flush=True)
 
 
+def turn20(a, host, port):
+    def ttft(msgs):
+        t, _, _, u = post_stream(host, port, "/v1/chat/completions",
+                                 {"model": "m", "messages": msgs, "max_tokens": 1, "temperature": 0}, a.timeout)
+        return t * 1e3, u
+    system = {"role": "system", "content": "You are a helpful assistant who answers briefly."}
+    chat = [system]
+    for i in range(19):
+        topic = TOPICS[i]
+        chat.append({"role": "user", "content": f"Tell me one fact about {topic}, then ask me a question "
+                                                f"(turn {i + 1}, note {i * 37 % 1000})."})
+        chat.append({"role": "assistant", "content": f"{topic.capitalize()} have a long history: people used them "
+                                                     f"for centuries in many places, and they changed how towns "
+                                                     f"grew. What do you know about {topic}?"})
+    ask = lambda k, turn, topic: {"role": "user", "content": f"{k} Tell me one fact about {topic}, then ask me a "
+                                                             f"question (turn {turn}, note {k})."}
+    first = [ttft([system, ask(k, 1, TOPICS[0])])[0] for k in range(a.repeats)]
+    ttft(chat + [{"role": "user", "content": "Hello."}])  # the history into the cache
+    last, usage = [], {}
+    for k in range(a.repeats):
+        t, usage = ttft(chat + [ask(k, 20, "lace making")])
+        last.append(t)
+    t1, t20 = statistics.median(first), statistics.median(last)
+    print(json.dumps({"workload": "turn20", "label": a.label, "turn1_ttft_ms": round(t1, 1),
+                      "turn20_ttft_ms": round(t20, 1), "ratio": round(t20 / t1, 2),
+                      "turn20_prompt_tokens": usage.get("prompt_tokens"), "turn20_cached_tokens": cached(usage)}),
+          flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("workload", choices=["reattach", "agents", "multiturn"])
+    ap.add_argument("workload", choices=["reattach", "agents", "multiturn", "turn20"])
     ap.add_argument("--url", default="http://127.0.0.1:8080")
     ap.add_argument("--label", default="")
     ap.add_argument("--tokens", type=int, default=8000, help="reattach: prompt length")
@@ -165,7 +199,10 @@ def main():
         raise SystemExit("prompt_cache.py only talks to loopback servers")
     if a.agents > 64 or a.turns > 64 or a.tokens > 200_000:
         raise SystemExit("bounded: at most 64 agents, 64 turns, 200k tokens")
-    {"reattach": reattach, "agents": agents, "multiturn": multiturn}[a.workload](a, u.hostname, u.port or 80)
+    if a.workload == "turn20":
+        a.repeats = max(a.repeats, 7)
+    {"reattach": reattach, "agents": agents, "multiturn": multiturn, "turn20": turn20}[a.workload](
+        a, u.hostname, u.port or 80)
 
 
 if __name__ == "__main__":

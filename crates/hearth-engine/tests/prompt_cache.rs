@@ -43,7 +43,7 @@ fn cache(ssd: Option<&Path>) -> CacheConfig {
 fn req(prompt: Vec<u32>, max_tokens: usize) -> EngineRequest {
     EngineRequest {
         prompt,
-        sampling: SamplingParams::default(),
+        sampling: SamplingParams { logprobs: Some(0), ..SamplingParams::default() },
         max_tokens,
         stop_token_ids: vec![],
         ignore_eos: true,
@@ -54,12 +54,21 @@ fn req(prompt: Vec<u32>, max_tokens: usize) -> EngineRequest {
 
 /// Greedy tokens and cached prompt tokens of one request.
 fn run(e: &EngineHandle, prompt: &[u32], max_tokens: usize) -> (Vec<u32>, usize) {
+    let (ids, cached, _) = run_logprobs(e, prompt, max_tokens);
+    (ids, cached)
+}
+
+/// Greedy tokens, cached prompt tokens and the bits of each token's logprob.
+fn run_logprobs(e: &EngineHandle, prompt: &[u32], max_tokens: usize) -> (Vec<u32>, usize, Vec<u32>) {
     let mut s = e.submit(req(prompt.to_vec(), max_tokens)).unwrap();
-    let mut ids = Vec::new();
+    let (mut ids, mut bits) = (Vec::new(), Vec::new());
     loop {
         match s.blocking_next().expect("stream ended without Finished") {
-            EngineEvent::Token { id, .. } => ids.push(id),
-            EngineEvent::Finished { usage, .. } => return (ids, usage.cached_tokens),
+            EngineEvent::Token { id, logprob, .. } => {
+                ids.push(id);
+                bits.push(logprob.map_or(u32::MAX, f32::to_bits));
+            }
+            EngineEvent::Finished { usage, .. } => return (ids, usage.cached_tokens, bits),
             EngineEvent::Error { message } => panic!("engine error: {message}"),
         }
     }
@@ -69,29 +78,32 @@ fn run(e: &EngineHandle, prompt: &[u32], max_tokens: usize) -> (Vec<u32>, usize)
 fn hits_answer_like_cold_runs() {
     let (cold, tok) = engine(CacheConfig::default());
     let a = tok.encode(&long_prompt(), true).unwrap();
-    let mut b = a[..100].to_vec();
+    let mut b = a[..120].to_vec();
     b.extend(tok.encode(" Meanwhile in Venice, printers", false).unwrap());
-    let want_a = run(&cold, &a, 12);
-    let want_b = run(&cold, &b, 12);
+    let want_a = run_logprobs(&cold, &a, 12);
+    let want_b = run_logprobs(&cold, &b, 12);
     assert_eq!(want_a.1, 0, "caching is off");
 
+    // Prompt hits end at block boundaries (16 tokens), off the 32-position attention grid half the time: the
+    // tokens after them are computed with the arithmetic of a cold run, so even the logprobs are bit-identical.
     let (warm, _) = engine(cache(None));
-    assert_eq!(run(&warm, &a, 12), want_a, "a cold run on the cached engine");
-    // The whole prompt again: every aligned unit but the last token's.
-    let (ids, cached) = run(&warm, &a, 12);
-    assert_eq!(ids, want_a.0, "a full hit changed the greedy tokens");
-    assert_eq!(cached, (a.len() - 1) / 32 * 32);
-    // A shared 100-token prefix: 96 cached.
-    let (ids, cached) = run(&warm, &b, 12);
-    assert_eq!(ids, want_b.0, "a prefix hit changed the greedy tokens");
-    assert_eq!(cached, 96);
+    assert_eq!(run_logprobs(&warm, &a, 12), want_a, "a cold run on the cached engine");
+    // The whole prompt again: all but the last token (whose logits are the first sample), the tail copied from
+    // the partial block the first run left.
+    let (ids, cached, bits) = run_logprobs(&warm, &a, 12);
+    assert_eq!((&ids, &bits), (&want_a.0, &want_a.2), "a full hit changed the greedy tokens or logprobs");
+    assert_eq!(cached, a.len() - 1);
+    // A shared 120-token prefix: 7 full blocks and the first 8 tokens of a copy of `a`'s eighth block.
+    let (ids, cached, bits) = run_logprobs(&warm, &b, 12);
+    assert_eq!((&ids, &bits), (&want_b.0, &want_b.2), "a prefix hit changed the greedy tokens or logprobs");
+    assert_eq!(cached, 120);
     // Turn 2: prompt + reply + a new message, against a cold run of the same tokens.
     let mut t2 = a.clone();
     t2.extend(&want_a.0);
     t2.extend(tok.encode(" Who printed the first Bible?", false).unwrap());
     let (ids, cached) = run(&warm, &t2, 8);
     assert_eq!(ids, run(&cold, &t2, 8).0, "a multi-turn hit changed the greedy tokens");
-    assert_eq!(cached, (a.len() + want_a.0.len() - 1) / 32 * 32, "the reply's blocks were reused too");
+    assert_eq!(cached, a.len() + want_a.0.len() - 1, "the reply's KV was reused too");
     let st = warm.stats().prompt_cache;
     assert!(st.enabled && st.hits == 3 && st.misses == 1, "{st:?}");
     assert_eq!(warm.stats().kv_blocks_used, 0);
@@ -155,7 +167,7 @@ fn the_ssd_tier_survives_a_restart_and_never_serves_a_bad_file() {
     let (e, _) = engine(cache(Some(dir.path())));
     let (ids, cached) = run(&e, &a, 10);
     assert_eq!(ids, want, "a restored prefix changed the greedy tokens");
-    assert_eq!(cached, (a.len() - 1) / 32 * 32);
+    assert_eq!(cached, (a.len() - 1) / 16 * 16);
     let ssd = e.stats().ssd_cache.unwrap();
     assert!(ssd.restores as usize == cached / 16 && ssd.quarantined == 0, "{ssd:?}");
     drop(e);

@@ -15,6 +15,9 @@ pub struct RowSpan {
     pub len: usize,
     /// Position of the row's first new token (= tokens already in its KV).
     pub pos0: usize,
+    /// The row computes prompt tokens (not one decoded token): a batch-invariant backend attends a piece that
+    /// starts off the [`super::PIECE_ALIGN`] grid (after a prompt-cache hit) as if it started on the grid.
+    pub prompt: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -39,12 +42,19 @@ impl BatchContext {
             if spans.iter().any(|s: &RowSpan| s.slot == slot) {
                 return Err(Error::InvalidRequest(format!("slot {slot} appears twice in one batch")));
             }
-            spans.push(RowSpan { slot, start, len, pos0 });
+            spans.push(RowSpan { slot, start, len, pos0, prompt: false });
             positions.extend((pos0..pos0 + len).map(|p| p as u32));
             start += len;
         }
         let n = positions.len();
         Ok(Self { rows: spans, positions: Tensor::from_vec(positions, n, device)?, all_logits })
+    }
+
+    /// Mark which rows compute prompt tokens (in packing order); rows are decode rows until marked.
+    pub fn mark_prompt(&mut self, prompt: impl IntoIterator<Item = bool>) {
+        for (r, p) in self.rows.iter_mut().zip(prompt) {
+            r.prompt = p;
+        }
     }
 
     /// Total packed tokens.

@@ -1,16 +1,19 @@
 //! Attention over a KV view. Models compute q/k/v for the packed tokens of a batch and hand them to a
 //! [`KvStore`], which appends k/v for each row and attends each row's queries to that row's keys. The model owns
 //! no cache; the store decides the layout: contiguous per sequence ([`ContiguousKv`], `hearth generate` and model
-//! tests) or paged blocks ([`PagedAttention`], the engine), whose backend (portable gather, or CUDA kernels) is
-//! chosen once when it is built.
+//! tests) or paged blocks ([`PagedAttention`], the engine), whose backend (in place on the CPU, CUDA kernels, or the
+//! portable gather) is chosen once when it is built.
 
 pub mod context;
 pub mod contiguous;
 pub mod cpu;
+pub mod cpu_paged;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod paged;
 pub mod paged_gather;
+#[cfg(test)]
+pub(crate) mod test_util;
 
 pub use context::{BatchContext, RowSpan};
 pub use contiguous::ContiguousKv;

@@ -1,7 +1,8 @@
-//! Attention over paged KV storage, with its backend chosen once when the engine starts: the portable
-//! gather-then-attend backend ([`super::paged_gather`]) everywhere, or on a CUDA device the kernels that write and read the
-//! blocks in place (`attention::cuda::paged`, kill switch `HEARTH_CUDA_PAGED_ATTN=0`) when they support the
-//! model's heads, head size and dtype.
+//! Attention over paged KV storage, with its backend chosen once when the engine starts: on the CPU the kernel
+//! that reads the blocks in place ([`super::cpu_paged`], kill switch `HEARTH_CPU_ATTN=0`), on a CUDA device the
+//! kernels that write and read the blocks in place (`attention::cuda::paged`, kill switch
+//! `HEARTH_CUDA_PAGED_ATTN=0`) when they support the model's heads, head size and dtype, and otherwise the
+//! portable gather-then-attend backend ([`super::paged_gather`]).
 
 use super::{AttnParams, BatchContext, KvStore};
 use crate::kv::PagedKv;
@@ -10,6 +11,7 @@ use candle_core::{DType, Device, Tensor};
 
 enum Backend {
     Gather,
+    Cpu,
     #[cfg(feature = "cuda")]
     Cuda(super::cuda::paged::CudaPaged),
 }
@@ -44,6 +46,12 @@ impl PagedAttention {
             let _ = heads;
             Backend::Gather
         };
+        let backend = match backend {
+            Backend::Gather if crate::levers::get().cpu_attn && super::cpu_paged::supports(dtype, device) => {
+                Backend::Cpu
+            }
+            b => b,
+        };
         Ok(Self { kv, backend })
     }
 
@@ -51,6 +59,7 @@ impl PagedAttention {
     pub fn backend_name(&self) -> &'static str {
         match self.backend {
             Backend::Gather => "gather",
+            Backend::Cpu => "cpu-paged",
             #[cfg(feature = "cuda")]
             Backend::Cuda(_) => "cuda-paged",
         }
@@ -73,7 +82,7 @@ impl KvStore for PagedAttention {
         p: &AttnParams,
     ) -> Result<Option<Tensor>> {
         match &mut self.backend {
-            Backend::Gather => Ok(None),
+            Backend::Gather | Backend::Cpu => Ok(None),
             #[cfg(feature = "cuda")]
             Backend::Cuda(c) => c.attend_qkv(&self.kv, layer, qkv, rope, heads, ctx, p).map(Some),
         }
@@ -90,6 +99,7 @@ impl KvStore for PagedAttention {
     ) -> Result<Tensor> {
         match &mut self.backend {
             Backend::Gather => super::paged_gather::attend(&self.kv, layer, q, k, v, ctx, p),
+            Backend::Cpu => super::cpu_paged::attend(&self.kv, layer, q, k, v, ctx, p),
             #[cfg(feature = "cuda")]
             Backend::Cuda(c) => c.attend(&self.kv, layer, q, k, v, ctx, p),
         }

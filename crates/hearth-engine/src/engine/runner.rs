@@ -261,7 +261,8 @@ impl Runner for ModelRunner {
         }
         let tokens: Vec<u32> = plan.rows.iter().flat_map(|r| r.tokens.iter().copied()).collect();
         self.kv.storage_mut().set_tables(plan.rows.iter().map(|r| (r.slot, r.blocks.as_slice())));
-        let ctx = BatchContext::new(&plan.spans(), false, &self.device)?;
+        let mut ctx = BatchContext::new(&plan.spans(), false, &self.device)?;
+        ctx.mark_prompt(plan.rows.iter().map(|r| !r.decoding));
         let input = Tensor::new(tokens.as_slice(), &self.device)?;
         let logits = self.model.forward(&input, &ctx, &mut self.kv)?;
         let t_wait = Instant::now();

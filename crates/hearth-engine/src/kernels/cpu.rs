@@ -83,7 +83,7 @@ pub fn decode_matmul(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use super::*;
     use core::arch::x86_64::*;
 
@@ -132,8 +132,9 @@ mod x86 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
     }
 
+    /// The sum of a vector's 8 lanes.
     #[inline(always)]
-    unsafe fn hsum(v: __m256) -> f32 {
+    pub(crate) unsafe fn hsum(v: __m256) -> f32 {
         let r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
         let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
         let r = _mm_add_ss(r, _mm_movehdup_ps(r));

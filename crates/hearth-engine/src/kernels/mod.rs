@@ -28,7 +28,7 @@
 //!
 //! Both are read once, on first use.
 
-mod cpu;
+pub(crate) mod cpu;
 mod dequant;
 mod quant;
 

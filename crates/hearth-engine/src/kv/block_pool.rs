@@ -6,6 +6,11 @@
 //! prefix takes it back ([`BlockPool::lookup`]). Allocation takes a free block first and only then evicts the
 //! least recently used cached block, so cached prefixes are reused before anything else is given up. Evicted
 //! blocks are reported ([`BlockPool::take_evicted`]) so a cold tier can keep their data.
+//!
+//! A finished row's last, partial block can be registered too ([`BlockPool::register_partial`]). Where a request's
+//! chain of full blocks ends, the cached block after it (partial or full) that starts with the most of its next
+//! tokens is copied ([`BlockPool::lookup_partial`]) and only the rest is computed: hits are token-granular.
+//! Partial blocks live in this pool only: they are never spilled, flushed or listed by [`BlockPool::cached`].
 
 use super::prefix::BlockHash;
 use std::collections::{BTreeMap, HashMap};
@@ -46,6 +51,8 @@ pub struct BlockPool {
     evicted: Vec<Evicted>,
     /// Cached blocks given up for room (not counting idle demotions).
     evictions: u64,
+    /// Registered blocks (full and partial) by their parent's address.
+    children: HashMap<BlockHash, Vec<u32>>,
 }
 
 impl BlockPool {
@@ -68,6 +75,7 @@ impl BlockPool {
             max_cached: max_cached.min(num_blocks),
             evicted: Vec::new(),
             evictions: 0,
+            children: HashMap::new(),
         }
     }
 
@@ -168,11 +176,40 @@ impl BlockPool {
             return false;
         }
         self.by_hash.insert(meta.hash, b);
+        self.children.entry(meta.parent).or_default().push(b);
         self.meta.insert(b, meta);
         true
     }
 
     /// Whether a block is cached under `h` (referenced or parked).
+    /// Register `b`, whose first `meta.tokens.len()` (< block size) positions hold those tokens' KV after the
+    /// block named `meta.parent`, as a partial block (its name: `meta.parent.partial(&meta.tokens)`).
+    pub fn register_partial(&mut self, b: u32, meta: CachedBlock) -> bool {
+        !meta.tokens.is_empty() && meta.tokens.len() < self.block_size && self.register(b, meta)
+    }
+
+    /// The registered block after `parent` (partial or full) sharing the longest run of first tokens with `tokens`
+    /// (at least one), referenced for the caller (who copies it and then releases it), and that run's length.
+    pub fn lookup_partial(&mut self, parent: BlockHash, tokens: &[u32]) -> Option<(u32, usize)> {
+        let common = |m: &CachedBlock| m.tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count();
+        let (b, n) = self
+            .children
+            .get(&parent)?
+            .iter()
+            .filter_map(|b| self.meta.get(b).map(|m| (*b, common(m))))
+            .max_by_key(|&(b, n)| (n, std::cmp::Reverse(b)))?;
+        if n == 0 {
+            return None;
+        }
+        if let Some((tick, _)) = self.parked.remove(&b) {
+            self.lru.remove(&tick);
+            self.refcount[b as usize] = 1;
+        } else {
+            self.retain(b);
+        }
+        Some((b, n))
+    }
+
     pub fn lookup_one(&self, h: BlockHash) -> Option<u32> {
         self.by_hash.get(&h).copied()
     }
@@ -211,8 +248,10 @@ impl BlockPool {
     }
 
     /// Every registered block and its name (for a flush to the cold tier).
+    /// Registered full blocks (what a cold tier can keep).
     pub fn cached(&self) -> impl Iterator<Item = (u32, &CachedBlock)> {
-        self.meta.iter().map(|(&b, m)| (b, m))
+        let bs = self.block_size;
+        self.meta.iter().filter(move |(_, m)| m.tokens.len() == bs).map(|(&b, m)| (b, m))
     }
 
     /// Cached blocks given up since the last call: their data must be read before the block is written again.
@@ -227,7 +266,7 @@ impl BlockPool {
 
     fn evict(&mut self, b: u32, idle: bool) {
         self.evictions += u64::from(!idle);
-        if let Some(meta) = self.unregister(b) {
+        if let Some(meta) = self.unregister(b).filter(|m| m.tokens.len() == self.block_size) {
             self.evicted.push(Evicted { block: b, meta, idle });
         }
     }
@@ -235,6 +274,12 @@ impl BlockPool {
     fn unregister(&mut self, b: u32) -> Option<CachedBlock> {
         let meta = self.meta.remove(&b)?;
         self.by_hash.remove(&meta.hash);
+        if let Some(list) = self.children.get_mut(&meta.parent) {
+            list.retain(|&x| x != b);
+            if list.is_empty() {
+                self.children.remove(&meta.parent);
+            }
+        }
         Some(meta)
     }
 }

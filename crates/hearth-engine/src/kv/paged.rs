@@ -74,8 +74,9 @@ impl PagedKv {
     pub fn copy_block(&mut self, src: u32, dst: u32) -> Result<()> {
         let bs = self.block_size;
         for buf in self.k.iter().chain(self.v.iter()) {
-            // A deep copy: a narrow of the buffer shares its storage, which slice_set is about to write.
-            let data = buf.narrow(0, src as usize * bs, bs)?.copy()?;
+            // A deep copy of just the block (`copy()` would clone the whole buffer): a narrow shares the storage
+            // that slice_set is about to write.
+            let data = buf.narrow(0, src as usize * bs, bs)?.force_contiguous()?;
             buf.slice_set(&data, 0, dst as usize * bs)?;
         }
         Ok(())

@@ -27,6 +27,14 @@ impl BlockHash {
         BlockHash(xxh3_128(&buf))
     }
 
+    /// The name of a partial block after `self` holding `tokens` (fewer than a block's): a different space from
+    /// full blocks' names, so a chain lookup never finds one.
+    pub fn partial(self, tokens: &[u32]) -> Self {
+        let mut buf = b"hearth-kv-partial\0".to_vec();
+        buf.extend_from_slice(&self.child(tokens).0.to_le_bytes());
+        BlockHash(xxh3_128(&buf))
+    }
+
     /// 32 lowercase hex digits (file names).
     pub fn hex(self) -> String {
         format!("{:032x}", self.0)

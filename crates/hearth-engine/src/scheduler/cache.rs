@@ -1,14 +1,13 @@
 //! The prefix cache's side of scheduling: attaching a waiting row to the cached blocks of its prompt (RAM/VRAM
 //! first, then the cold tier), registering blocks as rows compute them, and turning evictions into spills.
 //!
-//! Hits keep batch invariance: a hit always ends at a multiple of [`Scheduler::hit_align`] (a multiple of both
-//! the block size and `PIECE_ALIGN`), so the rest of the prompt is computed in pieces starting at the same
-//! aligned positions as in a cold run, and every token's arithmetic is the same (the cached KV was itself made by
-//! that arithmetic). At least one prompt token is always computed: its logits are the first sample.
+//! Hits end at block boundaries and keep batch invariance: the rest of the prompt is computed in pieces whose
+//! attention sub-blocks the portable backend pads back to the `PIECE_ALIGN` grid (`attention::paged_gather`), so
+//! every token's arithmetic is the one of a cold run (the cached KV was itself made by that arithmetic). At least
+//! one prompt token is always computed: its logits are the first sample.
 
-use super::plan::{Restore, RestoreReport, Spill, SpillKind};
+use super::plan::{BlockCopy, Restore, RestoreReport, Spill, SpillKind};
 use super::{Scheduler, Sequence};
-use crate::attention::PIECE_ALIGN;
 use crate::kv::prefix::chain;
 use crate::kv::{BlockHash, CachedBlock};
 use std::time::Instant;
@@ -23,43 +22,33 @@ pub(super) struct Attach {
     /// Names of the blocks after them to restore from the cold tier.
     pub cold: Vec<CachedBlock>,
     pub hashes: Vec<BlockHash>,
+    /// A partial block after the RAM hits (referenced) and how many of its first tokens the row shares: the row
+    /// gets a copy of it.
+    pub partial: Option<(u32, usize)>,
 }
 
 impl Attach {
     pub fn blocks(&self) -> usize {
         self.ram.len() + self.cold.len()
     }
-}
 
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
+    /// Hit tokens.
+    pub fn tokens(&self, block_size: usize) -> usize {
+        self.blocks() * block_size + self.partial.map_or(0, |(_, n)| n)
     }
 }
 
 impl Scheduler {
-    /// Cache hits end at multiples of this many tokens.
-    pub(super) fn hit_align(&self) -> usize {
-        let bs = self.pool.block_size();
-        bs / gcd(bs, PIECE_ALIGN) * PIECE_ALIGN
-    }
-
     /// Look up the longest cached prefix of a waiting row's tokens (taking references on RAM hits).
     pub(super) fn lookup_prefix(&mut self, s: &Sequence) -> Attach {
-        let none = Attach { ram: Vec::new(), cold: Vec::new(), hashes: Vec::new() };
+        let none = Attach { ram: Vec::new(), cold: Vec::new(), hashes: Vec::new(), partial: None };
         if !self.pool.caching() || s.tokens.len() < 2 {
             return none;
         }
         let bs = self.pool.block_size();
-        let align = self.hit_align();
-        let limit = (s.tokens.len() - 1) / align * align;
-        if limit == 0 {
-            return none;
-        }
+        let limit = (s.tokens.len() - 1) / bs * bs;
         let hashes = chain(self.root, &s.tokens[..limit], bs);
-        let mut ram = self.pool.lookup(&hashes);
+        let ram = self.pool.lookup(&hashes);
         let mut cold = Vec::new();
         if let Some(tier) = self.cold.as_ref().filter(|_| !s.skip_cold) {
             for (i, &h) in hashes.iter().enumerate().skip(ram.len()) {
@@ -70,19 +59,21 @@ impl Scheduler {
                 cold.push(CachedBlock { hash: h, parent, tokens: s.tokens[i * bs..(i + 1) * bs].to_vec() });
             }
         }
-        // Whole aligned units only.
-        let per = align / bs;
-        let keep = (ram.len() + cold.len()) / per * per;
-        cold.truncate(keep.saturating_sub(ram.len()));
-        for b in ram.drain(keep.min(ram.len())..) {
-            self.pool.release(b);
-        }
-        Attach { hashes: hashes[..ram.len() + cold.len()].to_vec(), ram, cold }
+        // Where the RAM hits end (and nothing follows from the cold tier), a cached block after them may start
+        // with more of the prompt (a finished row's partial block, or a full block the prompt parts from): its
+        // shared tokens are copied, up to the last prompt token, which is always computed.
+        let partial = if cold.is_empty() {
+            let parent = ram.len().checked_sub(1).map_or(self.root, |i| hashes[i]);
+            self.pool.lookup_partial(parent, &s.tokens[ram.len() * bs..s.tokens.len() - 1])
+        } else {
+            None
+        };
+        Attach { hashes: hashes[..ram.len() + cold.len()].to_vec(), ram, cold, partial }
     }
 
     /// Give back what `lookup_prefix` took (the row could not be admitted).
     pub(super) fn detach(&mut self, a: Attach) {
-        for b in a.ram {
+        for b in a.ram.into_iter().chain(a.partial.map(|(b, _)| b)) {
             self.pool.release(b);
         }
     }
@@ -91,7 +82,7 @@ impl Scheduler {
     /// restored before the row computes anything.
     pub(super) fn attach(&mut self, s: &mut Sequence, a: Attach) {
         let bs = self.pool.block_size();
-        let hit = a.blocks() * bs;
+        let hit = a.tokens(bs);
         if hit == 0 {
             self.stats.prompt_cache.misses += 1;
             return;
@@ -109,25 +100,19 @@ impl Scheduler {
             return;
         }
         let bs = self.pool.block_size();
-        let per = self.hit_align() / bs;
         for i in 0..self.running.len() {
             let s = &self.running[i];
             let idle = s.restoring.is_none() && s.computed == s.cached && s.computed < s.prompt_len;
             if !idle || s.blocks.len() * bs != s.computed || s.hashes.len() != s.blocks.len() {
                 continue;
             }
-            let limit = (s.tokens.len() - 1) / (per * bs) * (per * bs);
+            let limit = (s.tokens.len() - 1) / bs * bs;
             if s.computed >= limit {
                 continue;
             }
             let parent = s.hashes.last().copied().unwrap_or(self.root);
             let more = chain(parent, &s.tokens[s.computed..limit], bs);
-            let mut got = self.pool.lookup(&more);
-            // Whole aligned units only.
-            let keep = ((s.blocks.len() + got.len()) / per * per).saturating_sub(s.blocks.len());
-            for b in got.drain(keep.min(got.len())..) {
-                self.pool.release(b);
-            }
+            let got = self.pool.lookup(&more);
             if got.is_empty() {
                 continue;
             }
@@ -152,6 +137,19 @@ impl Scheduler {
         s.blocks = a.ram;
         s.hashes = a.hashes;
         s.hashes.truncate(s.blocks.len());
+        if let Some((src, n)) = a.partial {
+            // Copy-on-write: the row writes after the shared tokens, so it gets its own copy of the block (made
+            // before the next step's forward; the source stays referenced until then).
+            match self.pool.allocate() {
+                Some(dst) => {
+                    self.copies.push(BlockCopy { src, dst });
+                    s.blocks.push(dst);
+                    s.computed += n;
+                    s.cached = s.computed;
+                }
+                None => self.pool.release(src),
+            }
+        }
         if a.cold.is_empty() {
             return;
         }
@@ -257,6 +255,19 @@ impl Scheduler {
                 self.requeue(s);
             }
         }
+    }
+
+    /// A row that finished leaves its last, partial block in the cache (registered by the tokens whose KV it
+    /// holds), for a next turn that continues its tokens.
+    pub(super) fn keep_partial(&mut self, s: &Sequence) {
+        let bs = self.pool.block_size();
+        let (full, n) = (s.computed / bs, s.computed % bs);
+        if !self.pool.caching() || n == 0 || s.hashes.len() != full || s.blocks.len() <= full || s.restoring.is_some() {
+            return;
+        }
+        let parent = s.hashes.last().copied().unwrap_or(self.root);
+        let tokens = s.tokens[full * bs..s.computed].to_vec();
+        self.pool.register_partial(s.blocks[full], CachedBlock { hash: parent.partial(&tokens), parent, tokens });
     }
 
     /// Register the row's newly completed full blocks under their addresses.

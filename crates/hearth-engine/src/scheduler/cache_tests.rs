@@ -49,17 +49,18 @@ fn a_shared_prefix_is_computed_once_and_answers_like_a_cold_run() {
     let a = request(100, 3, 5, 1);
     let (got, cached) = run_one(&mut c, &mut next, &a);
     assert_eq!((got, cached), (solo(&a), 0));
-    // Same first 80 tokens, another tail: the hit is 80 - 1 rounded down to the 32-token unit = 64.
+    // Same first 80 tokens, another tail: the hit is the 5 full blocks they fill (80 tokens).
     let mut b = request(120, 3, 5, 1);
     b.prompt[80..].iter_mut().for_each(|t| *t = (*t + 1) % VOCAB as u32);
     let (got, cached) = run_one(&mut c, &mut next, &b);
-    assert_eq!((got, cached), (solo(&b), 64));
-    assert_eq!(first_pos0(&c, 1), Some(64), "the cached prefix was not recomputed");
-    // The identical prompt: at least one token is computed; the hit stays aligned (99 -> 96).
+    assert_eq!((got, cached), (solo(&b), 80));
+    assert_eq!(first_pos0(&c, 1), Some(80), "the cached prefix was not recomputed");
+    // The identical prompt: all but the last token, which is always computed (6 full blocks and 3 tokens of a
+    // copy of the first run's partial block).
     let (got, cached) = run_one(&mut c, &mut next, &a);
-    assert_eq!((got, cached), (solo(&a), 96));
+    assert_eq!((got, cached), (solo(&a), 99));
     let st = c.scheduler().stats();
-    assert_eq!((st.prompt_cache.hits, st.prompt_cache.misses, st.prompt_cache.hit_tokens), (2, 1, 160));
+    assert_eq!((st.prompt_cache.hits, st.prompt_cache.misses, st.prompt_cache.hit_tokens), (2, 1, 179));
     assert_eq!(st.kv_blocks_used, 0, "cached blocks are parked, not held");
     assert!(st.prompt_cache.parked_blocks > 0);
 }
@@ -76,8 +77,31 @@ fn turn_two_hits_on_turn_ones_prompt_and_reply() {
     t2.prompt.extend([5, 6, 7, 8, 9, 10]);
     let (got, cached) = run_one(&mut c, &mut next, &t2);
     assert_eq!(got, solo(&t2));
-    // 50 + 40 - 1 = 89 tokens had KV written: 5 full blocks (80 tokens), whole 32-token units: 64.
-    assert_eq!(cached, 64);
+    // 50 + 40 - 1 = 89 tokens had KV written: 5 full blocks (80 tokens) and 9 tokens of the partial sixth,
+    // which the new row copies before it computes the rest.
+    assert_eq!(cached, 89);
+}
+
+#[test]
+fn a_partial_block_is_copied_up_to_where_the_prompts_part() {
+    let mut c = cached_core(64, 64, None);
+    let mut next = 0;
+    // 45 tokens of KV: 2 full blocks and 13 tokens of a third, left in the cache when the row finishes.
+    let a = request(45, 3, 1, 1);
+    run_one(&mut c, &mut next, &a);
+    // Shares the first 40 tokens: the 2 blocks, then 8 tokens copied from the partial block.
+    let mut b = request(50, 3, 4, 1);
+    b.prompt[..45].copy_from_slice(&a.prompt);
+    b.prompt[40..].iter_mut().for_each(|t| *t = (*t + 1) % VOCAB as u32);
+    let (got, cached) = run_one(&mut c, &mut next, &b);
+    assert_eq!((got, cached), (solo(&b), 40));
+    assert_eq!(first_pos0(&c, 1), Some(40));
+    // A prompt that parts inside the first block copies that full block's first 5 tokens.
+    let mut d = a.clone();
+    d.prompt[5] = (d.prompt[5] + 1) % VOCAB as u32;
+    let (got, cached) = run_one(&mut c, &mut next, &d);
+    assert_eq!((got, cached), (solo(&d), 5));
+    assert_eq!(c.scheduler().stats().kv_blocks_used, 0, "every copy source was released");
 }
 
 #[test]
@@ -137,20 +161,22 @@ fn the_cold_tier_restores_spilled_blocks_after_a_restart() {
         assert!(c.flush().is_none(), "the fake runner has no flush marker");
         c.step();
         assert_eq!(cold.blocks.lock().unwrap().len(), 9, "150 + 4 - 1 tokens written: 9 full blocks");
-        assert_eq!(c.scheduler().stats().prompt_cache.parked_blocks, 9);
+        // Parked: the 9 full blocks and the partial last one (which is never spilled).
+        assert_eq!(c.scheduler().stats().prompt_cache.parked_blocks, 10);
     }
     // A new engine (empty pool): the prefix comes back from the cold tier, restored before it computes.
     let mut c = cached_core(64, 64, Some(cold.clone()));
     let mut next = 0;
     let (got, cached) = run_one(&mut c, &mut next, &a);
-    assert_eq!((got, cached), (want.clone(), 128));
-    assert_eq!(c.runner.restored, 8);
-    assert_eq!(first_pos0(&c, 0), Some(128));
-    assert_eq!(c.scheduler().stats().prompt_cache.restored_tokens, 128);
-    // Now it is in RAM again: no restore for the next hit.
+    assert_eq!((got, cached), (want.clone(), 144));
+    assert_eq!(c.runner.restored, 9);
+    assert_eq!(first_pos0(&c, 0), Some(144));
+    assert_eq!(c.scheduler().stats().prompt_cache.restored_tokens, 144);
+    // Now it is in RAM again: no restore for the next hit, which also copies the partial block the restored
+    // run left (149 = all but the last prompt token).
     let (got, cached) = run_one(&mut c, &mut next, &a);
-    assert_eq!((got, cached), (want.clone(), 128));
-    assert_eq!(c.runner.restored, 8);
+    assert_eq!((got, cached), (want.clone(), 149));
+    assert_eq!(c.runner.restored, 9);
 }
 
 #[test]
@@ -164,8 +190,8 @@ fn a_failed_restore_recomputes_and_answers_the_same() {
         run_one(&mut c, &mut next, &a);
         c.flush();
     }
-    // Block 3 of the chain is listed but unreadable: blocks 0..3 arrive (48 tokens, not a whole unit of 32
-    // beyond 32), the row goes back to the queue, finds 0..3 in RAM and computes from 32.
+    // Block 3 of the chain is listed but unreadable: blocks 0..3 arrive (48 tokens), the row goes back to
+    // the queue, finds 0..3 in RAM and computes from 48.
     let h3 = crate::kv::prefix::chain(BlockHash::root(&7u128.to_le_bytes()), &a.prompt[..64], BS)[3];
     let entry = cold.blocks.lock().unwrap().remove(&h3).expect("block 3 was spilled");
     cold.broken.lock().unwrap().push(h3);
@@ -173,7 +199,7 @@ fn a_failed_restore_recomputes_and_answers_the_same() {
     let mut next = 0;
     let (got, cached) = run_one(&mut c, &mut next, &a);
     assert_eq!(got, want);
-    assert_eq!(cached, 32);
+    assert_eq!(cached, 48);
     assert_eq!(c.scheduler().stats().kv_blocks_used, 0);
     drop(entry);
 }
@@ -191,7 +217,7 @@ fn pool_evictions_spill_to_the_cold_tier_and_idle_ones_demote() {
     }
     assert!(!cold.blocks.lock().unwrap().is_empty());
     let (got, cached) = run_one(&mut c, &mut next, &a);
-    assert_eq!((got, cached), (solo(&a), 64));
+    assert_eq!((got, cached), (solo(&a), 80));
     // Idle demotion: with a zero idle time every parked block spills and frees its memory.
     let mut cfg = config(12, 8);
     cfg.cache.max_blocks = 12;
@@ -211,7 +237,7 @@ fn pool_evictions_spill_to_the_cold_tier_and_idle_ones_demote() {
     assert_eq!(c.scheduler().stats().prompt_cache.blocks, 0);
     assert_eq!(cold.blocks.lock().unwrap().len(), 6);
     let (got, cached) = run_one(&mut c, &mut next, &a);
-    assert_eq!((got, cached), (solo(&a), 64));
+    assert_eq!((got, cached), (solo(&a), 80));
 }
 
 #[test]
@@ -230,9 +256,9 @@ fn a_row_that_has_not_started_finds_blocks_computed_beside_it() {
     run_to_idle(&mut c);
     assert_eq!(drain(&mut sa, 1).remove(0).0, solo(&a));
     assert_eq!(drain(&mut sb, 1).remove(0).0, solo(&b));
-    assert_eq!(first_pos0(&c, 1), Some(64), "B started after A's prefix was computed and reused it");
+    assert_eq!(first_pos0(&c, 1), Some(80), "B started after A's prefix was computed and reused it");
     let st = c.scheduler().stats();
-    assert_eq!((st.prompt_cache.hits, st.prompt_cache.misses, st.prompt_cache.hit_tokens), (1, 1, 64));
+    assert_eq!((st.prompt_cache.hits, st.prompt_cache.misses, st.prompt_cache.hit_tokens), (1, 1, 80));
 }
 
 #[test]
@@ -302,8 +328,8 @@ fn background_restores_let_other_rows_decode_and_answer_the_same() {
     run_to_idle(&mut c);
     assert_eq!(drain(&mut sb, 1).remove(0).0, solo(&b));
     assert_eq!(drain(&mut sa, 1).remove(0).0, solo(&a));
-    assert_eq!(first_pos0(&c, 1), Some(128), "computed after the restored blocks");
-    assert_eq!(c.scheduler().stats().prompt_cache.restored_tokens, 128);
+    assert_eq!(first_pos0(&c, 1), Some(144), "computed after the restored blocks");
+    assert_eq!(c.scheduler().stats().prompt_cache.restored_tokens, 144);
     assert_eq!(c.scheduler().stats().kv_blocks_used, 0);
     assert!(!c.scheduler().restores_in_flight());
 }

@@ -192,6 +192,7 @@ impl Scheduler {
             for sib in std::mem::take(&mut s.siblings) {
                 if let Some(mut sib) = self.fork((&s.blocks, &s.hashes, s.cached), sib) {
                     if self.accept(&mut sib, &pick) {
+                        self.keep_partial(&sib);
                         self.free(sib);
                     } else {
                         self.running.push(sib);
@@ -199,6 +200,7 @@ impl Scheduler {
                 }
             }
             if self.accept(&mut s, &pick) {
+                self.keep_partial(&s);
                 self.free(s);
             } else {
                 self.running.insert(i.min(self.running.len()), s);
@@ -314,13 +316,15 @@ impl Scheduler {
             }
             // Cached blocks it can share need no room; blocks restored from the cold tier do.
             let hit = self.lookup_prefix(&s);
-            let need = total - hit.ram.len();
+            // A partial block's source is held until its copy is made (its copy is one of the row's blocks).
+            let partial = usize::from(hit.partial.is_some());
+            let need = total - hit.ram.len() + partial;
             if need > self.pool.num_free().saturating_sub(promised) {
                 self.detach(hit);
                 self.waiting.push_front(s);
                 break; // FIFO: nothing behind it jumps the queue
             }
-            promised += need - hit.cold.len();
+            promised += need - hit.cold.len() - 2 * partial;
             let mut s = s;
             self.attach(&mut s, hit);
             self.running.push(s);
