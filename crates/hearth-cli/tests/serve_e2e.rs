@@ -468,13 +468,24 @@ fn thinking_templates_split_reasoning_content() {
     assert_eq!(v["choices"][0]["message"]["reasoning_content"].as_str(), Some(thought), "{v}");
 }
 
-/// Llama 3-style JSON tool calls (a template that mentions `<|python_tag|>`,
-/// tests/fixtures/templates/chatml-llama3-tools.jinja): `tool_choice: "required"` makes SmolLM2 answer
-/// `{"name": .., "parameters": {..}}`, returned as `tool_calls` (and streamed as one `delta.tool_calls` entry).
+/// `tool_choice: "required"` in each tool format hearth speaks besides Hermes, chosen from the template: Llama 3 JSON
+/// (tests/fixtures/templates/chatml-llama3-tools.jinja mentions `<|python_tag|>`), Mistral (`[TOOL_CALLS]`, the
+/// oracle's Mistral v0.3-style template) and pythonic (the Gemma 3 template, which does not render tools: they are
+/// described in a system message). SmolLM2 answers with a valid call of the enforced shape, returned as
+/// `tool_calls` and streamed as one `delta.tool_calls` entry.
 #[test]
-fn llama3_json_tool_calls() {
-    let t = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/templates/chatml-llama3-tools.jinja");
+fn tool_calls_in_every_format() {
+    for fixture in [
+        "tests/fixtures/templates/chatml-llama3-tools.jinja",
+        "tools/oracle/templates/mistral_like.jinja",
+        "bench/templates/gemma3.jinja",
+    ] {
+        required_call(fixture);
+    }
+}
+
+fn required_call(fixture: &str) {
+    let t = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(fixture);
     let s = Server::start(&["--chat-template", t.to_str().unwrap()], &[]);
     let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"],
@@ -483,9 +494,9 @@ fn llama3_json_tool_calls() {
                       "parallel_tool_calls": false, "max_tokens": 40, "temperature": 0});
     let v = ok(s.post("/v1/chat/completions", &body));
     let c = &v["choices"][0];
-    assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+    assert_eq!(c["finish_reason"], "tool_calls", "{fixture}: {v}");
     let call = &c["message"]["tool_calls"][0];
-    assert_eq!(call["function"]["name"], "get_weather", "{v}");
+    assert_eq!(call["function"]["name"], "get_weather", "{fixture}: {v}");
     let args: Value =
         serde_json::from_str(call["function"]["arguments"].as_str().unwrap_or("")).expect("JSON arguments");
     assert!(args["city"].as_str().is_some_and(|c| c.chars().count() <= 20), "{v}");
@@ -503,4 +514,16 @@ fn llama3_json_tool_calls() {
         calls[0]["function"]["arguments"], call["function"]["arguments"],
         "streamed and non-streamed calls differ"
     );
+    // The call goes back into the conversation (with its id) and the next turn renders. Gemma's template has no
+    // `tool` role: its result comes back as a user message.
+    let result = if fixture.contains("gemma") {
+        json!({"role": "user", "content": "{\"temp_c\": 19}"})
+    } else {
+        json!({"role": "tool", "tool_call_id": call["id"], "content": "{\"temp_c\": 19}"})
+    };
+    let mut next = body.clone();
+    next["messages"] = json!([user("Weather in Lima?")[0], c["message"], result]);
+    next["tool_choice"] = json!("auto");
+    next["max_tokens"] = json!(4);
+    ok(s.post("/v1/chat/completions", &next));
 }

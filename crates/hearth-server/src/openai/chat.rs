@@ -101,7 +101,8 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
             // Only a thought (cut off by max_tokens): no content.
             let content = content.filter(|t| thought.is_none() || !t.is_empty());
             let finish_reason = finish_reason(c.finish_reason, !calls.is_empty());
-            let tool_calls = (!calls.is_empty()).then(|| calls.into_iter().map(tool_call).collect());
+            let tool_calls =
+                format.filter(|_| !calls.is_empty()).map(|f| calls.into_iter().map(|c| tool_call(c, f)).collect());
             ChatChoice {
                 index,
                 logprobs: want_logprobs.then(|| logprobs::chat(&tok, &c.logprobs)),
@@ -152,9 +153,9 @@ fn finish_reason(reason: &'static str, called: bool) -> &'static str {
     }
 }
 
-fn tool_call(c: Call) -> ToolCall {
+fn tool_call(c: Call, format: Format) -> ToolCall {
     ToolCall {
-        id: new_id("call").replacen("call-", "call_", 1),
+        id: crate::tools::call_id(format),
         kind: "function",
         function: FunctionCall { name: c.name, arguments: c.arguments },
     }
@@ -204,6 +205,7 @@ impl ChatChunks {
             return out;
         };
         let mut call_index = p.calls();
+        let format = p.format();
         let mut pieces = p.feed(&answer);
         if end {
             pieces.extend(p.finish());
@@ -213,7 +215,7 @@ impl ChatChunks {
                 Piece::Text(t) => out.push(DeltaPart::Content(t)),
                 Piece::Call(c) => {
                     call_index += 1;
-                    out.push(DeltaPart::Call(ToolCallDelta { index: call_index - 1, call: tool_call(c) }));
+                    out.push(DeltaPart::Call(ToolCallDelta { index: call_index - 1, call: tool_call(c, format) }));
                 }
             }
         }

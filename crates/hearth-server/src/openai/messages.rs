@@ -113,20 +113,31 @@ fn tool_calls(at: &str, calls: &Value) -> ApiResult<Value> {
     Ok(Value::Array(out))
 }
 
-/// For a template that does not render tools (the generic tool format): the tools described in the system
-/// message, and earlier calls written the way the model is asked to write them.
-fn add_generic_tools(messages: &mut Value, t: &Tools) {
+/// For a template that does not render tools (the generic format, and the pythonic one of Gemma's templates): the
+/// tools described in the system message, and earlier calls written the way the model is asked to write them.
+fn add_described_tools(messages: &mut Value, t: &Tools) {
     let Some(list) = messages.as_array_mut() else { return };
     for m in list.iter_mut() {
         let calls = m.get("tool_calls").and_then(Value::as_array).cloned();
         if let (Some(calls), Some(obj)) = (calls, m.as_object_mut()) {
             if obj.get("content").is_none_or(Value::is_null) {
-                let calls: Vec<Value> = calls
-                    .iter()
-                    .filter_map(|c| c.get("function"))
-                    .map(|f| serde_json::json!({"name": f.get("name"), "arguments": f.get("arguments")}))
-                    .collect();
-                obj.insert("content".into(), serde_json::json!({"tool_calls": calls}).to_string().into());
+                let calls = calls.iter().filter_map(|c| c.get("function"));
+                let text = if t.format == Format::Pythonic {
+                    let empty = Value::Object(Map::new());
+                    let written: Vec<String> = calls
+                        .map(|f| {
+                            let name = f.get("name").and_then(Value::as_str).unwrap_or("");
+                            crate::tools::pythonic::write(name, f.get("arguments").unwrap_or(&empty))
+                        })
+                        .collect();
+                    format!("[{}]", written.join(", "))
+                } else {
+                    let calls: Vec<Value> = calls
+                        .map(|f| serde_json::json!({"name": f.get("name"), "arguments": f.get("arguments")}))
+                        .collect();
+                    serde_json::json!({"tool_calls": calls}).to_string()
+                };
+                obj.insert("content".into(), text.into());
             }
         }
     }
@@ -146,8 +157,8 @@ pub fn render(ready: &Ready, c: &Conversation, with: Option<&Tools>) -> ApiResul
     let mut messages = normalize(c)?;
     // The template sees the tools when the request offers them (`Tools::resolve` checked them).
     let tools = with.and(c.tools.as_ref()).map(|l| Value::Array(l.clone()));
-    if let Some(t) = with.filter(|t| t.format == Format::Generic) {
-        add_generic_tools(&mut messages, t);
+    if let Some(t) = with.filter(|t| t.instructions().is_some()) {
+        add_described_tools(&mut messages, t);
     }
     // The server's `--reasoning` default, unless the request says otherwise.
     let mut kwargs = c.chat_template_kwargs.clone().unwrap_or_default();

@@ -3,15 +3,20 @@
 //! turns the model's output into `tool_calls` (streamed as they complete).
 //!
 //! Formats: [`hermes`] (`<tool_call>{"name": .., "arguments": {..}}</tool_call>`: Hermes, Qwen 2.5/3, SmolLM3 and
-//! every template that mentions `<tool_call>`), [`llama3`] (`{"name": .., "parameters": {..}}` as the whole answer:
-//! Llama 3.1–3.3, templates that mention `<|python_tag|>`), and [`generic`] for templates that do not render tools:
-//! the tools are described in a system message and the model answers
-//! `{"tool_calls": [{"name": .., "arguments": {..}}]}`.
+//! every template that mentions `<tool_call>`), [`mistral`] (`[TOOL_CALLS] [{"name": .., "arguments": {..}}]` or
+//! `[TOOL_CALLS]name[ARGS]{..}`: templates that mention `[TOOL_CALLS]`), [`llama3`] (`{"name": .., "parameters": {..}}`
+//! as the whole answer: Llama 3.1–3.3, templates that mention `<|python_tag|>`), [`pythonic`]
+//! (`[name(key=value, ..)]` as the whole answer: Gemma, Llama 4 and the pythonic tool templates), and [`generic`] for
+//! templates that do not render tools: the tools are described in a system message and the model answers
+//! `{"tool_calls": [{"name": .., "arguments": {..}}]}`. Gemma's own templates do not render tools either: they are
+//! described in a system message too, asking for the pythonic form.
 
 pub mod generic;
 pub mod hermes;
 pub mod llama3;
+pub mod mistral;
 pub mod parser;
+pub mod pythonic;
 
 use crate::error::{ApiError, ApiResult};
 use crate::wire::chat::Conversation;
@@ -22,20 +27,37 @@ use serde_json::{json, Value};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Hermes,
+    Mistral,
     Llama3,
+    Pythonic,
     Generic,
 }
 
 impl Format {
-    /// The format a chat template speaks.
+    /// The format a chat template speaks (a template that spells out the pythonic form is pythonic even where it
+    /// has Llama 3's markers too).
     pub fn of_template(source: &str) -> Format {
-        if source.contains("<tool_call>") {
+        if source.contains(hermes::START) {
             Format::Hermes
-        } else if llama3::speaks(source) {
+        } else if mistral::speaks(source) {
+            Format::Mistral
+        } else if llama3::speaks(source) && !pythonic::asked(source) {
             Format::Llama3
+        } else if pythonic::speaks(source) {
+            Format::Pythonic
         } else {
             Format::Generic
         }
+    }
+}
+
+/// A new `tool_calls[].id`: `call_` and 24 hex digits, or for the Mistral format 9 of those digits (Mistral's
+/// templates raise on ids of any other length when the calls come back in `messages`).
+pub fn call_id(format: Format) -> String {
+    let id = crate::state::new_id("call").replacen("call-", "call_", 1);
+    match format {
+        Format::Mistral => id[id.len() - 9..].to_string(),
+        _ => id,
     }
 }
 
@@ -58,6 +80,8 @@ pub struct Tools {
     pub parallel: bool,
     /// Each function's name and parameter schema.
     pub functions: Vec<(String, Value)>,
+    /// Whether the chat template renders `tools` itself (it mentions them).
+    pub in_template: bool,
 }
 
 impl Tools {
@@ -130,7 +154,8 @@ impl Tools {
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err(ApiError::param("parallel_tool_calls", "`parallel_tool_calls` must be a boolean")),
         };
-        Ok(Some(Tools { format: Format::of_template(template), choice, parallel, functions }))
+        let in_template = template.contains("tools");
+        Ok(Some(Tools { format: Format::of_template(template), choice, parallel, functions, in_template }))
     }
 
     /// The functions a call may name under `tool_choice`.
@@ -147,7 +172,7 @@ impl Tools {
         let mut names = Vec::new();
         let mut rules = String::new();
         for (i, (name, params)) in self.callable().enumerate() {
-            let schema = json!({
+            let mut schema = json!({
                 "type": "object",
                 "properties": {"name": {"const": name}, key: params},
                 "required": ["name", key],
@@ -155,6 +180,12 @@ impl Tools {
                 // Compact JSON: with free whitespace a small model can pad an empty object forever.
                 "x-guidance": {"whitespace_flexible": false}
             });
+            // The parameters' `$ref`s point into their own root's definitions; this schema is the root now.
+            for defs in ["$defs", "definitions"] {
+                if let Some(d) = params.get(defs) {
+                    schema[defs] = d.clone();
+                }
+            }
             rules.push_str(&format!("f{i}: %json {schema}\n"));
             names.push(format!("f{i}"));
         }
@@ -192,15 +223,34 @@ impl Tools {
                     let more = if self.parallel { " (\"; \" call)*" } else { "" };
                     format!("start: call{more}\n")
                 }
+                // The marker is a control token where the tokenizer has it, and a grammar's text never matches
+                // those: the list starts at `[`, the marker's text is allowed before it (the parser takes both).
+                Format::Mistral => {
+                    let more = if self.parallel { " (\", \" call)*" } else { "" };
+                    format!("start: ({} \" \"?)? \"[\" call{more} \"]\"\n", lark_string(mistral::MARKER))
+                }
+                Format::Pythonic => {
+                    let more = if self.parallel { " (\", \" call)*" } else { "" };
+                    format!("start: \"[\" call{more} \"]\"\n")
+                }
             },
         };
-        let key = if self.format == Format::Llama3 { "parameters" } else { "arguments" };
-        Some(ConstraintSpec::Lark(format!("%llguidance {{}}\n{top}{}", self.call_rules(key))))
+        let rules = match self.format {
+            Format::Pythonic => pythonic::call_rules(self.callable()),
+            Format::Llama3 => self.call_rules("parameters"),
+            _ => self.call_rules("arguments"),
+        };
+        Some(ConstraintSpec::Lark(format!("%llguidance {{}}\n{top}{rules}")))
     }
 
-    /// For templates that do not render tools: the system text that describes them.
+    /// For templates that do not render tools: the system text that describes them (generic, and pythonic for
+    /// Gemma's own templates).
     pub fn instructions(&self) -> Option<String> {
-        (self.format == Format::Generic).then(|| generic::instructions(self))
+        match self.format {
+            Format::Generic => Some(generic::instructions(self)),
+            Format::Pythonic if !self.in_template => Some(pythonic::instructions(self)),
+            _ => None,
+        }
     }
 }
 
@@ -231,12 +281,43 @@ mod tests {
     #[test]
     fn formats_of_real_templates() {
         let t = |name: &str| {
-            let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/oracle/templates").join(name);
+            let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(name);
             Format::of_template(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
         };
-        assert_eq!(t("qwen3_like.jinja"), Format::Hermes);
-        assert_eq!(t("llama31_like.jinja"), Format::Llama3);
-        assert_eq!(Format::of_template("{{ '<|python_tag|>' }}"), Format::Llama3);
-        assert_eq!(Format::of_template("<|im_start|>{{ message.content }}"), Format::Generic);
+        assert_eq!(t("tools/oracle/templates/qwen3_like.jinja"), Format::Hermes);
+        assert_eq!(t("tools/oracle/templates/llama31_like.jinja"), Format::Llama3);
+        assert_eq!(t("tools/oracle/templates/mistral_like.jinja"), Format::Mistral);
+        assert_eq!(t("bench/templates/gemma3.jinja"), Format::Pythonic);
+        let cases = [
+            ("{{ '<|python_tag|>' }}", Format::Llama3),
+            ("{{ '[TOOL_CALLS]' + name + '[ARGS]' + arguments }}", Format::Mistral),
+            ("Environment: ipython\nRespond in the format [func_name1(params_name1=params_value1)]", Format::Pythonic),
+            ("{{ '<|header_start|>assistant<|header_end|>' }}{{ '<|python_start|>' }}", Format::Pythonic),
+            ("<|im_start|>{{ message.content }}", Format::Generic),
+        ];
+        for (source, want) in cases {
+            assert_eq!(Format::of_template(source), want, "{source:?}");
+        }
+    }
+
+    #[test]
+    fn mistral_ids_have_nine_characters() {
+        let id = call_id(Format::Mistral);
+        assert!(id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric()), "{id}");
+        assert!(call_id(Format::Hermes).starts_with("call_"));
+        assert_ne!(call_id(Format::Mistral), call_id(Format::Mistral));
+    }
+
+    #[test]
+    fn described_in_the_prompt_where_the_template_does_not_render_tools() {
+        let body = json!({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required", "tools": [
+            {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]});
+        let conv = <Conversation as crate::wire::RequestBody>::from_body(&body).expect("body");
+        let text = |template: &str| Tools::resolve(&conv, template).expect("tools").expect("some").instructions();
+        let gemma = text("<start_of_turn>user\n{{ message.content }}").expect("Gemma's template does not render tools");
+        assert!(gemma.contains("\"get_weather\"") && gemma.contains("Python list"), "{gemma}");
+        assert!(text("<start_of_turn>{% for t in tools %}{{ t | tojson }}{% endfor %}").is_none());
+        assert!(text("[AVAILABLE_TOOLS]{{ tools | tojson }}[TOOL_CALLS]").is_none());
+        assert!(text("<|im_start|>").is_some_and(|t| t.contains("tool_calls")));
     }
 }

@@ -1,8 +1,9 @@
 //! The streaming tool-call parser of one choice: text goes in piece by piece as it is decoded; out come text to
 //! show and calls, each as soon as it is complete. Text that may begin a call marker is held back until it is
-//! known not to (a Hermes `<tool_call>` split over several pieces, or a generic answer that opens with `{`).
+//! known not to (a Hermes `<tool_call>` or Mistral `[TOOL_CALLS]` split over several pieces, a generic answer that
+//! opens with `{`, a pythonic one that opens with `[`, a Mistral one's first word until what follows it shows).
 
-use super::{generic, hermes, llama3, Call, Format};
+use super::{generic, hermes, llama3, mistral, pythonic, Call, Format};
 use crate::stream::partial_marker_len;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,11 +14,11 @@ pub enum Piece {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    /// Hermes: plain text; generic: the answer has not started yet (only whitespace so far).
+    /// Hermes: plain text; whole-answer formats: how the answer opens is not known yet.
     Text,
-    /// Hermes: inside `<tool_call>`; generic: the answer opened with `{` and may be a call list.
+    /// Hermes: inside `<tool_call>`; whole-answer formats: the answer (Mistral: from its marker on) may be calls.
     Call,
-    /// Generic: the answer is text.
+    /// Whole-answer formats: the answer is text (Mistral: until its marker).
     Plain,
 }
 
@@ -40,13 +41,18 @@ impl CallParser {
         self.calls
     }
 
+    /// The format it reads.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
     /// Take the next decoded text.
     pub fn feed(&mut self, text: &str) -> Vec<Piece> {
         self.buf.push_str(text);
         let mut out = Vec::new();
         match self.format {
             Format::Hermes => self.hermes(&mut out, false),
-            Format::Generic | Format::Llama3 => self.json_answer(&mut out, false),
+            _ => self.whole_answer(&mut out, false),
         }
         out
     }
@@ -56,7 +62,7 @@ impl CallParser {
         let mut out = Vec::new();
         match self.format {
             Format::Hermes => self.hermes(&mut out, true),
-            Format::Generic | Format::Llama3 => self.json_answer(&mut out, true),
+            _ => self.whole_answer(&mut out, true),
         }
         out
     }
@@ -123,36 +129,55 @@ impl CallParser {
         }
     }
 
-    /// Formats whose calls are the whole answer, as JSON: decided by its first character, parsed once complete
-    /// (generic: one object; Llama 3: at the end, as `;` may join several).
-    fn json_answer(&mut self, out: &mut Vec<Piece>, end: bool) {
+    /// Formats whose calls are the whole answer: decided by how it opens, parsed once complete (generic: one
+    /// object, as soon as it closes; the others when the answer ends, as several calls may follow each other).
+    /// Mistral's calls may also follow text, after their marker.
+    fn whole_answer(&mut self, out: &mut Vec<Piece>, end: bool) {
         if self.mode == Mode::Text {
-            match self.buf.trim_start().chars().next() {
-                Some('{') => self.mode = Mode::Call,
-                Some(_) => self.mode = Mode::Plain,
-                None if end => self.mode = Mode::Plain,
-                None => return,
+            let opens = match self.format {
+                Format::Mistral => mistral::opens(&self.buf),
+                Format::Pythonic => pythonic::opens(&self.buf),
+                _ => self.buf.trim_start().chars().next().map(|c| c == '{'),
+            };
+            match (opens, end) {
+                (Some(true), _) => self.mode = Mode::Call,
+                (Some(false), _) | (None, true) => self.mode = Mode::Plain,
+                (None, false) => return,
             }
         }
-        match self.mode {
-            Mode::Plain => {
-                Self::text(out, &self.buf);
-                self.buf.clear();
-            }
-            Mode::Call if end || (self.format == Format::Generic && json_complete(&self.buf)) => {
-                let parsed =
-                    if self.format == Format::Llama3 { llama3::parse(&self.buf) } else { generic::parse(&self.buf) };
-                match parsed {
-                    Some(calls) => {
-                        self.calls += calls.len();
-                        out.extend(calls.into_iter().map(Piece::Call));
-                    }
-                    None => Self::text(out, &self.buf),
+        if self.mode == Mode::Plain {
+            let marker = (self.format == Format::Mistral).then_some(mistral::MARKER);
+            match marker.and_then(|m| self.buf.find(m)) {
+                Some(i) => {
+                    Self::text(out, &self.buf[..i]);
+                    self.buf.drain(..i);
+                    self.mode = Mode::Call;
                 }
-                self.buf.clear();
-                self.mode = Mode::Plain;
+                None => {
+                    let keep = marker.filter(|_| !end).map_or(0, |m| partial_marker_len(&self.buf, m));
+                    let cut = self.buf.len() - keep;
+                    Self::text(out, &self.buf[..cut]);
+                    self.buf.drain(..cut);
+                    return;
+                }
             }
-            _ => {}
+        }
+        if end || (self.format == Format::Generic && json_complete(&self.buf)) {
+            let parsed = match self.format {
+                Format::Llama3 => llama3::parse(&self.buf),
+                Format::Mistral => mistral::parse(&self.buf),
+                Format::Pythonic => pythonic::parse(&self.buf),
+                _ => generic::parse(&self.buf),
+            };
+            match parsed {
+                Some(calls) => {
+                    self.calls += calls.len();
+                    out.extend(calls.into_iter().map(Piece::Call));
+                }
+                None => Self::text(out, &self.buf),
+            }
+            self.buf.clear();
+            self.mode = Mode::Plain;
         }
     }
 }
@@ -265,6 +290,68 @@ mod tests {
         ];
         for (format, input, text, calls) in cases {
             assert_eq!(parse_all(format, input), (text.to_string(), calls), "{format:?} {input:?}");
+        }
+    }
+
+    #[test]
+    fn mistral_answers() {
+        let weather = || call("weather", "{\"city\":\"Paris\"}");
+        let two = || vec![weather(), call("time", "{}")];
+        let list = "[TOOL_CALLS] [{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"time\", \"arguments\": {}}]";
+        let cases: Vec<(&str, &str, Vec<Call>)> = vec![
+            (list, "", two()),
+            (&list["[TOOL_CALLS]".len()..], "", two()),
+            ("[TOOL_CALLS]weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]time[ARGS]{}", "", two()),
+            // The markers left out of the text.
+            ("weather{\"city\": \"Paris\"}time{}", "", two()),
+            // Calls after text, from the marker on.
+            (
+                "Let me check. [TOOL_CALLS][{\"name\": \"time\", \"arguments\": {}}]",
+                "Let me check. ",
+                vec![call("time", "{}")],
+            ),
+            // Text, and what is not a call list, stay text as written.
+            ("Hello there [1] é [TOOL_", "Hello there [1] é [TOOL_", vec![]),
+            ("[1, 2] are numbers", "[1, 2] are numbers", vec![]),
+            ("[TOOL_CALLS] [{\"name\": \"weather\", \"argu", "[TOOL_CALLS] [{\"name\": \"weather\", \"argu", vec![]),
+            ("Sure: [TOOL_CALLS]oops", "Sure: [TOOL_CALLS]oops", vec![]),
+            ("weather", "weather", vec![]),
+            ("  ", "  ", vec![]),
+        ];
+        for (input, text, calls) in cases {
+            assert_eq!(parse_all(Format::Mistral, input), (text.to_string(), calls), "{input:?}");
+        }
+    }
+
+    #[test]
+    fn pythonic_answers() {
+        let weather = || call("get_weather", "{\"city\":\"Paris\",\"days\":3}");
+        let cases: Vec<(&str, &str, Vec<Call>)> = vec![
+            ("[get_weather(city=\"Paris\", days=3), get_time()]", "", vec![weather(), call("get_time", "{}")]),
+            (" ```tool_code\n[get_weather(city='Paris', days=3)]\n```", "", vec![weather()]),
+            ("```tool_code\nget_weather(city=\"Paris\", days=3)\n```", "", vec![weather()]),
+            ("<|python_start|>[get_weather(city=\"Paris\", days=3,)]<|python_end|>", "", vec![weather()]),
+            (
+                "[f(a=True, b=None, c=[1, 2.5, 'x'], d={'k': \"v\"}, e=false, s=\"\\u00e9\\n\")]",
+                "",
+                vec![call(
+                    "f",
+                    "{\"a\":true,\"b\":null,\"c\":[1,2.5,\"x\"],\"d\":{\"k\":\"v\"},\"e\":false,\"s\":\"é\\n\"}",
+                )],
+            ),
+            // Text, and what is not a list of calls, stay text as written.
+            ("The weather is nice. [f()]", "The weather is nice. [f()]", vec![]),
+            ("<b>é</b>", "<b>é</b>", vec![]),
+            ("[1, 2, 3]", "[1, 2, 3]", vec![]),
+            ("[f(1, 2)]", "[f(1, 2)]", vec![]),
+            ("[f(a=x)]", "[f(a=x)]", vec![]),
+            ("[f(a=1]", "[f(a=1]", vec![]),
+            ("[f(a=1)] and more", "[f(a=1)] and more", vec![]),
+            ("```python\nprint(f(a=1))\n```", "```python\nprint(f(a=1))\n```", vec![]),
+            ("  ", "  ", vec![]),
+        ];
+        for (input, text, calls) in cases {
+            assert_eq!(parse_all(Format::Pythonic, input), (text.to_string(), calls), "{input:?}");
         }
     }
 
