@@ -14,8 +14,9 @@ agents: A agents share one system prompt of S random token ids and each has its 
 agents send concurrently; turn k+1 appends the agent's reply (tokenized by the server) and a 48-token tool result.
 Prints one JSON line per turn: TTFT mean/p50/max and aggregate completion tok/s (tokens / wall time).
 
-multiturn: one chat of T turns on /v1/chat/completions (the server's chat template): every turn appends the
-reply and a new user message; prints per turn TTFT, prompt_tokens and cached_tokens.
+multiturn: one chat of T turns on /v1/chat/completions (the server's chat template), after one unrelated warm-up
+request: every turn appends the reply and a new user message; prints per turn TTFT, prompt_tokens and
+cached_tokens.
 
 turn20: a fixed 19-turn chat (the replies written out, so every server and build sees the same tokens): TTFT of
 turn 1 (a new chat each time) and of turn 20 (the whole history cached, a new last message each time), medians
@@ -135,6 +136,10 @@ def agents(a, host, port):
 
 
 def multiturn(a, host, port):
+    # A warm-up request that shares nothing with the chat: turn 1 then measures a cold prompt, not a cold server.
+    warm = "Warm-up. " + " ".join(f"{n} bottles of juice stand on the shelf." for n in range(12, 0, -1))
+    post_stream(host, port, "/v1/completions", {"model": "m", "prompt": warm, "max_tokens": 4, "temperature": 0},
+                a.timeout)
     rng = random.Random(a.seed)
     messages = [{"role": "system", "content": "You are a helpful assistant who answers briefly."}]
     for turn in range(a.turns):

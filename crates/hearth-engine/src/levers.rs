@@ -214,7 +214,7 @@ levers! {
     cuda_pv_batch: bool = switch, "HEARTH_CUDA_PV_BATCH", Switch, true, "on", "the decode attention's PV loop loads 8 value rows at a time";
     cuda_tc_prefill: bool = switch, "HEARTH_CUDA_TC_PREFILL", Switch, true, "on", "prompt pieces attend on the tensor cores (16-bit caches)";
     cuda_tc_split: bool = switch, "HEARTH_CUDA_TC_SPLIT", Switch, true, "on", "short prompt pieces over long contexts split their keys over several tensor-core blocks";
-    gpu_argmax: bool = switch, "HEARTH_GPU_ARGMAX", Switch, true, "on", "greedy steps copy only the chosen token to the host";
+    gpu_argmax: bool = switch, "HEARTH_GPU_ARGMAX", Switch, true, "on", "greedy steps (plain, or under a grammar's mask) copy only the chosen token to the host";
     gpu_gemv: bool = switch, "HEARTH_GPU_GEMV", Switch, true, "on", "one-row dense matmuls take hearth's persistent kernel instead of cuBLAS";
     gpu_gemv_split: bool = switch, "HEARTH_GPU_GEMV_SPLIT", Switch, true, "on", "one-row matmuls with K up to 4x the one-warp row split each column over 2 or 4 warps";
     gpu_gemv_norm: bool = switch, "HEARTH_GPU_GEMV_NORM", Switch, true, "on", "the residual add + RMSNorm run inside the one-row matmul after it";

@@ -353,6 +353,52 @@ fn decode_cluster_rope_matches_qkv_rope() {
     }
 }
 
+/// Grammar-masked greedy sampling on the device (`gpu::argmax::argmax_rows_masked`) against the host's rule:
+/// the best allowed token, lowest index on ties, NaN never winning, and NONE_ALLOWED for an empty mask.
+#[test]
+fn masked_argmax_matches_the_host_rule() {
+    use hearth_engine::gpu::argmax::{argmax_rows_masked, NONE_ALLOWED};
+    let dev = gpu();
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for (rows, v) in [(1usize, 49_152usize), (32, 128_256), (5, 1000), (3, 33)] {
+        let w = v.div_ceil(32);
+        // Few distinct values: many ties. A NaN here and there; row 1 allows nothing; row 2 allows a few tokens.
+        let mut x: Vec<f32> = (0..rows * v).map(|_| (next() % 50) as f32 - 25.0).collect();
+        for i in (7..x.len()).step_by(997) {
+            x[i] = f32::NAN;
+        }
+        let mut m: Vec<u32> = (0..rows * w).map(|_| (next() as u32) & (next() as u32)).collect();
+        if rows > 1 {
+            m[w..2 * w].iter_mut().for_each(|b| *b = 0);
+        }
+        if rows > 2 {
+            m[2 * w..3 * w].iter_mut().enumerate().for_each(|(i, b)| *b = if i % 9 == 0 { 1 << (i % 32) } else { 0 });
+        }
+        let want: Vec<u32> = (0..rows)
+            .map(|r| {
+                let mut best: Option<(usize, f32)> = None;
+                for c in 0..v {
+                    let allowed = (m[r * w + c / 32] >> (c % 32)) & 1 == 1;
+                    let val = x[r * v + c];
+                    if allowed && !val.is_nan() && best.is_none_or(|(_, b)| val > b) {
+                        best = Some((c, val));
+                    }
+                }
+                best.map_or(NONE_ALLOWED, |(c, _)| c as u32)
+            })
+            .collect();
+        let logits = Tensor::from_vec(x, (rows, v), &dev).unwrap();
+        let masks = Tensor::from_vec(m, (rows, w), &dev).unwrap();
+        assert_eq!(argmax_rows_masked(&logits, &masks).unwrap(), want, "rows {rows} v {v}");
+    }
+}
+
 /// Greedy sampling on the device (`gpu::argmax`) against the CPU sampler's argmax: random rows of the vocabulary
 /// widths served (49,152 SmolLM2, 262,144 Gemma 3) and odd ones, with the maximum planted twice (the lower index
 /// must win, as on the CPU), rows of only -inf (index 0), NaN at index 0 and inside a row, and bf16 logits.

@@ -223,6 +223,13 @@ fn masked_argmax_is_argmax_of_the_masked_logits() {
         let want = hearth_engine::sampling::sampler::argmax(&masked) as u32;
         assert_eq!(c.masked_argmax(&logits).unwrap(), Some(want), "step {step}");
         assert!(want < tok.vocab_size() as u32);
+        // The same mask as bits (what the CUDA build's argmax takes): set exactly for the allowed tokens.
+        let words = c.mask_words().unwrap();
+        assert_eq!(words.len(), tok.vocab_size().div_ceil(32));
+        for (i, m) in masked.iter().enumerate() {
+            let bit = words.get(i / 32).is_some_and(|w| (w >> (i % 32)) & 1 == 1);
+            assert_eq!(bit, m.is_finite(), "token {i}");
+        }
     }
 }
 

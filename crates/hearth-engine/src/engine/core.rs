@@ -27,6 +27,18 @@ pub struct EngineCore<R: Runner> {
     sample_ms: f64,
 }
 
+/// The constraints of a step's sampled rows after their masks were computed, and each one's milliseconds.
+type Prepared = (Vec<(usize, crate::sampling::grammar::Constraint)>, Vec<f64>);
+
+/// `runner.run_masked` (a function, so the closure's borrows end with the call).
+fn run_masked<R: Runner>(
+    runner: &mut R,
+    plan: &StepPlan,
+    masks: &mut crate::engine::runner::Masks,
+) -> crate::Result<StepOutput> {
+    runner.run_masked(plan, masks)
+}
+
 impl<R: Runner> EngineCore<R> {
     pub fn new(scheduler: Scheduler, runner: R) -> Self {
         Self { scheduler, runner, sample_ms: 0.0 }
@@ -100,22 +112,56 @@ impl<R: Runner> EngineCore<R> {
     }
 
     /// Run the plan's forward pass while another thread computes the grammar masks of its constrained rows that
-    /// sample this step (a mask depends only on the tokens committed so far).
+    /// sample this step (a mask depends only on the tokens committed so far). When every sampled row picks
+    /// greedily, the masks go to the runner, which may pick the tokens on its device.
     fn run_with_masks(&mut self, plan: &StepPlan) -> crate::Result<StepOutput> {
-        let mut taken = self.scheduler.take_constraints(plan);
+        let taken = self.scheduler.take_constraints(plan);
         if taken.is_empty() {
             return self.runner.run(plan);
         }
         let runner = &mut self.runner;
-        let (out, ms) = std::thread::scope(|sc| {
-            let masks = sc.spawn(|| {
+        let (out, back) = std::thread::scope(|sc| {
+            let worker = sc.spawn(move || {
                 use rayon::prelude::*;
-                // Rows in parallel; an error here reappears when the row samples (and fails that row).
-                taken.par_iter_mut().map(|(_, c)| c.prepare().unwrap_or(0.0)).collect::<Vec<f64>>()
+                let mut taken = taken;
+                // Rows in parallel; an error here reappears when the row samples (and fails that row). The
+                // constraints always come back, even from a panic in the grammar library.
+                let ms = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    taken.par_iter_mut().map(|(_, c)| c.prepare().unwrap_or(0.0)).collect::<Vec<f64>>()
+                }))
+                .unwrap_or_default();
+                (taken, ms)
             });
-            let out = runner.run(plan);
-            (out, masks.join().unwrap_or_default())
+            let mut worker = Some(worker);
+            let mut done: Option<Prepared> = None;
+            let out = if plan.greedy_or_masked() {
+                let mut masks = || {
+                    let Some((mut taken, ms)) = worker.take().and_then(|w| w.join().ok()) else {
+                        return Vec::new();
+                    };
+                    // A mask that failed allows nothing: the row reports the grammar's error when it samples.
+                    let words = plan
+                        .rows
+                        .iter()
+                        .map(|r| {
+                            let c = taken.iter_mut().find(|(slot, _)| *slot == r.slot).map(|(_, c)| c)?;
+                            Some(c.mask_words().unwrap_or_default())
+                        })
+                        .collect();
+                    done = Some((taken, ms));
+                    words
+                };
+                self::run_masked(runner, plan, &mut masks)
+            } else {
+                runner.run(plan)
+            };
+            let back = done.or_else(|| worker.take().and_then(|w| w.join().ok()));
+            (out, back)
         });
+        // Without its constraints the step's rows cannot go on (never unconstrained in silence): fail them.
+        let Some((taken, ms)) = back else {
+            return Err(crate::Error::Unsupported("the grammar masks of this step were lost".into()));
+        };
         self.scheduler.return_constraints(taken, &ms);
         out
     }

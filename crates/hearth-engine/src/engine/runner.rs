@@ -22,6 +22,15 @@ pub trait Runner {
     fn transfer(&mut self, plan: &StepPlan) -> Result<RestoreReport>;
     /// Execute one plan's rows: one packed forward. One output per planned row.
     fn run(&mut self, plan: &StepPlan) -> Result<StepOutput>;
+    /// `run` for a plan whose sampled rows all pick greedily, some under a grammar
+    /// ([`StepPlan::greedy_or_masked`]): `masks`, called once the forward pass is issued, gives each planned row's
+    /// allowed tokens as bits ([`crate::sampling::grammar::Constraint::mask_words`]; None: unmasked). A runner
+    /// that picks tokens on a device applies them there; the default copies the logits (the rows are masked on the
+    /// host when they sample).
+    fn run_masked(&mut self, plan: &StepPlan, masks: &mut Masks) -> Result<StepOutput> {
+        let _ = masks;
+        self.run(plan)
+    }
     /// A receiver that fires once everything spilled so far is durable (None: no cold tier).
     fn flush(&mut self) -> Option<std::sync::mpsc::Receiver<()>> {
         None
@@ -33,6 +42,9 @@ pub trait Runner {
     /// Add the runner's counters (step time) to a `/stats` snapshot.
     fn add_stats(&self, _stats: &mut EngineStats) {}
 }
+
+/// What [`Runner::run_masked`] calls for the rows' grammar masks.
+pub type Masks<'a> = dyn FnMut() -> Vec<Option<Vec<u32>>> + 'a;
 
 /// Blocks restored from the SSD tier per host-to-device copy (and at most per step that has rows to run).
 const RESTORE_CHUNK: usize = 64;
@@ -181,6 +193,70 @@ impl ModelRunner {
         }
     }
 
+    /// One packed forward; the rows' tokens picked on the device (greedy, with `masks` when given) or their logits.
+    #[allow(unused_variables)]
+    fn step(&mut self, plan: &StepPlan, masks: Option<&mut Masks>) -> Result<StepOutput> {
+        if let Some(c) = &self.cold {
+            c.set_busy(true);
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(p) = self.profile.as_mut() {
+            p.before(&self.device, plan.rows.len(), plan.num_tokens(), plan.decode_only());
+        }
+        let t_issue = Instant::now();
+        #[cfg(feature = "cuda")]
+        if let Some(t) = self.timer.as_mut() {
+            t.start();
+        }
+        let tokens: Vec<u32> = plan.rows.iter().flat_map(|r| r.tokens.iter().copied()).collect();
+        self.kv.storage_mut().set_tables(plan.rows.iter().map(|r| (r.slot, r.blocks.as_slice())));
+        let mut ctx = BatchContext::new(&plan.spans(), false, &self.device)?;
+        ctx.mark_prompt(plan.rows.iter().map(|r| !r.decoding));
+        let input = Tensor::new(tokens.as_slice(), &self.device)?;
+        let logits = self.model.forward(&input, &ctx, &mut self.kv)?;
+        let t_wait = Instant::now();
+        #[cfg(feature = "cuda")]
+        if let Some(t) = self.timer.as_mut() {
+            t.end();
+        }
+        let out = match masks {
+            #[cfg(feature = "cuda")]
+            Some(masks) if self.argmax_on_device => Self::output_masked(&logits, masks())?,
+            _ => Self::output(&logits, self.argmax_on_device && plan.greedy_only())?,
+        };
+        self.times.issue_ms += (t_wait - t_issue).as_secs_f64() * 1e3;
+        self.times.wait_ms += t_wait.elapsed().as_secs_f64() * 1e3;
+        #[cfg(feature = "cuda")]
+        if let Some((busy, gap)) = self.timer.as_mut().and_then(|t| t.collect()) {
+            self.times.device_ms += busy;
+            if let Some(g) = gap {
+                self.times.gap_ms += g;
+                self.times.gaps += 1;
+            }
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(p) = self.profile.as_mut() {
+            p.after(&self.device);
+        }
+        Ok(out)
+    }
+
+    /// Each row's best allowed token, picked on the device (`masks`: each row's mask words, None: every token).
+    #[cfg(feature = "cuda")]
+    fn output_masked(logits: &Tensor, masks: Vec<Option<Vec<u32>>>) -> Result<StepOutput> {
+        let (rows, v) = logits.dims2()?;
+        let w = v.div_ceil(32);
+        let mut bits = Vec::with_capacity(rows * w);
+        for r in 0..rows {
+            match masks.get(r).and_then(Option::as_ref) {
+                Some(m) => bits.extend((0..w).map(|i| m.get(i).copied().unwrap_or(0))),
+                None => bits.extend(std::iter::repeat_n(u32::MAX, w)),
+            }
+        }
+        let bits = Tensor::from_vec(bits, (rows, w), logits.device())?;
+        Ok(StepOutput::Ids(crate::gpu::argmax::argmax_rows_masked(logits, &bits)?))
+    }
+
     /// Copy a step's logits (R, V) to the host, or only their argmax per row when `on_device`.
     #[allow(unused_variables)]
     fn output(logits: &Tensor, on_device: bool) -> Result<StepOutput> {
@@ -247,45 +323,11 @@ impl Runner for ModelRunner {
     }
 
     fn run(&mut self, plan: &StepPlan) -> Result<StepOutput> {
-        if let Some(c) = &self.cold {
-            c.set_busy(true);
-        }
-        #[cfg(feature = "cuda")]
-        if let Some(p) = self.profile.as_mut() {
-            p.before(&self.device, plan.rows.len(), plan.num_tokens(), plan.decode_only());
-        }
-        let t_issue = Instant::now();
-        #[cfg(feature = "cuda")]
-        if let Some(t) = self.timer.as_mut() {
-            t.start();
-        }
-        let tokens: Vec<u32> = plan.rows.iter().flat_map(|r| r.tokens.iter().copied()).collect();
-        self.kv.storage_mut().set_tables(plan.rows.iter().map(|r| (r.slot, r.blocks.as_slice())));
-        let mut ctx = BatchContext::new(&plan.spans(), false, &self.device)?;
-        ctx.mark_prompt(plan.rows.iter().map(|r| !r.decoding));
-        let input = Tensor::new(tokens.as_slice(), &self.device)?;
-        let logits = self.model.forward(&input, &ctx, &mut self.kv)?;
-        let t_wait = Instant::now();
-        #[cfg(feature = "cuda")]
-        if let Some(t) = self.timer.as_mut() {
-            t.end();
-        }
-        let out = Self::output(&logits, self.argmax_on_device && plan.greedy_only())?;
-        self.times.issue_ms += (t_wait - t_issue).as_secs_f64() * 1e3;
-        self.times.wait_ms += t_wait.elapsed().as_secs_f64() * 1e3;
-        #[cfg(feature = "cuda")]
-        if let Some((busy, gap)) = self.timer.as_mut().and_then(|t| t.collect()) {
-            self.times.device_ms += busy;
-            if let Some(g) = gap {
-                self.times.gap_ms += g;
-                self.times.gaps += 1;
-            }
-        }
-        #[cfg(feature = "cuda")]
-        if let Some(p) = self.profile.as_mut() {
-            p.after(&self.device);
-        }
-        Ok(out)
+        self.step(plan, None)
+    }
+
+    fn run_masked(&mut self, plan: &StepPlan, masks: &mut Masks) -> Result<StepOutput> {
+        self.step(plan, Some(masks))
     }
 
     fn idle(&mut self) {

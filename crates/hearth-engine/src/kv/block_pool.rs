@@ -289,7 +289,7 @@ mod tests {
     use super::*;
 
     fn meta(n: u128) -> CachedBlock {
-        CachedBlock { hash: BlockHash(n), parent: BlockHash(0), tokens: vec![n as u32] }
+        CachedBlock { hash: BlockHash(n), parent: BlockHash(0), tokens: vec![n as u32; 16] }
     }
 
     #[test]
@@ -366,5 +366,36 @@ mod tests {
         assert_eq!(p.evict_idle(Duration::ZERO, Instant::now() + Duration::from_millis(1)), 2);
         assert!(p.take_evicted().iter().all(|e| e.idle));
         assert_eq!((p.num_cached(), p.num_parked(), p.num_free()), (0, 0, 8));
+    }
+
+    #[test]
+    fn partial_blocks_continue_a_chain_and_are_never_spilled() {
+        let mut p = BlockPool::with_cache(4, 4, 4);
+        let root = BlockHash(1);
+        let (full, part) = (p.allocate().unwrap(), p.allocate().unwrap());
+        let full_meta = CachedBlock { hash: root.child(&[1, 2, 3, 4]), parent: root, tokens: vec![1, 2, 3, 4] };
+        assert!(p.register(full, full_meta.clone()));
+        let part_meta =
+            CachedBlock { hash: full_meta.hash.partial(&[5, 6]), parent: full_meta.hash, tokens: vec![5, 6] };
+        assert!(!p.register_partial(part, CachedBlock { tokens: vec![5, 6, 7, 8], ..part_meta.clone() }), "full");
+        assert!(p.register_partial(part, part_meta.clone()));
+        p.release(full);
+        p.release(part);
+        assert_eq!(p.cached().count(), 1, "only full blocks are listed for a cold tier");
+        // After the chain's first block, the partial one shares 2 tokens, the full one (after the root) 3.
+        assert_eq!(p.lookup_partial(full_meta.hash, &[5, 6, 9]), Some((part, 2)));
+        assert_eq!(p.lookup_partial(full_meta.hash, &[5, 7]), Some((part, 1)));
+        assert_eq!(p.lookup_partial(full_meta.hash, &[9]), None);
+        assert_eq!(p.lookup_partial(root, &[1, 2, 3, 9]), Some((full, 3)));
+        p.release(part);
+        p.release(part);
+        p.release(full);
+        // Evicted for room: the full block is reported for a spill, the partial one is not.
+        for _ in 0..4 {
+            p.allocate().unwrap();
+        }
+        let ev = p.take_evicted();
+        assert_eq!(ev.iter().map(|e| e.block).collect::<Vec<_>>(), vec![full]);
+        assert_eq!(p.lookup_partial(full_meta.hash, &[5, 6]), None);
     }
 }

@@ -164,6 +164,9 @@ pub enum Commit {
     Complete,
 }
 
+/// The token id a device's masked argmax reports for a mask that allows nothing.
+pub const NONE_ALLOWED: u32 = u32::MAX;
+
 /// One row's grammar state.
 #[derive(Clone)]
 pub struct Constraint {
@@ -278,6 +281,27 @@ impl Constraint {
             }
         }
         Ok(best.map(|(i, _)| i as u32))
+    }
+
+    /// The tokens allowed next as bits (token i: bit i % 32 of word i / 32), ⌈vocabulary / 32⌉ words: what a device
+    /// masks its argmax with. While dormant, every token of the vocabulary.
+    pub fn mask_words(&mut self) -> Result<Vec<u32>, String> {
+        let words = self.width.div_ceil(32);
+        let mut out = if self.dormant.is_some() {
+            vec![u32::MAX; words]
+        } else {
+            self.prepare()?;
+            let Some(mask) = &self.mask else { return Err("the grammar mask is missing".into()) };
+            let mut m = mask.as_slice().to_vec();
+            m.resize(words, 0);
+            m
+        };
+        if !self.width.is_multiple_of(32) {
+            if let Some(last) = out.last_mut() {
+                *last &= (1u32 << (self.width % 32)) - 1;
+            }
+        }
+        Ok(out)
     }
 
     /// Commit the chosen (non-EOS) token.

@@ -28,7 +28,7 @@ pub use sequence::Sequence;
 
 use crate::attention::PIECE_ALIGN;
 use crate::kv::{BlockHash, BlockPool, ColdTier};
-use crate::sampling::grammar::{Commit, Constraint, GRAMMAR_FAILED};
+use crate::sampling::grammar::{Commit, Constraint, GRAMMAR_FAILED, NONE_ALLOWED};
 use crate::types::{blocks_to_admit, EngineConfig, EngineEvent, EngineStats, FinishReason};
 use plan::{Pick, PieceBudget};
 use std::collections::{HashMap, VecDeque};
@@ -139,6 +139,7 @@ impl Scheduler {
                 // A constrained row needs its logits on the host (its grammar masks them).
                 let plain = |q: &Sequence| q.sampler.params().is_plain_greedy() && q.constraint.is_none();
                 let greedy = plain(s) && s.siblings.iter().all(plain);
+                let masked = s.sampler.params().is_plain_greedy() && s.constraint.is_some() && s.siblings.is_empty();
                 Some(PlannedRow {
                     slot,
                     pos0: s.computed,
@@ -146,6 +147,7 @@ impl Scheduler {
                     blocks: s.blocks.clone(),
                     samples,
                     greedy,
+                    masked,
                     decoding: s.computed >= s.prompt_len,
                 })
             })
@@ -417,6 +419,12 @@ impl Scheduler {
                 }
             }
             (Pick::Logits(logits), None) => s.sampler.sample(logits, &s.tokens),
+            // The device found no token the grammar allows: the mask's own error says why.
+            (Pick::Id(NONE_ALLOWED), Some(c)) => {
+                let why = c.prepare().err().unwrap_or_else(|| "it allows no token".into());
+                s.emit(EngineEvent::Error { message: format!("{GRAMMAR_FAILED}: {why}") });
+                return true;
+            }
             (Pick::Id(id), _) => s.sampler.chosen(id),
         };
         // With a grammar, EOS is only allowed where the grammar accepts: it always ends the row.

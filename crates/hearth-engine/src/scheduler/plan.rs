@@ -18,6 +18,9 @@ pub struct PlannedRow {
     pub samples: bool,
     /// The row (and any choice that forks off it this step) samples plain greedy: a device may pick the token.
     pub greedy: bool,
+    /// The row samples greedily under a grammar (and has no other choices): a device may pick the best token its
+    /// mask allows.
+    pub masked: bool,
     /// The row's prompt was already computed before this step (it decodes one token).
     pub decoding: bool,
 }
@@ -107,6 +110,11 @@ impl StepPlan {
     /// Every row whose output is sampled samples plain greedy (so the device may choose the tokens).
     pub fn greedy_only(&self) -> bool {
         self.rows.iter().all(|r| !r.samples || r.greedy)
+    }
+
+    /// Every row whose output is sampled picks greedily, plainly or under a grammar's mask.
+    pub fn greedy_or_masked(&self) -> bool {
+        self.rows.iter().all(|r| !r.samples || r.greedy || r.masked)
     }
 
     /// (slot, pos0, new tokens) per row, in packing order.
