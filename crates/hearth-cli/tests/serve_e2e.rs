@@ -468,6 +468,56 @@ fn thinking_templates_split_reasoning_content() {
     assert_eq!(v["choices"][0]["message"]["reasoning_content"].as_str(), Some(thought), "{v}");
 }
 
+/// A Qwen3-shaped checkpoint (tests/fixtures/tiny-qwen3: random weights, q/k norms) served with a Qwen3-style
+/// tools-and-thinking template (tools/oracle/templates/qwen3_like.jinja, whose rendering the chat goldens check against
+/// transformers). `tool_choice: "required"` makes even random weights answer a Hermes call, with thinking off (the
+/// prompt closes an empty thought) and on (the prompt opens none: the grammar applies from the first token); the
+/// call comes back as `tool_calls` with no `reasoning_content`, streams as one `delta.tool_calls` entry, and the
+/// template renders it again with its result in the next turn (without the tools: the context is 512 tokens).
+#[test]
+fn qwen3_shaped_tools_and_thinking() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let model = root.join("tests/fixtures/tiny-qwen3");
+    let t = root.join("tools/oracle/templates/qwen3_like.jinja");
+    let s = Server::start(&["-m", model.to_str().unwrap(), "--chat-template", t.to_str().unwrap()], &[]);
+    // The checkpoint's context is 512 tokens and its 512-token vocabulary spells slowly: a short tool.
+    let tools = json!([{"type": "function", "function": {"name": "w", "parameters": {
+        "type": "object", "properties": {"c": {"type": "string", "maxLength": 2}}, "required": ["c"],
+        "additionalProperties": false}}}]);
+    for thinking in [false, true] {
+        let body = json!({"messages": user("Weather in Lima?"), "tools": tools, "tool_choice": "required",
+                          "parallel_tool_calls": false, "max_tokens": 60, "temperature": 0,
+                          "chat_template_kwargs": {"enable_thinking": thinking}});
+        let v = ok(s.post("/v1/chat/completions", &body));
+        let c = &v["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls", "thinking {thinking}: {v}");
+        assert!(c["message"].get("reasoning_content").is_none_or(Value::is_null), "{v}");
+        let call = &c["message"]["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "w", "{v}");
+        let args: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap_or("")).expect("JSON arguments");
+        assert!(args["c"].as_str().is_some_and(|c| c.chars().count() <= 2), "{v}");
+        let mut sb = body.clone();
+        sb["stream"] = json!(true);
+        let calls: Vec<Value> = s
+            .post("/v1/chat/completions", &sb)
+            .sse_json()
+            .iter()
+            .filter_map(|ch| ch["choices"][0]["delta"]["tool_calls"].as_array().cloned())
+            .flatten()
+            .collect();
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert_eq!(calls[0]["function"]["arguments"], call["function"]["arguments"]);
+        let mut next = body.clone();
+        next["messages"] = json!([user("Weather in Lima?")[0], c["message"],
+                                  {"role": "tool", "tool_call_id": call["id"], "content": "19"}]);
+        // Without the tools' preamble, to stay within the 512-token context.
+        next.as_object_mut().map(|o| (o.remove("tools"), o.remove("tool_choice"), o.remove("parallel_tool_calls")));
+        next["max_tokens"] = json!(4);
+        ok(s.post("/v1/chat/completions", &next));
+    }
+}
+
 /// `tool_choice: "required"` in each tool format hearth speaks besides Hermes, chosen from the template: Llama 3 JSON
 /// (tests/fixtures/templates/chatml-llama3-tools.jinja mentions `<|python_tag|>`), Mistral (`[TOOL_CALLS]`, the
 /// oracle's Mistral v0.3-style template) and pythonic (the Gemma 3 template, which does not render tools: they are
