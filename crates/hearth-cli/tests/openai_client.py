@@ -160,17 +160,24 @@ def tools_named_stream():
     stream = client.chat.completions.create(model=MODEL, messages=WEATHER, tools=TOOLS, max_tokens=80, temperature=0,
                                             tool_choice={"type": "function", "function": {"name": "get_time"}},
                                             parallel_tool_calls=False, stream=True)
-    calls, content, finish = [], [], []
+    calls, content, finish = {}, [], []
     for chunk in stream:
         for ch in chunk.choices:
+            # As clients do: the first delta of a call has its id, type and name, later ones more arguments.
             for c in ch.delta.tool_calls or []:
-                calls.append({"index": c.index, "id": c.id, "type": c.type, "name": c.function.name,
-                              "arguments": c.function.arguments})
+                e = calls.setdefault(c.index, {"index": c.index, "id": None, "type": None, "name": None,
+                                               "arguments": "", "deltas": 0})
+                e["deltas"] += 1
+                e["id"] = e["id"] or c.id
+                e["type"] = e["type"] or c.type
+                if c.function is not None:
+                    e["name"] = e["name"] or c.function.name
+                    e["arguments"] += c.function.arguments or ""
             if ch.delta.content:
                 content.append(ch.delta.content)
             if ch.finish_reason is not None:
                 finish.append(ch.finish_reason)
-    return {"calls": calls, "content": "".join(content), "finish_reasons": finish}
+    return {"calls": list(calls.values()), "content": "".join(content), "finish_reasons": finish}
 
 
 def tools_round_trip():

@@ -22,6 +22,22 @@ fn user(text: &str) -> Value {
     json!([{"role": "user", "content": text}])
 }
 
+/// The calls of a streamed chat completion, put together from their `delta.tool_calls` entries as clients do:
+/// (name, arguments, how many deltas carried the call).
+fn streamed_calls(events: &[Value]) -> Vec<(String, String, usize)> {
+    let mut calls: Vec<(String, String, usize)> = Vec::new();
+    for d in events.iter().filter_map(|ch| ch["choices"][0]["delta"]["tool_calls"].as_array()).flatten() {
+        let i = d["index"].as_u64().unwrap_or(u64::MAX) as usize;
+        if i == calls.len() {
+            calls.push((d["function"]["name"].as_str().unwrap_or("").to_string(), String::new(), 0));
+        }
+        let c = calls.get_mut(i).unwrap_or_else(|| panic!("call index {i} out of order: {d}"));
+        c.1.push_str(d["function"]["arguments"].as_str().unwrap_or(""));
+        c.2 += 1;
+    }
+    calls
+}
+
 fn ok(r: Resp) -> Value {
     assert_eq!(r.status, 200, "{}", r.text());
     r.json()
@@ -499,15 +515,10 @@ fn qwen3_shaped_tools_and_thinking() {
         assert!(args["c"].as_str().is_some_and(|c| c.chars().count() <= 2), "{v}");
         let mut sb = body.clone();
         sb["stream"] = json!(true);
-        let calls: Vec<Value> = s
-            .post("/v1/chat/completions", &sb)
-            .sse_json()
-            .iter()
-            .filter_map(|ch| ch["choices"][0]["delta"]["tool_calls"].as_array().cloned())
-            .flatten()
-            .collect();
+        let calls = streamed_calls(&s.post("/v1/chat/completions", &sb).sse_json());
         assert_eq!(calls.len(), 1, "{calls:?}");
-        assert_eq!(calls[0]["function"]["arguments"], call["function"]["arguments"]);
+        assert_eq!((calls[0].0.as_str(), Some(calls[0].1.as_str())), ("w", call["function"]["arguments"].as_str()));
+        assert!(calls[0].2 > 1, "a Hermes call's arguments stream in fragments: {calls:?}");
         let mut next = body.clone();
         next["messages"] = json!([user("Weather in Lima?")[0], c["message"],
                                   {"role": "tool", "tool_call_id": call["id"], "content": "19"}]);
@@ -552,16 +563,11 @@ fn required_call(fixture: &str) {
     assert!(args["city"].as_str().is_some_and(|c| c.chars().count() <= 20), "{v}");
     let mut sb = body.clone();
     sb["stream"] = json!(true);
-    let r = s.post("/v1/chat/completions", &sb);
-    let calls: Vec<Value> = r
-        .sse_json()
-        .iter()
-        .filter_map(|ch| ch["choices"][0]["delta"]["tool_calls"].as_array().cloned())
-        .flatten()
-        .collect();
+    let calls = streamed_calls(&s.post("/v1/chat/completions", &sb).sse_json());
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(
-        calls[0]["function"]["arguments"], call["function"]["arguments"],
+        Some(calls[0].1.as_str()),
+        call["function"]["arguments"].as_str(),
         "streamed and non-streamed calls differ"
     );
     // The call goes back into the conversation (with its id) and the next turn renders. Gemma's template has no

@@ -215,8 +215,14 @@ impl ChatChunks {
                 Piece::Text(t) => out.push(DeltaPart::Content(t)),
                 Piece::Call(c) => {
                     call_index += 1;
-                    out.push(DeltaPart::Call(ToolCallDelta { index: call_index - 1, call: tool_call(c, format) }));
+                    out.push(DeltaPart::Call(ToolCallDelta::first(call_index - 1, tool_call(c, format))));
                 }
+                Piece::CallStart(name) => {
+                    call_index += 1;
+                    let c = Call { name, arguments: String::new() };
+                    out.push(DeltaPart::Call(ToolCallDelta::first(call_index - 1, tool_call(c, format))));
+                }
+                Piece::CallArgs(a) => out.push(DeltaPart::Call(ToolCallDelta::more(call_index.saturating_sub(1), a))),
             }
         }
         out

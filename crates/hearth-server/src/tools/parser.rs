@@ -1,6 +1,7 @@
 //! The streaming tool-call parser of one choice: text goes in piece by piece as it is decoded; out come text to
-//! show and calls, each as soon as it is complete. Text that may begin a call marker is held back until it is
-//! known not to (a Hermes `<tool_call>` or Mistral `[TOOL_CALLS]` split over several pieces, a generic answer that
+//! show and calls: a Hermes call as its name, then its arguments' JSON text fragment by fragment as it is decoded;
+//! the whole-answer formats' calls each as soon as it is complete. Text that may begin a call marker is held back
+//! until it is known not to (a Hermes `<tool_call>` or Mistral `[TOOL_CALLS]` split over several pieces, a generic answer that
 //! opens with `{`, a pythonic one that opens with `[`, a Mistral one's first word until what follows it shows).
 
 use super::{generic, hermes, llama3, mistral, pythonic, Call, Format};
@@ -9,7 +10,12 @@ use crate::stream::partial_marker_len;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
     Text(String),
+    /// A whole call.
     Call(Call),
+    /// A call begins: its function's name (its arguments follow as [`Piece::CallArgs`]).
+    CallStart(String),
+    /// The next fragment of the arguments' JSON text of the call begun last.
+    CallArgs(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,11 +35,27 @@ pub struct CallParser {
     calls: usize,
     /// Hermes: a call just closed; the newline after it (if it comes) is not text.
     skip_newline: bool,
+    /// Hermes: the call whose arguments are streaming (its header was read).
+    args: Option<ArgScan>,
+}
+
+/// Where a streamed arguments object stands: JSON nesting outside strings, so its closing brace is known.
+#[derive(Debug, Default)]
+struct ArgScan {
+    /// The arguments value started (its first non-space character was read).
+    started: bool,
+    /// The value is not an object (a JSON string, say): sent whole when the call closes.
+    whole: bool,
+    depth: i64,
+    in_str: bool,
+    esc: bool,
+    /// The arguments value is complete; what follows up to `</tool_call>` is the call's own closing brace.
+    done: bool,
 }
 
 impl CallParser {
     pub fn new(format: Format) -> Self {
-        Self { format, mode: Mode::Text, buf: String::new(), calls: 0, skip_newline: false }
+        Self { format, mode: Mode::Text, buf: String::new(), calls: 0, skip_newline: false, args: None }
     }
 
     /// Calls emitted so far.
@@ -98,7 +120,25 @@ impl CallParser {
                     self.buf.drain(..cut);
                     return;
                 }
+                Mode::Call if self.args.is_some() => {
+                    if !self.stream_args(out, end) {
+                        return;
+                    }
+                }
                 Mode::Call => {
+                    if !end || !self.buf.contains(hermes::END) {
+                        match hermes::header(&self.buf) {
+                            hermes::Header::Yes { name, len } => {
+                                self.calls += 1;
+                                out.push(Piece::CallStart(name));
+                                self.buf.drain(..len);
+                                self.args = Some(ArgScan::default());
+                                continue;
+                            }
+                            hermes::Header::Need if !end => return,
+                            _ => {}
+                        }
+                    }
                     let close = self.buf.find(hermes::END);
                     let body_end = match (close, end) {
                         (Some(j), _) => j,
@@ -127,6 +167,78 @@ impl CallParser {
                 Mode::Plain => unreachable!("hermes has no plain mode"),
             }
         }
+    }
+
+    /// Stream the arguments of the Hermes call begun last: send what was decoded of its JSON object, up to its
+    /// closing brace; then drop the call's own closing brace up to `</tool_call>`. Returns true when the call
+    /// closed (text mode again), false when it needs more input (or the output ended).
+    fn stream_args(&mut self, out: &mut Vec<Piece>, end: bool) -> bool {
+        let Some(a) = self.args.as_mut() else { return true };
+        if !a.done && !a.whole {
+            // `from`: whitespace before the value is not part of it; `cut`: how far the value was read.
+            let (mut from, mut cut) = (0, 0);
+            for (i, c) in self.buf.char_indices() {
+                if !a.started {
+                    if c.is_whitespace() {
+                        from = i + c.len_utf8();
+                        cut = from;
+                        continue;
+                    }
+                    a.started = true;
+                    if c != '{' {
+                        a.whole = true;
+                        break;
+                    }
+                }
+                cut = i + c.len_utf8();
+                if a.in_str {
+                    match (a.esc, c) {
+                        (true, _) => a.esc = false,
+                        (false, '\\') => a.esc = true,
+                        (false, '"') => a.in_str = false,
+                        _ => {}
+                    }
+                    continue;
+                }
+                match c {
+                    '"' => a.in_str = true,
+                    '{' | '[' => a.depth += 1,
+                    '}' | ']' => {
+                        a.depth -= 1;
+                        if a.depth == 0 {
+                            a.done = true;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let mut read: String = self.buf.drain(..cut).collect();
+            let fragment = read.split_off(from);
+            if !fragment.is_empty() && !a.whole {
+                out.push(Piece::CallArgs(fragment));
+            }
+        }
+        let close = self.buf.find(hermes::END);
+        if close.is_none() && !end {
+            return false;
+        }
+        let rest: String = self.buf.drain(..close.map_or(self.buf.len(), |j| j + hermes::END.len())).collect();
+        if a.whole {
+            // A value that is not an object (arguments given as a JSON string): whole, once the call closed.
+            let value = rest.trim_end().strip_suffix(hermes::END).unwrap_or(rest.trim_end()).trim_end();
+            let value = value.strip_suffix('}').unwrap_or(value);
+            let args = serde_json::from_str::<serde_json::Value>(value).ok().and_then(|v| match v {
+                serde_json::Value::String(s) => Some(s),
+                v @ serde_json::Value::Object(_) => Some(v.to_string()),
+                _ => None,
+            });
+            out.push(Piece::CallArgs(args.unwrap_or_else(|| "{}".into())));
+        }
+        self.args = None;
+        self.skip_newline = true;
+        self.mode = Mode::Text;
+        !(end && self.buf.is_empty())
     }
 
     /// Formats whose calls are the whole answer: decided by how it opens, parsed once complete (generic: one
@@ -190,6 +302,12 @@ pub fn merge(pieces: Vec<Piece>) -> (String, Vec<Call>) {
         match p {
             Piece::Text(s) => text.push_str(&s),
             Piece::Call(c) => calls.push(c),
+            Piece::CallStart(name) => calls.push(Call { name, arguments: String::new() }),
+            Piece::CallArgs(a) => {
+                if let Some(c) = calls.last_mut() {
+                    c.arguments.push_str(&a);
+                }
+            }
         }
     }
     (text, calls)
@@ -256,12 +374,23 @@ mod tests {
                    <tool_call>\n{\"name\": \"time\", \"arguments\": {}}\n</tool_call>";
         let (text, calls) = parse_all(Format::Hermes, out);
         assert_eq!(text, "Let me check.");
-        assert_eq!(calls, vec![call("weather", "{\"city\":\"Paris\"}"), call("time", "{}")]);
+        // Hermes arguments are the model's JSON text as written (streamed as it is decoded).
+        assert_eq!(calls, vec![call("weather", "{\"city\": \"Paris\"}"), call("time", "{}")]);
         // No call: all text, including something that starts like the marker.
         assert_eq!(parse_all(Format::Hermes, "a <tool b> é <tool_"), ("a <tool b> é <tool_".into(), vec![]));
         // An unterminated call that parses is a call (a model that stops after the JSON).
         let (t, c) = parse_all(Format::Hermes, "<tool_call>{\"name\": \"f\", \"parameters\": {\"x\": 1}}");
-        assert_eq!((t.as_str(), c), ("", vec![call("f", "{\"x\":1}")]));
+        assert_eq!((t.as_str(), c), ("", vec![call("f", "{\"x\": 1}")]));
+        // Cut off inside its arguments: what was written is the call (as a streaming client saw it).
+        let (_, c) = parse_all(Format::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": [1, ");
+        assert_eq!(c, vec![call("f", "{\"x\": [1, ")]);
+        // Braces and quotes inside strings do not end the arguments.
+        let (t, c) =
+            parse_all(Format::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"}\\\"{\"}}</tool_call>ok");
+        assert_eq!((t.as_str(), c), ("ok", vec![call("f", "{\"s\": \"}\\\"{\"}")]));
+        // Another key order: parsed when the call is complete.
+        let (_, c) = parse_all(Format::Hermes, "<tool_call>{\"arguments\": {\"x\": 1}, \"name\": \"f\"}</tool_call>");
+        assert_eq!(c, vec![call("f", "{\"x\":1}")]);
         // A body that is not a call stays text.
         assert_eq!(
             parse_all(Format::Hermes, "<tool_call>oops</tool_call>"),
@@ -270,7 +399,24 @@ mod tests {
         // Arguments given as a JSON string.
         let (_, c) =
             parse_all(Format::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": [1]}\"}</tool_call>");
-        assert_eq!(c, vec![call("f", "{\"a\":[1]}")]);
+        assert_eq!(c, vec![call("f", "{\"a\": [1]}")]);
+    }
+
+    #[test]
+    fn hermes_arguments_stream_as_they_are_decoded() {
+        let mut p = CallParser::new(Format::Hermes);
+        let mut got = p.feed("Sure.<tool_call>\n{\"name\": \"write\", \"arguments\": {\"text\": \"Hel");
+        assert_eq!(
+            got,
+            vec![
+                Piece::Text("Sure.".into()),
+                Piece::CallStart("write".into()),
+                Piece::CallArgs("{\"text\": \"Hel".into())
+            ]
+        );
+        got = p.feed("lo\"}}\n</tool_call>\nDone.");
+        assert_eq!(got, vec![Piece::CallArgs("lo\"}".into()), Piece::Text("Done.".into())]);
+        assert_eq!(p.calls(), 1);
     }
 
     #[test]

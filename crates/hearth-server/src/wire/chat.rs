@@ -95,12 +95,41 @@ pub struct FunctionCall {
     pub arguments: String,
 }
 
-/// A call in `delta.tool_calls`: each call arrives whole, in one delta, once it is complete.
+/// A call in `delta.tool_calls`, in OpenAI's shape: the first delta of a call has its `id`, `type` and
+/// `function.name` (and the arguments so far, or all of them), later ones only more `function.arguments` text.
 #[derive(Debug, Clone, Serialize)]
 pub struct ToolCallDelta {
     pub index: usize,
-    #[serde(flatten)]
-    pub call: ToolCall,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: FunctionDelta,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FunctionDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub arguments: String,
+}
+
+impl ToolCallDelta {
+    /// The first delta of a call (with whatever of its arguments is known).
+    pub fn first(index: usize, call: ToolCall) -> Self {
+        let FunctionCall { name, arguments } = call.function;
+        Self {
+            index,
+            id: Some(call.id),
+            kind: Some(call.kind),
+            function: FunctionDelta { name: Some(name), arguments },
+        }
+    }
+
+    /// More of a call's arguments.
+    pub fn more(index: usize, arguments: String) -> Self {
+        Self { index, id: None, kind: None, function: FunctionDelta { name: None, arguments } }
+    }
 }
 
 /// One choice of a `chat.completion.chunk`.
