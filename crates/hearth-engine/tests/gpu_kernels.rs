@@ -353,6 +353,37 @@ fn decode_cluster_rope_matches_qkv_rope() {
     }
 }
 
+/// The copy-on-write of a prompt-cache hit (and of forked choices) on the device: `copy_block` copies one block's
+/// K/V in every layer, byte for byte, and nothing else.
+#[test]
+fn copy_block_copies_one_block_exactly() {
+    let dev = gpu();
+    for dtype in [DType::BF16, DType::F32] {
+        let (layers, blocks, bs, kvh, d) = (3, 6, 16, 2, 64);
+        let mut kv = PagedKv::new(layers, blocks, bs, kvh, d, dtype, &dev).unwrap();
+        let data: Vec<Vec<u8>> = (0..blocks)
+            .map(|b| {
+                let n = layers * 2 * bs * kvh * d;
+                let v: Vec<f32> = (0..n).map(|i| ((i * 7 + b * 131) % 1000) as f32 / 100.0 - 5.0).collect();
+                let t = Tensor::from_vec(v, n, &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+                let bytes: Vec<u8> = match dtype {
+                    DType::F32 => t.to_vec1::<f32>().unwrap().iter().flat_map(|x| x.to_le_bytes()).collect(),
+                    _ => t.to_vec1::<half::bf16>().unwrap().iter().flat_map(|x| x.to_le_bytes()).collect(),
+                };
+                bytes
+            })
+            .collect();
+        for (b, bytes) in data.iter().enumerate() {
+            kv.write_block(b as u32, bytes).unwrap();
+        }
+        kv.copy_block(1, 4).unwrap();
+        for b in 0..blocks {
+            let want = if b == 4 { &data[1] } else { &data[b] };
+            assert_eq!(&kv.read_block(b as u32).unwrap(), want, "{dtype:?} block {b}");
+        }
+    }
+}
+
 /// Grammar-masked greedy sampling on the device (`gpu::argmax::argmax_rows_masked`) against the host's rule:
 /// the best allowed token, lowest index on ties, NaN never winning, and NONE_ALLOWED for an empty mask.
 #[test]
