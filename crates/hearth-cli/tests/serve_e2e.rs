@@ -487,7 +487,8 @@ fn thinking_templates_split_reasoning_content() {
 /// A Qwen3-shaped checkpoint (tests/fixtures/tiny-qwen3: random weights, q/k norms) served with a Qwen3-style
 /// tools-and-thinking template (tools/oracle/templates/qwen3_like.jinja, whose rendering the chat goldens check against
 /// transformers). `tool_choice: "required"` makes even random weights answer a Hermes call, with thinking off (the
-/// prompt closes an empty thought) and on (the prompt opens none: the grammar applies from the first token); the
+/// prompt closes an empty thought) and on (the prompt opens none: the model may think first, which these weights do
+/// not; `grammar::a_model_may_think_before_its_constraint` checks the thought itself); the
 /// call comes back as `tool_calls` with no `reasoning_content`, streams as one `delta.tool_calls` entry, and the
 /// template renders it again with its result in the next turn (without the tools: the context is 512 tokens).
 #[test]

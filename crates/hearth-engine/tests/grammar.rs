@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use hearth_engine::engine::FinishReason;
 use hearth_engine::engine::{start, CacheConfig, EngineConfig, EngineEvent, EngineHandle, EngineRequest};
-use hearth_engine::sampling::grammar::{ConstraintSpec, Grammars};
+use hearth_engine::sampling::grammar::{Commit, ConstraintSpec, Grammars};
 use hearth_engine::sampling::SamplingParams;
 use hearth_engine::tokenizer::Tokenizer;
 use serde_json::json;
@@ -247,4 +247,39 @@ fn a_dormant_grammar_applies_after_its_marker() {
     }
     assert!(!c.is_dormant(), "the marker ends the dormancy");
     assert!(!c.allows(letter).unwrap() && c.allows(digit).unwrap(), "the grammar applies after the marker");
+}
+
+#[test]
+fn a_model_may_think_before_its_constraint() {
+    let (_e, tok, g) = engine();
+    let spec = ConstraintSpec::AfterOptionalThought(Box::new(ConstraintSpec::JsonSchema(serde_json::json!({
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": false
+    }))));
+    // Every token of `text` is allowed in turn (greedy tokens of SmolLM2's vocabulary); the last commit completes.
+    let walk = |text: &str| -> Result<Commit, String> {
+        let mut c = g.compile(&spec)?;
+        let mut last = Commit::Continue;
+        for id in tok.encode(text, false).map_err(|e| e.to_string())? {
+            if !c.allows(id)? {
+                return Err(format!("{:?} not allowed in {text:?}", tok.decode(&[id], false)));
+            }
+            last = c.commit(id)?;
+        }
+        Ok(last)
+    };
+    let eos = tok.eos_ids()[0];
+    for text in
+        ["<think>\nHmm, {not json} and </thin.\n</think>\n\n{\"a\": 1}", "{\"a\": 2}", "<think></think>{\"a\":3}"]
+    {
+        walk(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        let mut c = g.compile(&spec).unwrap();
+        for id in tok.encode(text, false).unwrap() {
+            c.commit(id).unwrap();
+        }
+        assert!(c.allows(eos).unwrap(), "complete after {text:?}");
+    }
+    // Neither a thought nor the JSON: refused from the first token; after a thought, the schema holds.
+    assert!(walk("Hello").is_err());
+    assert!(walk("<think>ok</think>\n[1]").is_err());
+    assert!(walk("<think>ok</think>{\"b\": 1}").is_err());
 }

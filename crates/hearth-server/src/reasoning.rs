@@ -19,6 +19,12 @@ pub fn prompt_opens_thought(prompt: &str) -> bool {
     tail.ends_with(START) && tail.rfind(START) > tail.rfind(END)
 }
 
+/// Whether the rendered prompt ends with a closed thought (a template that turned thinking off writes an empty
+/// one): the answer starts after it.
+pub fn prompt_closes_thought(prompt: &str) -> bool {
+    prompt.trim_end().ends_with(END)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Part {
     Reasoning(String),

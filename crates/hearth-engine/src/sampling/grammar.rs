@@ -34,6 +34,9 @@ pub enum ConstraintSpec {
     Gbnf(String),
     /// Exactly one of these strings.
     Choice(Vec<String>),
+    /// Optionally a thought first (`<think>`, free text, `</think>`, whitespace), then the constraint: for a model
+    /// that may open its own thought (Qwen3 with thinking on), the grammar applies after the reasoning ends.
+    AfterOptionalThought(Box<ConstraintSpec>),
 }
 
 impl ConstraintSpec {
@@ -51,6 +54,22 @@ impl ConstraintSpec {
                 }
                 let alts: Vec<String> = list.iter().map(|c| lark_string(c)).collect();
                 TopLevelGrammar::from_lark(format!("start: {}", alts.join(" | ")))
+            }
+            ConstraintSpec::AfterOptionalThought(inner) => {
+                // The thought is one lazy lexeme (it ends at the first `</think>`); the inner grammar is nested by
+                // name, whatever its kind.
+                let mut nested = inner.grammar()?;
+                let Some(first) = nested.grammars.first_mut() else { return Err("an empty grammar".into()) };
+                first.name = Some("hearth_inner".into());
+                let outer = format!(
+                    "start: (thought WS)? @hearth_inner\nthought[lazy]: {} TEXT {}\nTEXT: /(.|\\n)*/\nWS: /[ \\t\\n]*/\n",
+                    lark_string("<think>"),
+                    lark_string("</think>")
+                );
+                let mut grammars = vec![llguidance::api::GrammarWithLexer::from_lark(outer)];
+                grammars[0].name = None;
+                grammars.extend(nested.grammars);
+                TopLevelGrammar { grammars, max_tokens: None }
             }
         })
     }

@@ -17,6 +17,7 @@ use crate::wire::{Chunk, ResponseMeta};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use hearth_engine::sampling::grammar::ConstraintSpec;
 use hearth_engine::tokenizer::Tokenizer;
 use tracing::Instrument;
 
@@ -66,6 +67,13 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
     // A template that thinks: the answer's `<think>...</think>` part becomes `reasoning_content`.
     let thinks = reasoning::template_thinks(template);
     let opened = thinks && reasoning::prompt_opens_thought(&prompt_text);
+    // A model that may open its own thought (the prompt neither opened nor closed one: Qwen3 with thinking on) may
+    // think first: the constraint applies after `</think>`, or from the first token when it does not think.
+    if thinks && !opened && !reasoning::prompt_closes_thought(&prompt_text) {
+        if let Some(r) = g.constraint.as_mut() {
+            r.spec = ConstraintSpec::AfterOptionalThought(Box::new(r.spec.clone()));
+        }
+    }
     let mut req = g.engine_request(prompt, &ready)?;
     // A thought the prompt opened is free text: the constraint (a schema, a tool grammar) applies after it.
     if opened {
