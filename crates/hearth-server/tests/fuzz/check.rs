@@ -118,8 +118,14 @@ pub fn check_success(route: Route, path: &str, content_type: &str, body: &[u8]) 
             }
             for c in choices {
                 check_choice_common(c, "chat.completion")?;
-                if c["message"]["role"] != "assistant" || !c["message"]["content"].is_string() {
-                    return Err(format!("bad message {}", c["message"]));
+                // `content` is text, or null when the answer is only tool calls or only a thought (cut off by
+                // max_tokens inside it: docs/server-api.md).
+                let m = &c["message"];
+                let only_calls = m["tool_calls"].as_array().is_some_and(|l| !l.is_empty());
+                let only_thought = m["reasoning_content"].is_string();
+                let content_ok = m["content"].is_string() || (m["content"].is_null() && (only_calls || only_thought));
+                if m["role"] != "assistant" || !content_ok {
+                    return Err(format!("bad message {m}"));
                 }
                 check_finish(&c["finish_reason"])?;
             }
