@@ -488,8 +488,8 @@ fn thinking_templates_split_reasoning_content() {
 /// tools-and-thinking template (tools/oracle/templates/qwen3_like.jinja, whose rendering the chat goldens check against
 /// transformers). `tool_choice: "required"` makes even random weights answer a Hermes call, with thinking off (the
 /// prompt closes an empty thought) and on (the prompt opens none: the model may think first, which these weights do
-/// not; `grammar::a_model_may_think_before_its_constraint` checks the thought itself); the
-/// call comes back as `tool_calls` with no `reasoning_content`, streams as one `delta.tool_calls` entry, and the
+/// not; `grammar::a_model_may_think_before_its_constraint` checks the thought itself); the call comes back as
+/// `tool_calls` with no `reasoning_content`, streams its arguments over several `delta.tool_calls` entries, and the
 /// template renders it again with its result in the next turn (without the tools: the context is 512 tokens).
 #[test]
 fn qwen3_shaped_tools_and_thinking() {
@@ -497,36 +497,23 @@ fn qwen3_shaped_tools_and_thinking() {
     let model = root.join("tests/fixtures/tiny-qwen3");
     let t = root.join("tools/oracle/templates/qwen3_like.jinja");
     let s = Server::start(&["-m", model.to_str().unwrap(), "--chat-template", t.to_str().unwrap()], &[]);
-    // The checkpoint's context is 512 tokens and its 512-token vocabulary spells slowly: a short tool.
-    let tools = json!([{"type": "function", "function": {"name": "w", "parameters": {
-        "type": "object", "properties": {"c": {"type": "string", "maxLength": 2}}, "required": ["c"],
-        "additionalProperties": false}}}]);
     for thinking in [false, true] {
-        let body = json!({"messages": user("Weather in Lima?"), "tools": tools, "tool_choice": "required",
-                          "parallel_tool_calls": false, "max_tokens": 60, "temperature": 0,
-                          "chat_template_kwargs": {"enable_thinking": thinking}});
-        let v = ok(s.post("/v1/chat/completions", &body));
-        let c = &v["choices"][0];
-        assert_eq!(c["finish_reason"], "tool_calls", "thinking {thinking}: {v}");
-        assert!(c["message"].get("reasoning_content").is_none_or(Value::is_null), "{v}");
-        let call = &c["message"]["tool_calls"][0];
-        assert_eq!(call["function"]["name"], "w", "{v}");
-        let args: Value =
-            serde_json::from_str(call["function"]["arguments"].as_str().unwrap_or("")).expect("JSON arguments");
-        assert!(args["c"].as_str().is_some_and(|c| c.chars().count() <= 2), "{v}");
-        let mut sb = body.clone();
-        sb["stream"] = json!(true);
-        let calls = streamed_calls(&s.post("/v1/chat/completions", &sb).sse_json());
-        assert_eq!(calls.len(), 1, "{calls:?}");
-        assert_eq!((calls[0].0.as_str(), Some(calls[0].1.as_str())), ("w", call["function"]["arguments"].as_str()));
-        assert!(calls[0].2 > 1, "a Hermes call's arguments stream in fragments: {calls:?}");
-        let mut next = body.clone();
-        next["messages"] = json!([user("Weather in Lima?")[0], c["message"],
-                                  {"role": "tool", "tool_call_id": call["id"], "content": "19"}]);
-        // Without the tools' preamble, to stay within the 512-token context.
-        next.as_object_mut().map(|o| (o.remove("tools"), o.remove("tool_choice"), o.remove("parallel_tool_calls")));
-        next["max_tokens"] = json!(4);
-        ok(s.post("/v1/chat/completions", &next));
+        // The checkpoint's context is 512 tokens and its 512-token vocabulary spells slowly: a short tool.
+        let (message, deltas) = required_call(
+            &s,
+            "w",
+            "c",
+            2,
+            json!({"max_tokens": 60,
+                                              "chat_template_kwargs": {"enable_thinking": thinking}}),
+        );
+        assert!(message.get("reasoning_content").is_none_or(Value::is_null), "{message}");
+        assert!(deltas > 1, "a Hermes call's arguments stream in fragments: {deltas} deltas");
+        let call = &message["tool_calls"][0];
+        let body = json!({"messages": [user("Weather in Lima?")[0], message,
+                                       {"role": "tool", "tool_call_id": call["id"], "content": "19"}],
+                          "max_tokens": 4, "temperature": 0});
+        ok(s.post("/v1/chat/completions", &body));
     }
 }
 
@@ -534,7 +521,7 @@ fn qwen3_shaped_tools_and_thinking() {
 /// (tests/fixtures/templates/chatml-llama3-tools.jinja mentions `<|python_tag|>`), Mistral (`[TOOL_CALLS]`, the
 /// oracle's Mistral v0.3-style template) and pythonic (the Gemma 3 template, which does not render tools: they are
 /// described in a system message). SmolLM2 answers with a valid call of the enforced shape, returned as
-/// `tool_calls` and streamed as one `delta.tool_calls` entry.
+/// `tool_calls` and streamed as one `delta.tool_calls` entry; the call and its result render in the next turn.
 #[test]
 fn tool_calls_in_every_format() {
     for fixture in [
@@ -542,45 +529,56 @@ fn tool_calls_in_every_format() {
         "tools/oracle/templates/mistral_like.jinja",
         "bench/templates/gemma3.jinja",
     ] {
-        required_call(fixture);
+        let t = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(fixture);
+        let s = Server::start(&["--chat-template", t.to_str().unwrap()], &[]);
+        let (message, deltas) = required_call(&s, "get_weather", "city", 20, json!({"max_tokens": 40}));
+        assert_eq!(deltas, 1, "{fixture}: whole-answer formats send a call in one entry");
+        // The call goes back into the conversation (with its id). Gemma's template has no `tool` role: its result
+        // comes back as a user message.
+        let call = &message["tool_calls"][0];
+        let result = if fixture.contains("gemma") {
+            json!({"role": "user", "content": "{\"temp_c\": 19}"})
+        } else {
+            json!({"role": "tool", "tool_call_id": call["id"], "content": "{\"temp_c\": 19}"})
+        };
+        let tools = tool("get_weather", "city", 20);
+        let body = json!({"messages": [user("Weather in Lima?")[0], message, result], "tools": tools,
+                          "tool_choice": "auto", "max_tokens": 4, "temperature": 0});
+        ok(s.post("/v1/chat/completions", &body));
     }
 }
 
-fn required_call(fixture: &str) {
-    let t = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(fixture);
-    let s = Server::start(&["--chat-template", t.to_str().unwrap()], &[]);
-    let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"],
-        "additionalProperties": false}}}]);
-    let body = json!({"messages": user("Weather in Lima?"), "tools": tools, "tool_choice": "required",
-                      "parallel_tool_calls": false, "max_tokens": 40, "temperature": 0});
+/// A function `name` with one required string parameter `param` of at most `max` characters.
+fn tool(name: &str, param: &str, max: usize) -> Value {
+    json!([{"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {param: {"type": "string", "maxLength": max}}, "required": [param],
+        "additionalProperties": false}}}])
+}
+
+/// Ask for a required call of that function (with `extra` fields merged into the body), non-streamed and streamed:
+/// it is a valid call, and the streamed one assembled from its deltas is the same. Returns the non-streamed message
+/// and how many deltas carried the streamed call.
+fn required_call(s: &Server, name: &str, param: &str, max: usize, extra: Value) -> (Value, usize) {
+    let mut body = json!({"messages": user("Weather in Lima?"), "tools": tool(name, param, max),
+                          "tool_choice": "required", "parallel_tool_calls": false, "temperature": 0});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
     let v = ok(s.post("/v1/chat/completions", &body));
     let c = &v["choices"][0];
-    assert_eq!(c["finish_reason"], "tool_calls", "{fixture}: {v}");
+    assert_eq!(c["finish_reason"], "tool_calls", "{v}");
     let call = &c["message"]["tool_calls"][0];
-    assert_eq!(call["function"]["name"], "get_weather", "{fixture}: {v}");
+    assert_eq!(call["function"]["name"], name, "{v}");
     let args: Value =
         serde_json::from_str(call["function"]["arguments"].as_str().unwrap_or("")).expect("JSON arguments");
-    assert!(args["city"].as_str().is_some_and(|c| c.chars().count() <= 20), "{v}");
-    let mut sb = body.clone();
-    sb["stream"] = json!(true);
-    let calls = streamed_calls(&s.post("/v1/chat/completions", &sb).sse_json());
+    assert!(args[param].as_str().is_some_and(|a| a.chars().count() <= max), "{v}");
+    body["stream"] = json!(true);
+    let calls = streamed_calls(&s.post("/v1/chat/completions", &body).sse_json());
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(
-        Some(calls[0].1.as_str()),
-        call["function"]["arguments"].as_str(),
+        (calls[0].0.as_str(), Some(calls[0].1.as_str())),
+        (name, call["function"]["arguments"].as_str()),
         "streamed and non-streamed calls differ"
     );
-    // The call goes back into the conversation (with its id) and the next turn renders. Gemma's template has no
-    // `tool` role: its result comes back as a user message.
-    let result = if fixture.contains("gemma") {
-        json!({"role": "user", "content": "{\"temp_c\": 19}"})
-    } else {
-        json!({"role": "tool", "tool_call_id": call["id"], "content": "{\"temp_c\": 19}"})
-    };
-    let mut next = body.clone();
-    next["messages"] = json!([user("Weather in Lima?")[0], c["message"], result]);
-    next["tool_choice"] = json!("auto");
-    next["max_tokens"] = json!(4);
-    ok(s.post("/v1/chat/completions", &next));
+    (c["message"].clone(), calls[0].2)
 }

@@ -52,21 +52,21 @@ pub fn attend(
         return Err(Error::Unsupported("in-place CPU attention needs an f32 KV cache on the CPU".into()));
     };
     let (kd, vd) = (&kd[kl.start_offset()..], &vd[vl.start_offset()..]);
-    // Every token's block table and position, in packing order.
+    // Every token's block table and position, in packing order; each row's table checked once against its last
+    // position and the buffers (the kernels then index without checks).
+    let bs = kv.block_size();
+    let rows_held = kd.len() / (kvh * d);
     let mut tokens = Vec::with_capacity(t);
     for row in &ctx.rows {
         let table = kv.table(row.slot)?;
+        let last = row.pos0 + row.len - 1;
+        if table.len() * bs <= last || table.iter().any(|&b| (b as usize + 1) * bs > rows_held) {
+            return Err(Error::InvalidRequest(format!("position {last} is outside its block table")));
+        }
         tokens.extend((0..row.len).map(|i| (table, row.pos0 + i)));
     }
     if tokens.len() != t {
         return Err(Error::InvalidRequest(format!("{t} queries for {} packed tokens", tokens.len())));
-    }
-    let bs = kv.block_size();
-    let rows_held = kd.len() / (kvh * d);
-    for &(table, pos) in &tokens {
-        if table.len() * bs <= pos || table.iter().any(|&b| (b as usize + 1) * bs > rows_held) {
-            return Err(Error::InvalidRequest(format!("position {pos} is outside its block table")));
-        }
     }
     let shape = Shape { kv_heads: kvh, dim: d, block_size: bs };
     let mut out = vec![0f32; t * h * d];

@@ -30,15 +30,6 @@ pub struct EngineCore<R: Runner> {
 /// The constraints of a step's sampled rows after their masks were computed, and each one's milliseconds.
 type Prepared = (Vec<(usize, crate::sampling::grammar::Constraint)>, Vec<f64>);
 
-/// `runner.run_masked` (a function, so the closure's borrows end with the call).
-fn run_masked<R: Runner>(
-    runner: &mut R,
-    plan: &StepPlan,
-    masks: &mut crate::engine::runner::Masks,
-) -> crate::Result<StepOutput> {
-    runner.run_masked(plan, masks)
-}
-
 impl<R: Runner> EngineCore<R> {
     pub fn new(scheduler: Scheduler, runner: R) -> Self {
         Self { scheduler, runner, sample_ms: 0.0 }
@@ -151,7 +142,7 @@ impl<R: Runner> EngineCore<R> {
                     done = Some((taken, ms));
                     words
                 };
-                self::run_masked(runner, plan, &mut masks)
+                runner.run_masked(plan, &mut masks)
             } else {
                 runner.run(plan)
             };

@@ -2,7 +2,6 @@
 //! control token, which the text leaves out), several calls separated by `;`.
 
 use super::Call;
-use serde_json::Value;
 
 /// The control token a Llama 3 call may open with (the text leaves it out).
 pub const MARKER: &str = "<|python_tag|>";
@@ -21,9 +20,7 @@ pub fn parse(text: &str) -> Option<Vec<Call>> {
     let mut calls = Vec::new();
     let mut rest = text;
     while !rest.is_empty() {
-        let mut it = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
-        let v = it.next()?.ok()?;
-        let used = it.byte_offset();
+        let (v, used) = super::first_json(rest)?;
         calls.push(super::call_of(&v)?);
         rest = rest[used..].trim_start().trim_start_matches(';').trim_start();
     }

@@ -3,7 +3,7 @@
 //! newer templates (Mistral Small 3.2, Magistral, Devstral) have `[TOOL_CALLS]f[ARGS]{...}` per call instead. The
 //! markers are control tokens that the text usually leaves out, so `[{...}]` and `f{...}g{...}` are calls too.
 
-use super::Call;
+use super::{first_json, Call};
 use serde_json::{json, Value};
 
 /// The control token before the calls.
@@ -44,13 +44,6 @@ pub fn opens(text: &str) -> Option<bool> {
         return None;
     }
     Some(false)
-}
-
-/// The first JSON value of `s` and the bytes it takes.
-fn first_json(s: &str) -> Option<(Value, usize)> {
-    let mut it = serde_json::Deserializer::from_str(s).into_iter::<Value>();
-    let v = it.next()?.ok()?;
-    Some((v, it.byte_offset()))
 }
 
 /// The calls of `text` (an answer, or its end from the marker on), if it is nothing but calls in either form.

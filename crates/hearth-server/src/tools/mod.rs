@@ -262,6 +262,13 @@ pub struct Call {
     pub arguments: String,
 }
 
+/// The first JSON value of `s` and the bytes it takes (what follows it is left to the caller).
+fn first_json(s: &str) -> Option<(Value, usize)> {
+    let mut it = serde_json::Deserializer::from_str(s).into_iter::<Value>();
+    let v = it.next()?.ok()?;
+    Some((v, it.byte_offset()))
+}
+
 /// A call from a JSON object `{"name": .., "arguments": {..}}` (`parameters` is taken for `arguments` too).
 pub fn call_of(v: &Value) -> Option<Call> {
     let name = v.get("name")?.as_str()?.to_string();

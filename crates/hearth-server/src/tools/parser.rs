@@ -46,11 +46,42 @@ struct ArgScan {
     started: bool,
     /// The value is not an object (a JSON string, say): sent whole when the call closes.
     whole: bool,
+    nesting: JsonNesting,
+    /// The arguments value is complete; what follows up to `</tool_call>` is the call's own closing brace.
+    done: bool,
+}
+
+/// JSON nesting outside strings, read a character at a time.
+#[derive(Debug, Default)]
+struct JsonNesting {
     depth: i64,
     in_str: bool,
     esc: bool,
-    /// The arguments value is complete; what follows up to `</tool_call>` is the call's own closing brace.
-    done: bool,
+}
+
+impl JsonNesting {
+    /// Read `c`; true when it closes the outermost object or list.
+    fn step(&mut self, c: char) -> bool {
+        if self.in_str {
+            match (self.esc, c) {
+                (true, _) => self.esc = false,
+                (false, '\\') => self.esc = true,
+                (false, '"') => self.in_str = false,
+                _ => {}
+            }
+            return false;
+        }
+        match c {
+            '"' => self.in_str = true,
+            '{' | '[' => self.depth += 1,
+            '}' | ']' => {
+                self.depth -= 1;
+                return self.depth == 0;
+            }
+            _ => {}
+        }
+        false
+    }
 }
 
 impl CallParser {
@@ -191,26 +222,9 @@ impl CallParser {
                     }
                 }
                 cut = i + c.len_utf8();
-                if a.in_str {
-                    match (a.esc, c) {
-                        (true, _) => a.esc = false,
-                        (false, '\\') => a.esc = true,
-                        (false, '"') => a.in_str = false,
-                        _ => {}
-                    }
-                    continue;
-                }
-                match c {
-                    '"' => a.in_str = true,
-                    '{' | '[' => a.depth += 1,
-                    '}' | ']' => {
-                        a.depth -= 1;
-                        if a.depth == 0 {
-                            a.done = true;
-                            break;
-                        }
-                    }
-                    _ => {}
+                if a.nesting.step(c) {
+                    a.done = true;
+                    break;
                 }
             }
             let mut read: String = self.buf.drain(..cut).collect();
@@ -321,31 +335,11 @@ pub fn parse_whole(format: Format, text: &str) -> (String, Vec<Call>) {
     merge(pieces)
 }
 
-/// Whether `s` (which starts with `{` after whitespace) holds one complete JSON object: braces balance outside
+/// Whether `s` (which starts with `{` after whitespace) holds one complete JSON object: its braces close outside
 /// strings.
 fn json_complete(s: &str) -> bool {
-    let (mut depth, mut in_str, mut esc, mut opened) = (0i64, false, false, false);
-    for c in s.chars() {
-        if in_str {
-            match (esc, c) {
-                (true, _) => esc = false,
-                (false, '\\') => esc = true,
-                (false, '"') => in_str = false,
-                _ => {}
-            }
-            continue;
-        }
-        match c {
-            '"' => in_str = true,
-            '{' | '[' => {
-                depth += 1;
-                opened = true;
-            }
-            '}' | ']' => depth -= 1,
-            _ => {}
-        }
-    }
-    opened && depth <= 0
+    let mut n = JsonNesting::default();
+    s.chars().any(|c| n.step(c))
 }
 
 #[cfg(test)]
