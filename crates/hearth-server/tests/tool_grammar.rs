@@ -1,5 +1,6 @@
-//! The Hermes `auto` tool grammar on SmolLM2's real vocabulary: text is free until the model writes `<tool_call>`,
-//! then only a valid call of an offered function fits, and after `</tool_call>` text is free again.
+//! The tool grammars on SmolLM2's real vocabulary (and on a copy of it with Mistral's and Llama 3's control tokens
+//! added): `auto` leaves text free until the model opens a call the way its format does, then only a valid call of
+//! an offered function fits.
 
 use hearth_engine::sampling::grammar::{Constraint, Grammars};
 use hearth_engine::tokenizer::Tokenizer;
@@ -11,11 +12,52 @@ use hearth_server::wire::RequestBody;
 use serde_json::json;
 use std::sync::Arc;
 
-fn smollm2() -> Arc<Tokenizer> {
+fn smollm2_config() -> (ModelLocation, ModelConfig) {
     let loc = resolve("smollm2-135m").expect("the default model (scripts/fetch-models)");
     let ModelLocation::Gguf(path) = &loc else { panic!("expected a GGUF file") };
     let cfg = ModelConfig::from_gguf(&GgufFile::open(path).unwrap()).unwrap();
+    (loc, cfg)
+}
+
+fn smollm2() -> Arc<Tokenizer> {
+    let (loc, cfg) = smollm2_config();
     Arc::new(Tokenizer::load(&loc, &cfg).unwrap())
+}
+
+/// The control tokens added to SmolLM2's vocabulary (ids 49152..).
+const CONTROLS: [&str; 3] = ["[TOOL_CALLS]", "[ARGS]", "<|python_tag|>"];
+
+/// SmolLM2's tokenizer.json with `controls` added as special tokens after its vocabulary.
+fn with_controls(name: &str, controls: &[&str]) -> Arc<Tokenizer> {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/gpu/smollm2-tokenizer");
+    let mut raw: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(src.join("tokenizer.json")).unwrap()).unwrap();
+    let added = raw["added_tokens"].as_array_mut().unwrap();
+    for (i, c) in controls.iter().enumerate() {
+        added.push(json!({"id": 49152 + i, "content": c, "single_word": false, "lstrip": false, "rstrip": false,
+            "normalized": false, "special": true}));
+    }
+    let dir = std::env::temp_dir().join(format!("hearth-tool-grammar-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("tokenizer.json"), raw.to_string()).unwrap();
+    std::fs::copy(src.join("tokenizer_config.json"), dir.join("tokenizer_config.json")).unwrap();
+    let tok = Tokenizer::load(&ModelLocation::HfDir(dir.clone()), &smollm2_config().1).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    Arc::new(tok)
+}
+
+/// A `get_weather(city)` tool offered under `choice`, to a template of `format`.
+fn weather(template: &str, choice: &str) -> Tools {
+    let body = json!({"messages": [{"role": "user", "content": "hi"}], "tool_choice": choice, "tools": [{
+        "type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}}]});
+    let conv = Conversation::from_body(&body).unwrap();
+    Tools::resolve(&conv, template).unwrap().expect("tools")
+}
+
+/// Whether the constraint allows the first token of `text`'s tokenization.
+fn allows_start(c: &mut Constraint, tok: &Tokenizer, text: &str) -> bool {
+    c.allows(tok.encode(text, false).unwrap()[0]).unwrap()
 }
 
 /// Commit `text`'s tokens (SmolLM2's own tokenization of it) one by one.
@@ -30,13 +72,9 @@ fn write(c: &mut Constraint, tok: &Tokenizer, text: &str) {
 fn hermes_auto_guides_only_the_calls() {
     let tok = smollm2();
     let g = Grammars::new(tok.clone(), tok.vocab_size());
-    let body = json!({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {
-        "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-        "required": ["city"], "additionalProperties": false}}}]});
-    let conv = Conversation::from_body(&body).unwrap();
-    let tools = Tools::resolve(&conv, "{{ '<tool_call>' }}").unwrap().expect("tools");
+    let tools = weather("{{ '<tool_call>' }}", "auto");
     assert_eq!(tools.choice, ToolChoice::Auto);
-    let spec = tools.constraint().expect("Hermes auto is guided");
+    let spec = tools.constraint(&tok).expect("Hermes auto is guided");
     let mut c = g.compile(&spec).unwrap();
     let first = |t: &str| tok.encode(t, false).unwrap()[0];
     // Free text, anything.
@@ -49,4 +87,106 @@ fn hermes_auto_guides_only_the_calls() {
     write(&mut c, &tok, "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call>");
     // Free again after the call.
     assert!(c.allows(first(" Done")).unwrap());
+}
+
+/// Mistral's `[TOOL_CALLS]` as a control token: text is free, the token opens the calls, and after it only the
+/// list of valid calls fits, then the end.
+#[test]
+fn mistral_auto_opens_calls_at_its_control_token() {
+    let tok = with_controls("mistral", &CONTROLS[..1]);
+    let marker = tok.control_id("[TOOL_CALLS]").expect("the added control token");
+    let g = Grammars::new(tok.clone(), tok.vocab_size());
+    let spec = weather("[AVAILABLE_TOOLS]{{ tools }}[TOOL_CALLS]", "auto").constraint(&tok).expect("guided");
+    // Free text; the marker is not text, so it opens nothing once text has begun.
+    let mut c = g.compile(&spec).unwrap();
+    write(&mut c, &tok, "It is sunny in Paris, {\"name\": 1}");
+    assert!(!c.allows(marker).unwrap(), "calls after text");
+    assert!(c.allows(tok.eos_ids()[0]).unwrap());
+    // The control token opens a call: only the list fits, then the end.
+    let mut c = g.compile(&spec).unwrap();
+    assert!(c.allows(marker).unwrap());
+    c.commit(marker).unwrap();
+    assert!(!allows_start(&mut c, &tok, "Hello"), "free text after the marker");
+    write(&mut c, &tok, " [{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}]");
+    assert!(!allows_start(&mut c, &tok, " Done"), "text after the calls");
+    assert!(c.allows(tok.eos_ids()[0]).unwrap());
+    // Required: the marker is optional, the list is not.
+    let spec = weather("[AVAILABLE_TOOLS]{{ tools }}[TOOL_CALLS]", "required").constraint(&tok).unwrap();
+    let mut c = g.compile(&spec).unwrap();
+    assert!(c.allows(marker).unwrap() && allows_start(&mut c, &tok, "["));
+    assert!(!allows_start(&mut c, &tok, "Hello"));
+}
+
+/// A vocabulary with `[ARGS]` too gets the newer form, `[TOOL_CALLS]name[ARGS]{..}` per call.
+#[test]
+fn mistral_newer_form_where_args_is_a_control_token() {
+    let tok = with_controls("mistral-args", &CONTROLS[..2]);
+    let (marker, args) = (tok.control_id("[TOOL_CALLS]").unwrap(), tok.control_id("[ARGS]").unwrap());
+    let g = Grammars::new(tok.clone(), tok.vocab_size());
+    for choice in ["auto", "required"] {
+        let spec = weather("{{ '[TOOL_CALLS]' + name + '[ARGS]' }}", choice).constraint(&tok).unwrap();
+        let mut c = g.compile(&spec).unwrap();
+        assert_eq!(allows_start(&mut c, &tok, "Hello"), choice == "auto", "{choice}");
+        c.commit(marker).unwrap();
+        assert!(!allows_start(&mut c, &tok, "["), "{choice}: the list form after the marker");
+        write(&mut c, &tok, "get_weather");
+        assert!(c.allows(args).unwrap() && !allows_start(&mut c, &tok, "{"), "{choice}: [ARGS] before the arguments");
+        c.commit(args).unwrap();
+        write(&mut c, &tok, "{\"city\":\"Paris\"}");
+        assert!(c.allows(marker).unwrap(), "{choice}: another call");
+        assert!(c.allows(tok.eos_ids()[0]).unwrap(), "{choice}");
+    }
+}
+
+/// Where `[TOOL_CALLS]` is text, the calls open where the text writes it (the lazy rule).
+#[test]
+fn mistral_auto_with_a_text_marker() {
+    let tok = smollm2();
+    let g = Grammars::new(tok.clone(), tok.vocab_size());
+    let spec = weather("[AVAILABLE_TOOLS]{{ tools }}[TOOL_CALLS]", "auto").constraint(&tok).unwrap();
+    let mut c = g.compile(&spec).unwrap();
+    write(&mut c, &tok, "Let me see. [TOOL_CALLS]");
+    assert!(!allows_start(&mut c, &tok, "Hello"));
+    write(&mut c, &tok, " [{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}]");
+    assert!(c.allows(tok.eos_ids()[0]).unwrap());
+    let mut c = g.compile(&spec).unwrap();
+    write(&mut c, &tok, "No tools needed.");
+    assert!(c.allows(tok.eos_ids()[0]).unwrap());
+}
+
+/// The whole-answer formats: an answer that opens with `{` (Llama 3, generic) or `[` (pythonic) is calls, any other
+/// answer is free; Llama 3's `<|python_tag|>` opens calls too.
+#[test]
+fn whole_answer_formats_open_calls_at_their_first_character() {
+    let tok = with_controls("llama3", &CONTROLS[2..]);
+    let tag = tok.control_id("<|python_tag|>").unwrap();
+    let g = Grammars::new(tok.clone(), tok.vocab_size());
+    let cases = [
+        ("{{ '<|python_tag|>' }}", "{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Paris\"}}"),
+        (
+            "<|im_start|>{{ content }}",
+            "{\"tool_calls\": [{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}]}",
+        ),
+        ("Respond in the format [func_name1(params_name1=params_value1)]", "[get_weather(city=\"Paris\")]"),
+    ];
+    for (template, call) in cases {
+        let tools = weather(template, "auto");
+        let spec = tools.constraint(&tok).expect("guided");
+        let mut c = g.compile(&spec).unwrap();
+        write(&mut c, &tok, "Sure: {\"a\": [1]} and [x]");
+        assert!(c.allows(tok.eos_ids()[0]).unwrap(), "{template}: free text");
+        let mut c = g.compile(&spec).unwrap();
+        write(&mut c, &tok, &call[..1]);
+        assert!(!allows_start(&mut c, &tok, "hello"), "{template}: free text inside a call");
+        write(&mut c, &tok, &call[1..]);
+        assert!(c.allows(tok.eos_ids()[0]).unwrap(), "{template}");
+        assert!(!c.allows(tag).unwrap(), "{template}");
+        let mut c = g.compile(&spec).unwrap();
+        assert_eq!(c.allows(tag).unwrap(), tools.format == hearth_server::tools::Format::Llama3, "{template}");
+    }
+    // After Llama 3's tag only a call fits.
+    let spec = weather("{{ '<|python_tag|>' }}", "auto").constraint(&tok).unwrap();
+    let mut c = g.compile(&spec).unwrap();
+    c.commit(tag).unwrap();
+    assert!(!allows_start(&mut c, &tok, "Hello") && allows_start(&mut c, &tok, "{"));
 }

@@ -188,6 +188,12 @@ impl Tokenizer {
         self.token_bytes.get(id as usize).map(|b| b.as_slice()).unwrap_or(&[])
     }
 
+    /// The id of the control token spelled `text` (`[TOOL_CALLS]`, `<|python_tag|>`), if the vocabulary has one.
+    pub fn control_id(&self, text: &str) -> Option<u32> {
+        let id = self.inner.token_to_id(text)?;
+        (self.is_special(id) && self.info.tokens.get(id as usize).is_some_and(|t| t == text)).then_some(id)
+    }
+
     pub fn is_special(&self, id: u32) -> bool {
         matches!(self.info.kinds.get(id as usize), Some(TokenKind::Control | TokenKind::Unknown | TokenKind::Unused))
     }

@@ -53,7 +53,9 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
     let tools = Tools::resolve(&conversation, template)?;
     // The tools' grammar; with `auto` a request's own constraint wins (its answer is then parsed for calls only).
     let auto = tools.as_ref().is_some_and(|t| t.choice == ToolChoice::Auto);
-    if let Some(spec) = tools.as_ref().and_then(Tools::constraint).filter(|_| !(auto && g.constraint.is_some())) {
+    if let Some(spec) =
+        tools.as_ref().and_then(|t| t.constraint(&ready.tokenizer)).filter(|_| !(auto && g.constraint.is_some()))
+    {
         if let Some(other) = &g.constraint {
             return Err(ApiError::param(
                 "tool_choice",

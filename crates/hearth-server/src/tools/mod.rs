@@ -12,6 +12,7 @@
 //! described in a system message too, asking for the pythonic form.
 
 pub mod generic;
+pub mod grammar;
 pub mod hermes;
 pub mod llama3;
 pub mod mistral;
@@ -20,7 +21,6 @@ pub mod pythonic;
 
 use crate::error::{ApiError, ApiResult};
 use crate::wire::chat::Conversation;
-use hearth_engine::sampling::grammar::{lark_string, ConstraintSpec};
 use serde_json::{json, Value};
 
 /// How a model writes tool calls.
@@ -156,91 +156,6 @@ impl Tools {
         };
         let in_template = template.contains("tools");
         Ok(Some(Tools { format: Format::of_template(template), choice, parallel, functions, in_template }))
-    }
-
-    /// The functions a call may name under `tool_choice`.
-    fn callable(&self) -> impl Iterator<Item = &(String, Value)> {
-        self.functions.iter().filter(move |(n, _)| match &self.choice {
-            ToolChoice::Named(want) => n == want,
-            _ => true,
-        })
-    }
-
-    /// Lark rules `call: f0 | f1 ...` with each function's `{"name": .., KEY: ..}` as a JSON schema (KEY:
-    /// `arguments`, or Llama 3's `parameters`).
-    fn call_rules(&self, key: &str) -> String {
-        let mut names = Vec::new();
-        let mut rules = String::new();
-        for (i, (name, params)) in self.callable().enumerate() {
-            let mut schema = json!({
-                "type": "object",
-                "properties": {"name": {"const": name}, key: params},
-                "required": ["name", key],
-                "additionalProperties": false,
-                // Compact JSON: with free whitespace a small model can pad an empty object forever.
-                "x-guidance": {"whitespace_flexible": false}
-            });
-            // The parameters' `$ref`s point into their own root's definitions; this schema is the root now.
-            for defs in ["$defs", "definitions"] {
-                if let Some(d) = params.get(defs) {
-                    schema[defs] = d.clone();
-                }
-            }
-            rules.push_str(&format!("f{i}: %json {schema}\n"));
-            names.push(format!("f{i}"));
-        }
-        format!("call: {}\n{rules}", names.join(" | "))
-    }
-
-    /// The grammar that enforces `required` or a named function, or for Hermes `auto` guides the calls the model
-    /// chooses to make (None for other formats' `auto`).
-    pub fn constraint(&self) -> Option<ConstraintSpec> {
-        let calls = if self.parallel { "+" } else { "" };
-        let top = match (self.format, &self.choice) {
-            // Hermes `auto`: text is free until the model opens a call; from `<tool_call>` to `</tool_call>` the call
-            // must be valid (llguidance's lazy rule: TEXT matches as little as it can before the tag).
-            (Format::Hermes, ToolChoice::Auto) => {
-                let more = if self.parallel { "*" } else { "?" };
-                format!(
-                    "start: tc{more} TEXT\ntc: tc_open \"\\n\" call \"\\n\" {}\ntc_open[lazy]: TEXT {}\nTEXT: /(.|\\n)*/\n",
-                    lark_string(hermes::END),
-                    lark_string(hermes::START)
-                )
-            }
-            // The other formats' `auto` answers are parsed, not guided: their calls have no opening tag to wait for.
-            (_, ToolChoice::Auto) => return None,
-            (format, _) => match format {
-                Format::Hermes => format!(
-                    "start: tc{calls}\ntc: {} \"\\n\" call \"\\n\" {} \"\\n\"?\n",
-                    lark_string(hermes::START),
-                    lark_string(hermes::END)
-                ),
-                Format::Generic => {
-                    let more = if self.parallel { " (\", \" call)*" } else { "" };
-                    format!("start: {} call{more} \"]}}\"\n", lark_string("{\"tool_calls\": ["))
-                }
-                Format::Llama3 => {
-                    let more = if self.parallel { " (\"; \" call)*" } else { "" };
-                    format!("start: call{more}\n")
-                }
-                // The marker is a control token where the tokenizer has it, and a grammar's text never matches
-                // those: the list starts at `[`, the marker's text is allowed before it (the parser takes both).
-                Format::Mistral => {
-                    let more = if self.parallel { " (\", \" call)*" } else { "" };
-                    format!("start: ({} \" \"?)? \"[\" call{more} \"]\"\n", lark_string(mistral::MARKER))
-                }
-                Format::Pythonic => {
-                    let more = if self.parallel { " (\", \" call)*" } else { "" };
-                    format!("start: \"[\" call{more} \"]\"\n")
-                }
-            },
-        };
-        let rules = match self.format {
-            Format::Pythonic => pythonic::call_rules(self.callable()),
-            Format::Llama3 => self.call_rules("parameters"),
-            _ => self.call_rules("arguments"),
-        };
-        Some(ConstraintSpec::Lark(format!("%llguidance {{}}\n{top}{rules}")))
     }
 
     /// For templates that do not render tools: the system text that describes them (generic, and pythonic for
