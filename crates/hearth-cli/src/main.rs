@@ -75,7 +75,7 @@ enum Command {
     Models,
     /// Print every runtime lever (`HEARTH_*` environment variable): its effective value, default and meaning.
     Levers(levers::LeversArgs),
-    /// Serve the model over an OpenAI-compatible HTTP API.
+    /// Serve the model over OpenAI- and Anthropic-compatible HTTP APIs.
     Serve(serve::ServeArgs),
 }
 

@@ -1,4 +1,4 @@
-//! `hearth serve`: the OpenAI-compatible HTTP server.
+//! `hearth serve`: the HTTP server (OpenAI and Anthropic APIs).
 
 use crate::ModelArgs;
 use anyhow::Context;
@@ -62,6 +62,13 @@ pub struct ServeArgs {
     /// Largest request body (bytes, or with a K/M/G suffix); larger bodies get HTTP 413.
     #[arg(long, env = "HEARTH_MAX_BODY", default_value = "4M", value_parser = parse_size)]
     pub max_body: usize,
+    /// The Responses API's store of responses (for `previous_response_id` and GET /v1/responses/{id}): most bytes
+    /// it keeps, with a K/M/G suffix (0: responses are not stored).
+    #[arg(long, env = "HEARTH_RESPONSE_STORE", default_value = "64M", value_parser = parse_size)]
+    pub response_store: usize,
+    /// Seconds a stored response stays.
+    #[arg(long, env = "HEARTH_RESPONSE_STORE_TTL", default_value_t = 3600)]
+    pub response_store_ttl: u64,
     /// Require `Authorization: Bearer KEY` on every route but /health.
     #[arg(long, env = "HEARTH_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
@@ -159,6 +166,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         max_body: a.max_body,
         api_key: a.api_key.clone(),
         keepalive: Duration::from_millis(a.sse_keepalive_ms.max(1)),
+        response_store_bytes: a.response_store,
+        response_store_ttl: Duration::from_secs(a.response_store_ttl),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -9,9 +9,10 @@ crates/hearth-cli/tests/openai_client.rs asserts on it. A check that raises unex
 
 import json
 import sys
-import traceback
 
 import openai
+
+from checks import run
 
 BASE_URL, MODEL = sys.argv[1], sys.argv[2]
 client = openai.OpenAI(base_url=BASE_URL, api_key="x", max_retries=0, timeout=300.0)
@@ -195,14 +196,6 @@ def bad_tool_choice():
     return raised(lambda: client.chat.completions.create(
         model=MODEL, messages=WEATHER, tools=TOOLS, max_tokens=4,
         tool_choice={"type": "function", "function": {"name": "nope"}}))
-
-
-def run(fn, *args):
-    try:
-        return fn(*args)
-    except Exception as e:  # noqa: BLE001  (reported to the Rust side)
-        traceback.print_exc(file=sys.stderr)
-        return {"exception": f"{type(e).__name__}: {e}"}
 
 
 results = {

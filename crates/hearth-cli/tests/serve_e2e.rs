@@ -473,6 +473,33 @@ fn thinking_templates_split_reasoning_content() {
     let m = &v["choices"][0]["message"];
     assert!(m.get("reasoning_content").is_none(), "{v}");
     assert!(m["content"].as_str().is_some_and(|c| !c.is_empty()), "{v}");
+    // Anthropic's Messages API: the thought is a `thinking` block, streamed as `thinking_delta`s.
+    let msg = json!({"model": "m", "max_tokens": 12, "temperature": 0, "thinking": {"type": "enabled",
+        "budget_tokens": 1024}, "messages": [{"role": "user", "content": "What is 2+2?"}]});
+    let v = ok(s.post("/v1/messages", &msg));
+    assert_eq!(
+        (v["content"][0]["type"].as_str(), v["content"][0]["thinking"].as_str()),
+        (Some("thinking"), Some(thought)),
+        "{v}"
+    );
+    let mut sm = msg.clone();
+    sm["stream"] = json!(true);
+    let r = s.post("/v1/messages", &sm);
+    assert_eq!(r.status, 200);
+    let events = r.sse_events();
+    let start =
+        events.iter().find(|(n, _)| n == "content_block_start").map(|(_, d)| d["content_block"]["type"].clone());
+    assert_eq!(start, Some(json!("thinking")), "{events:?}");
+    let streamed: String = events.iter().filter_map(|(_, d)| d["delta"]["thinking"].as_str()).collect();
+    assert_eq!(streamed, thought, "{events:?}");
+    assert!(
+        events.iter().all(|(n, d)| d["type"].as_str() == Some(n.as_str())),
+        "event names are the types: {events:?}"
+    );
+    let mut off = msg.clone();
+    off["thinking"] = json!({"type": "disabled"});
+    let v = ok(s.post("/v1/messages", &off));
+    assert_eq!(v["content"][0]["type"], "text", "{v}");
     drop(s);
     // `--reasoning off` makes that the default; a request can still turn thinking on.
     let s = Server::start(&["--chat-template", root.to_str().unwrap(), "--reasoning", "off"], &[]);
@@ -482,6 +509,119 @@ fn thinking_templates_split_reasoning_content() {
     on["chat_template_kwargs"] = json!({"enable_thinking": true});
     let v = ok(s.post("/v1/chat/completions", &on));
     assert_eq!(v["choices"][0]["message"]["reasoning_content"].as_str(), Some(thought), "{v}");
+}
+
+/// `GET /metrics` counts what requests did (Prometheus text, `hearth:` names); `GET /v1` lists the endpoints, each
+/// of which is routed.
+#[test]
+fn metrics_and_the_endpoint_index() {
+    let s = Server::start(&[], &[]);
+    let value = |text: &str, series: &str| -> f64 {
+        let line = text.lines().find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '));
+        line.and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(-1.0)
+    };
+    let r = s.get("/metrics");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.header("content-type").is_some_and(|c| c.starts_with("text/plain; version=0.0.4")),
+        "{:?}",
+        r.header("content-type")
+    );
+    let before = r.text();
+    assert_eq!(value(&before, "hearth:model_loaded"), 1.0, "{before}");
+    for (path, body) in [
+        ("/v1/chat/completions", json!({"messages": user("Hi"), "max_tokens": 4})),
+        ("/v1/completions", json!({"prompt": "Hi", "max_tokens": 3, "stream": true})),
+        ("/v1/messages", json!({"messages": user("Hi"), "max_tokens": 2})),
+    ] {
+        assert_eq!(s.post(path, &body).status, 200, "{path}");
+    }
+    let after = s.get("/metrics").text();
+    let grew = |series: &str, by: f64| {
+        let (a, b) = (value(&before, series), value(&after, series));
+        assert!(
+            a >= 0.0 && b >= a + by,
+            "{series}: {a} -> {b}
+{after}"
+        );
+    };
+    grew("hearth:e2e_request_latency_seconds_count", 3.0);
+    grew("hearth:time_to_first_token_seconds_count", 3.0);
+    grew("hearth:inter_token_latency_seconds_count", 1.0);
+    grew("hearth:generation_tokens_total", 3.0);
+    grew("hearth:prompt_tokens_total", 3.0);
+    let finished = |t: &str| {
+        ["stop", "length"]
+            .iter()
+            .map(|r| value(t, &format!("hearth:request_success_total{{finished_reason=\"{r}\"}}")))
+            .sum::<f64>()
+    };
+    assert_eq!(finished(&after) - finished(&before), 3.0, "{after}");
+    for g in ["hearth:num_requests_running", "hearth:num_requests_waiting", "hearth:kv_cache_usage_perc"] {
+        assert!(value(&after, g) >= 0.0, "{g}: {after}");
+    }
+    // Every histogram's buckets are cumulative and end in +Inf = count.
+    let inf = value(&after, "hearth:e2e_request_latency_seconds_bucket{le=\"+Inf\"}");
+    assert_eq!(inf, value(&after, "hearth:e2e_request_latency_seconds_count"), "{after}");
+
+    let index = ok(s.get("/v1"));
+    let list = index["data"].as_array().cloned().unwrap_or_default();
+    assert!(list.len() >= 10, "{index}");
+    for e in &list {
+        let (method, path) = (e["method"].as_str().unwrap_or(""), e["path"].as_str().unwrap_or(""));
+        let path = path.replace("{id}", "smollm2-135m");
+        let r = match method {
+            "GET" => s.get(&path),
+            "POST" => s.post(&path, &json!({})),
+            m => support::request(s.port, m, &path, &[], None),
+        };
+        // Routed: not "no route" (a 404 of a missing resource is fine), not a wrong method.
+        assert!(!r.text().contains("no route for"), "{method} {path}: {}", r.text());
+        assert_ne!(r.status, 405, "{method} {path}: {}", r.text());
+    }
+}
+
+/// Anthropic's paths answer every failure in Anthropic's error shape: malformed JSON, a missing field, an unknown
+/// path under `/v1/messages`, a wrong method, a body over the limit; and the server keeps serving.
+#[test]
+fn anthropic_errors_have_anthropics_shape() {
+    let s = Server::start(&["--max-body", "4096"], &[]);
+    let check = |r: &support::Resp, status: u16, kind: &str| {
+        assert_eq!(r.status, status, "{}", r.text());
+        let v = r.json();
+        assert_eq!((v["type"].as_str(), v["error"]["type"].as_str()), (Some("error"), Some(kind)), "{v}");
+        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    };
+    let raw = |method: &str, path: &str, body: &[u8]| {
+        support::request(s.port, method, path, &[("content-type", "application/json")], Some(body))
+    };
+    check(&raw("POST", "/v1/messages", b"{nope"), 400, "invalid_request_error");
+    check(&raw("POST", "/v1/messages", b"[1]"), 400, "invalid_request_error");
+    let r = s.post("/v1/messages", &json!({"messages": [{"role": "user", "content": "hi"}]}));
+    check(&r, 400, "invalid_request_error");
+    assert!(r.json()["error"]["message"].as_str().is_some_and(|m| m.contains("max_tokens")), "{}", r.text());
+    check(&s.post("/v1/messages/nope", &json!({})), 404, "not_found_error");
+    check(&raw("GET", "/v1/messages", b""), 405, "invalid_request_error");
+    let big = json!({"max_tokens": 4, "messages": [{"role": "user", "content": "x".repeat(8192)}]});
+    check(&s.post("/v1/messages", &big), 413, "request_too_large");
+    // Chat Completions keeps OpenAI's shape.
+    let v = s.post("/v1/chat/completions", &json!({})).json();
+    assert!(v["error"]["message"].is_string() && v.get("type").is_none(), "{v}");
+    let v = ok(s.post("/v1/messages", &json!({"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})));
+    assert_eq!(v["type"], "message", "{v}");
+    // The raw stream: named events in Anthropic's exact order, a ping after the first block starts, no [DONE].
+    let r = s.post(
+        "/v1/messages",
+        &json!({"max_tokens": 4, "stream": true, "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(r.status, 200);
+    assert!(!r.text().contains("[DONE]"), "{}", r.text());
+    let names: Vec<String> = r.sse_events().into_iter().map(|(n, _)| n).collect();
+    let deltas = names.iter().filter(|n| *n == "content_block_delta").count();
+    let mut want = vec!["message_start", "content_block_start", "ping"];
+    want.extend(std::iter::repeat_n("content_block_delta", deltas));
+    want.extend(["content_block_stop", "message_delta", "message_stop"]);
+    assert!(deltas >= 1 && names == want, "{names:?}");
 }
 
 /// A Qwen3-shaped checkpoint (tests/fixtures/tiny-qwen3: random weights, q/k norms) served with a Qwen3-style

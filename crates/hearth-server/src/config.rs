@@ -14,6 +14,10 @@ pub struct ServerConfig {
     pub api_key: Option<String>,
     /// SSE keep-alive comment interval while a streamed request waits for its first token.
     pub keepalive: Duration,
+    /// The Responses API's store of responses: its cap in bytes (0: nothing is stored) and how long a response
+    /// stays.
+    pub response_store_bytes: usize,
+    pub response_store_ttl: Duration,
 }
 
 impl Default for ServerConfig {
@@ -24,6 +28,8 @@ impl Default for ServerConfig {
             max_body: 4 * 1024 * 1024,
             api_key: None,
             keepalive: Duration::from_secs(1),
+            response_store_bytes: 64 << 20,
+            response_store_ttl: Duration::from_secs(3600),
         }
     }
 }

@@ -2,12 +2,14 @@
 //! pipeline, yielding `Event`s in arrival order. Dropping a `Generation` drops its `RequestStream`s, which
 //! cancels the work in the engine (a client that hangs up costs nothing more).
 
+use crate::metrics::{self, Finished};
 use crate::stream::ChoiceText;
 use hearth_engine::engine::{EngineEvent, FinishReason, RequestStream};
 use hearth_engine::sampling::TopLogprob;
 use hearth_engine::tokenizer::Tokenizer;
 use std::collections::VecDeque;
 use std::task::Poll;
+use std::time::Instant;
 
 /// One submitted prompt.
 pub struct Job {
@@ -39,8 +41,9 @@ pub struct TokenLogprob {
 pub enum Event {
     /// One token of `choice`: the text it released (may be empty: held back) and its logprob when asked for.
     Token { choice: usize, text: String, logprob: Option<TokenLogprob> },
-    /// `choice` ended; `text` is what was still held. `reason` is `stop` or `length`.
-    Finish { choice: usize, text: String, reason: &'static str },
+    /// `choice` ended; `text` is what was still held. `reason` is `stop` or `length`; `stop_sequence` is the stop
+    /// string that ended it, if one did.
+    Finish { choice: usize, text: String, reason: &'static str, stop_sequence: Option<String> },
     /// The engine failed; nothing more follows.
     Error(String),
 }
@@ -58,6 +61,8 @@ struct JobState<'a> {
     prompt_tokens: usize,
     cached_tokens: usize,
     choices: Vec<ChoiceText<'a>>,
+    /// When each choice's last token came (inter-token latency).
+    last_token: Vec<Option<Instant>>,
 }
 
 pub struct Generation<'a> {
@@ -65,6 +70,9 @@ pub struct Generation<'a> {
     pending: VecDeque<Event>,
     next_poll: usize,
     failed: bool,
+    /// When the request was accepted, and whether its first token came (`/metrics`).
+    started: Instant,
+    first_token: bool,
 }
 
 impl<'a> Generation<'a> {
@@ -82,12 +90,20 @@ impl<'a> Generation<'a> {
                     prompt_tokens: j.prompt_tokens,
                     cached_tokens: 0,
                     choices,
+                    last_token: vec![None; j.n],
                 };
                 first += j.n;
                 s
             })
             .collect();
-        Self { jobs, pending: VecDeque::new(), next_poll: 0, failed: false }
+        Self {
+            jobs,
+            pending: VecDeque::new(),
+            next_poll: 0,
+            failed: false,
+            started: Instant::now(),
+            first_token: false,
+        }
     }
 
     pub fn choices(&self) -> usize {
@@ -138,10 +154,21 @@ impl<'a> Generation<'a> {
     }
 
     fn handle(&mut self, j: usize, ev: Option<EngineEvent>) {
+        let m = metrics::global();
         let job = &mut self.jobs[j];
         match ev {
             Some(EngineEvent::Token { choice, id, logprob, top }) => {
                 let Some(c) = job.choices.get_mut(choice).filter(|c| !c.done) else { return };
+                let now = Instant::now();
+                if !self.first_token {
+                    self.first_token = true;
+                    m.ttft.observe(now - self.started);
+                }
+                if let Some(last) = job.last_token.get_mut(choice) {
+                    if let Some(prev) = last.replace(now) {
+                        m.itl.observe(now - prev);
+                    }
+                }
                 let text_offset = c.released_chars;
                 let out = c.push(id);
                 let logprob = logprob.map(|lp| TokenLogprob { id, logprob: lp, top, text_offset });
@@ -151,10 +178,13 @@ impl<'a> Generation<'a> {
                         s.cancel_choice(choice);
                     }
                 }
+                let stop_sequence = c.matched_stop().map(str::to_string);
                 let choice = job.first_choice + choice;
                 self.pending.push_back(Event::Token { choice, text: out.text, logprob });
                 if out.stopped {
-                    self.pending.push_back(Event::Finish { choice, text: String::new(), reason: "stop" });
+                    m.finished(Finished::Stop);
+                    let text = String::new();
+                    self.pending.push_back(Event::Finish { choice, text, reason: "stop", stop_sequence });
                 }
             }
             Some(EngineEvent::Finished { choice, reason, usage }) => {
@@ -165,7 +195,10 @@ impl<'a> Generation<'a> {
                     FinishReason::Length if !out.stopped => "length",
                     _ => "stop",
                 };
-                self.pending.push_back(Event::Finish { choice: job.first_choice + choice, text: out.text, reason });
+                m.finished(if reason == "length" { Finished::Length } else { Finished::Stop });
+                let stop_sequence = c.matched_stop().map(str::to_string);
+                let choice = job.first_choice + choice;
+                self.pending.push_back(Event::Finish { choice, text: out.text, reason, stop_sequence });
             }
             Some(EngineEvent::Error { message }) => {
                 self.failed = true;
@@ -189,12 +222,31 @@ impl<'a> Generation<'a> {
     }
 }
 
+/// The request ends (all its choices finished, it failed, or its client left): its latency, its tokens, and how
+/// its unfinished choices ended.
+impl Drop for Generation<'_> {
+    fn drop(&mut self) {
+        let m = metrics::global();
+        m.e2e.observe(self.started.elapsed());
+        let how = if self.failed { Finished::Error } else { Finished::Abort };
+        for j in &self.jobs {
+            let generated = j.choices.iter().map(|c| c.tokens).sum();
+            m.tokens(j.prompt_tokens, j.cached_tokens, generated);
+            for _ in j.choices.iter().filter(|c| !c.done) {
+                m.finished(how);
+            }
+        }
+    }
+}
+
 /// A choice's whole output, for non-streaming responses.
 #[derive(Debug, Clone, Default)]
 pub struct ChoiceResult {
     pub text: String,
     pub logprobs: Vec<TokenLogprob>,
     pub finish_reason: &'static str,
+    /// The stop string that ended it, if one did.
+    pub stop_sequence: Option<String>,
 }
 
 /// Run to the end and collect every choice (non-streaming). `Err` carries the engine's message.
@@ -208,10 +260,11 @@ pub async fn collect(mut g: Generation<'_>) -> Result<(Vec<ChoiceResult>, UsageT
                     c.logprobs.extend(logprob);
                 }
             }
-            Event::Finish { choice, text, reason } => {
+            Event::Finish { choice, text, reason, stop_sequence } => {
                 if let Some(c) = out.get_mut(choice) {
                     c.text.push_str(&text);
                     c.finish_reason = reason;
+                    c.stop_sequence = stop_sequence;
                 }
             }
             Event::Error(m) => return Err(m),

@@ -4,13 +4,17 @@
 //! serves until Ctrl-C / SIGTERM.
 
 pub mod admin;
+pub mod answer;
+pub mod anthropic;
 pub mod body;
 pub mod config;
 pub mod error;
 pub mod generation;
+pub mod metrics;
 pub mod middleware;
 pub mod openai;
 pub mod reasoning;
+pub mod responses;
 pub mod sse;
 pub mod state;
 pub mod stream;
@@ -36,8 +40,14 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(openai::chat::handler))
         .route("/v1/completions", post(openai::completions::handler))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::get).delete(responses::delete))
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::get))
+        .route("/v1", get(admin::index))
+        .route("/metrics", get(metrics::handler))
         .route("/health", get(admin::health))
         .route("/stats", get(admin::stats))
         .route("/admin/cache/flush", post(admin::cache_flush))

@@ -6,7 +6,7 @@
 //!   stays open for probes; a refusal is a 401 in the API's error shape. (tower-http's bearer check does none of
 //!   the three.)
 //! - `json_errors`: errors made below the handlers (axum's 405, tower-http's 413) are plain text; the API answers
-//!   every failure in OpenAI's JSON error shape.
+//!   every failure in OpenAI's JSON error shape, and on Anthropic's paths (`/v1/messages...`) in Anthropic's.
 
 use crate::body::TOO_LARGE;
 use crate::error::ApiError;
@@ -55,7 +55,13 @@ pub fn cors() -> CorsLayer {
     CorsLayer::new()
         .allow_origin(Any)
         .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
-        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, HeaderName::from_static("x-api-key")])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            HeaderName::from_static("x-api-key"),
+            HeaderName::from_static("anthropic-version"),
+            HeaderName::from_static("anthropic-beta"),
+        ])
         .expose_headers([REQUEST_ID])
         .max_age(Duration::from_secs(86400))
 }
@@ -77,7 +83,7 @@ impl<B> MakeSpan<B> for RequestSpan {
     }
 }
 
-/// Rewrite error responses that are not already JSON into the OpenAI error shape.
+/// Rewrite error responses that are not already JSON into the OpenAI error shape (Anthropic's on its paths).
 pub async fn json_errors(req: Request, next: Next) -> Response {
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     let resp = next.run(req).await;
@@ -90,14 +96,21 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    if is_json {
+    let anthropic = path.starts_with(crate::anthropic::PATH);
+    if is_json && !anthropic {
         return resp;
     }
     let allow = resp.headers().get(header::ALLOW).cloned();
-    let text = to_bytes(resp.into_body(), 4096)
+    let text = to_bytes(resp.into_body(), 1 << 16)
         .await
         .map(|b| String::from_utf8_lossy(&b).trim().to_string())
         .unwrap_or_default();
+    if is_json {
+        // An OpenAI-shaped error from a handler, on an Anthropic path.
+        let body: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let message = body.pointer("/error/message").and_then(|m| m.as_str()).unwrap_or("request failed");
+        return (status, axum::Json(crate::anthropic::error_body(status, message))).into_response();
+    }
     let message = match status {
         StatusCode::METHOD_NOT_ALLOWED => format!("{method} is not allowed on {path}"),
         StatusCode::NOT_FOUND => format!("no route for {method} {path}"),
@@ -105,7 +118,11 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
         _ if !text.is_empty() => text,
         s => s.canonical_reason().unwrap_or("request failed").to_string(),
     };
-    let mut r = ApiError::from_status(status, message).into_response();
+    let mut r = if anthropic {
+        (status, axum::Json(crate::anthropic::error_body(status, &message))).into_response()
+    } else {
+        ApiError::from_status(status, message).into_response()
+    };
     if let Some(a) = allow {
         r.headers_mut().insert(header::ALLOW, a);
     }

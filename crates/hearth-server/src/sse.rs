@@ -36,6 +36,34 @@ pub trait ChunkFormat: Send + 'static {
     fn event(&mut self, tok: &Tokenizer, ev: Event) -> Vec<Self::Chunk<'_>>;
     /// The final usage chunk (`stream_options.include_usage`).
     fn usage(&self, u: UsageTotals) -> Self::Chunk<'_>;
+    /// Chunks after every choice finished (Anthropic: `message_delta` and `message_stop`).
+    fn finish(&mut self, _u: UsageTotals) -> Vec<Self::Chunk<'_>> {
+        Vec::new()
+    }
+    /// One chunk as an SSE event: `data: {json}` (APIs that name their events override this).
+    fn frame(chunk: &Self::Chunk<'_>) -> SseEvent {
+        data(chunk)
+    }
+    /// An error that ends the stream.
+    fn error(&mut self, e: &ApiError) -> SseEvent {
+        data(&e.body())
+    }
+    /// Whether the stream ends with `data: [DONE]` (OpenAI's chat and completions).
+    const DONE: bool = true;
+}
+
+/// A chunk whose JSON has a `type` (Anthropic's and the Responses API's events) as `event: TYPE` + `data: {json}`.
+pub fn typed<T: Serialize>(v: &T) -> SseEvent {
+    match serde_json::to_value(v) {
+        Ok(v) => {
+            let name = v.get("type").and_then(serde_json::Value::as_str).unwrap_or("message").to_string();
+            data(&v).event(name)
+        }
+        Err(e) => {
+            tracing::warn!("could not serialize a stream event: {e}");
+            SseEvent::default().comment("unserializable event")
+        }
+    }
 }
 
 pub struct StreamSpec {
@@ -46,7 +74,7 @@ pub struct StreamSpec {
 }
 
 /// `data: {json}`. Our chunk types always serialize; should one not, a comment takes its place (clients skip it).
-fn data<T: Serialize>(v: &T) -> SseEvent {
+pub fn data<T: Serialize>(v: &T) -> SseEvent {
     SseEvent::default().json_data(v).unwrap_or_else(|e| {
         tracing::warn!("could not serialize a stream chunk: {e}");
         SseEvent::default().comment("unserializable chunk")
@@ -96,7 +124,7 @@ async fn pump<F: ChunkFormat>(
             }
         };
     }
-    let start: Vec<SseEvent> = fmt.start().iter().map(data).collect();
+    let start: Vec<SseEvent> = fmt.start().iter().map(F::frame).collect();
     for e in start {
         send!(e);
     }
@@ -117,13 +145,14 @@ async fn pump<F: ChunkFormat>(
         match ev {
             None => break,
             Some(Event::Error(message)) => {
-                send!(data(&ApiError::engine(message).body()));
+                let e = fmt.error(&ApiError::engine(message));
+                send!(e);
                 outcome = "engine error";
                 break;
             }
             Some(ev) => {
                 before_first = false;
-                let chunks: Vec<SseEvent> = fmt.event(tok, ev).iter().map(data).collect();
+                let chunks: Vec<SseEvent> = fmt.event(tok, ev).iter().map(F::frame).collect();
                 for e in chunks {
                     send!(e);
                 }
@@ -131,10 +160,18 @@ async fn pump<F: ChunkFormat>(
         }
     }
     if include_usage && outcome == "finished" {
-        let e = data(&fmt.usage(g.usage()));
+        let e = F::frame(&fmt.usage(g.usage()));
         send!(e);
     }
-    send!(SseEvent::default().data("[DONE]"));
+    if outcome == "finished" {
+        let end: Vec<SseEvent> = fmt.finish(g.usage()).iter().map(F::frame).collect();
+        for e in end {
+            send!(e);
+        }
+    }
+    if F::DONE {
+        send!(SseEvent::default().data("[DONE]"));
+    }
     outcome
 }
 

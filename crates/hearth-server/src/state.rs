@@ -3,6 +3,7 @@
 
 use crate::config::{SamplingDefaults, ServerConfig};
 use crate::error::{ApiError, ApiResult};
+use crate::responses::store::ResponseStore;
 use hearth_engine::engine::EngineHandle;
 use hearth_engine::sampling::grammar::Grammars;
 use hearth_engine::tokenizer::Tokenizer;
@@ -36,11 +37,14 @@ impl Ready {
 pub struct AppState {
     ready: Arc<OnceLock<Arc<Ready>>>,
     pub cfg: Arc<ServerConfig>,
+    /// Stored responses of the Responses API.
+    pub responses: Arc<ResponseStore>,
 }
 
 impl AppState {
     pub fn new(cfg: ServerConfig) -> Self {
-        Self { ready: Arc::new(OnceLock::new()), cfg: Arc::new(cfg) }
+        let responses = Arc::new(ResponseStore::new(cfg.response_store_bytes, cfg.response_store_ttl));
+        Self { ready: Arc::new(OnceLock::new()), cfg: Arc::new(cfg), responses }
     }
 
     /// Install the loaded model (once; later calls are ignored).

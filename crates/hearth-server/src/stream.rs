@@ -10,6 +10,8 @@ pub struct StopMatcher {
     stops: Vec<String>,
     held: String,
     stopped: bool,
+    /// The stop string that matched.
+    matched: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,7 +25,12 @@ pub struct StopOutput {
 impl StopMatcher {
     /// Empty stop strings are ignored (the request layer rejects them).
     pub fn new(stops: Vec<String>) -> Self {
-        Self { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new(), stopped: false }
+        Self {
+            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            held: String::new(),
+            stopped: false,
+            matched: None,
+        }
     }
 
     pub fn push(&mut self, text: &str) -> StopOutput {
@@ -35,7 +42,9 @@ impl StopMatcher {
         }
         self.held.push_str(text);
         // 1. the earliest complete match wins
-        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+        let first = self.stops.iter().filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s))).min_by_key(|m| m.0);
+        if let Some((at, stop)) = first {
+            self.matched = Some(stop.clone());
             self.stopped = true;
             let mut out = std::mem::take(&mut self.held);
             out.truncate(at);
@@ -54,6 +63,11 @@ impl StopMatcher {
             return String::new();
         }
         std::mem::take(&mut self.held)
+    }
+
+    /// The stop string that matched, if one did.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     fn partial_tail_len(&self) -> usize {
@@ -128,6 +142,11 @@ impl<'a> ChoiceText<'a> {
         self.release(out)
     }
 
+    /// The stop string that ended this choice, if one did.
+    pub fn matched_stop(&self) -> Option<&str> {
+        self.stop.matched()
+    }
+
     fn release(&mut self, out: StopOutput) -> StopOutput {
         self.released_chars += out.text.chars().count();
         if out.stopped {
@@ -182,6 +201,9 @@ mod tests {
     fn earliest_of_several_stops_wins_and_tail_is_flushed() {
         let (out, stopped, _) = run(&["world", "lo"], &["hello world"]);
         assert_eq!((out.as_str(), stopped), ("hel", true));
+        let mut m = StopMatcher::new(vec!["world".into(), "lo".into()]);
+        m.push("hello world");
+        assert_eq!(m.matched(), Some("lo"));
         let (out, stopped, _) = run(&["xyz"], &["abc", "xy"]);
         assert_eq!((out.as_str(), stopped), ("abcxy", false));
     }

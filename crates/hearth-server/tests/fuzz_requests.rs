@@ -1,5 +1,6 @@
 //! Fuzz every route's request parsing and validation: no input may panic the server, and every answer is either
-//! a success of the route's shape or an OpenAI error (`{"error": {"message", "type", "param", "code"}}`, 4xx).
+//! a success of the route's shape or an OpenAI error (`{"error": {"message", "type", "param", "code"}}`, 4xx;
+//! Anthropic's shape on `/v1/messages`).
 //!
 //! The inputs go through the real router in-process (`tower::ServiceExt::oneshot`), so they meet exactly the code
 //! the handlers run: the body extractor and the wire types' deserializers, `params::resolve`,
@@ -10,7 +11,7 @@
 //! (special, byte and multi-byte ones included) and end with `stop` or `length`.
 //!
 //! Inputs: arbitrary bytes, arbitrary JSON values, structure-aware mutations of valid chat / completions /
-//! tokenize / detokenize / apply-template bodies (wrong types in every field, huge / negative / fractional numbers,
+//! Anthropic messages / responses / tokenize / detokenize / apply-template bodies (wrong types in every field, huge / negative / fractional numbers,
 //! NaN-like strings, deep nesting, unicode and special-token text, empty and oversized arrays, null everywhere),
 //! and byte-level damage to valid bodies. The same bodies also go straight to the public parsers. The parts live
 //! in `fuzz/`.
@@ -130,7 +131,16 @@ fn fuzz_requests_never_panic_and_always_answer_in_shape() {
     assert_eq!(PANICS.load(Ordering::SeqCst), 0, "panics were caught somewhere: {}", LAST_PANIC.lock().unwrap());
     if only.is_none() && ran >= 2000 {
         // The fuzz must reach past validation: valid requests generate, invalid ones are rejected.
-        for route in [Route::Chat, Route::Completions, Route::Tokenize, Route::Detokenize, Route::ApplyTemplate] {
+        let routes = [
+            Route::Chat,
+            Route::Completions,
+            Route::Messages,
+            Route::Responses,
+            Route::Tokenize,
+            Route::Detokenize,
+            Route::ApplyTemplate,
+        ];
+        for route in routes {
             let ok = by_status.get(&(route, 200)).copied().unwrap_or(0);
             let bad = by_status.get(&(route, 400)).copied().unwrap_or(0);
             assert!(ok > 0 && bad > 0, "{route:?}: {ok} successes and {bad} rejections; the generator is off");

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod python;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -102,6 +104,20 @@ impl Resp {
                 } else if let Some(c) = line.strip_prefix(':') {
                     out.push(Sse::Comment(c.trim().to_string()));
                 }
+            }
+        }
+        out
+    }
+
+    /// Each frame's `event:` name (empty when it has none) and `data` JSON (frames without data are left out).
+    pub fn sse_events(&self) -> Vec<(String, Value)> {
+        let text = self.text();
+        let mut out = Vec::new();
+        for frame in text.split("\n\n").filter(|f| !f.trim().is_empty()) {
+            let name = frame.lines().find_map(|l| l.strip_prefix("event: ")).unwrap_or("").to_string();
+            if let Some(d) = frame.lines().find_map(|l| l.strip_prefix("data: ")) {
+                let v = serde_json::from_str(d).unwrap_or_else(|e| panic!("bad SSE JSON {d}: {e}"));
+                out.push((name, v));
             }
         }
         out

@@ -1,22 +1,24 @@
 //! `POST /v1/chat/completions`.
 
 use super::constraint::Requested;
+use super::params::GenParams;
 use super::{logprobs, messages, params};
+use crate::answer::{Answer, AnswerPart, AnswerShape, AnswerSplitter};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
-use crate::generation::{collect, Event, Generation, Job, TextOptions, UsageTotals};
-use crate::reasoning::{self, Part, ReasoningSplitter};
+use crate::generation::{collect, ChoiceResult, Event, Generation, Job, TextOptions, UsageTotals};
+use crate::reasoning;
 use crate::sse::{self, ChunkFormat, StreamSpec};
-use crate::state::{new_id, unix_now, AppState};
-use crate::tools::parser::{CallParser, Piece};
+use crate::state::{new_id, unix_now, AppState, Ready};
 use crate::tools::{Call, Format, ToolChoice, Tools};
 use crate::wire::chat::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionRequest, Delta, FunctionCall, ToolCall, ToolCallDelta,
 };
-use crate::wire::{Chunk, ResponseMeta};
+use crate::wire::{Chunk, RequestBody, ResponseMeta};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use hearth_engine::engine::EngineRequest;
 use hearth_engine::sampling::grammar::ConstraintSpec;
 use hearth_engine::tokenizer::Tokenizer;
 use tracing::Instrument;
@@ -33,8 +35,18 @@ pub async fn handler(
     run(st, req, id).instrument(span).await
 }
 
-async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<Response> {
-    let ready = st.ready()?;
+/// A chat request translated onto the engine: what every chat-shaped API (Chat Completions, Anthropic Messages,
+/// Responses) submits, and how its answers split.
+pub(crate) struct Prepared {
+    pub req: EngineRequest,
+    pub g: GenParams,
+    pub shape: AnswerShape,
+    pub want_logprobs: bool,
+}
+
+/// Check a chat request and build its engine request: sampling, the template's prompt with the tools, the tools'
+/// grammar or the request's own constraint, and the reasoning split.
+pub(crate) fn prepare(ready: &Ready, req: ChatCompletionRequest) -> ApiResult<Prepared> {
     let ChatCompletionRequest { params: p, options, conversation } = req;
     let max_tokens = match options.max_completion_tokens {
         Some(m) => ("max_completion_tokens", Some(m)),
@@ -64,9 +76,8 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
         }
         g.constraint = Some(Requested { spec, param: "tool_choice" });
     }
-    let format = tools.as_ref().map(|t| t.format);
-    let (prompt_text, prompt) = messages::prompt_ids(&ready, &conversation, tools.as_ref())?;
-    // A template that thinks: the answer's `<think>...</think>` part becomes `reasoning_content`.
+    let (prompt_text, prompt) = messages::prompt_ids(ready, &conversation, tools.as_ref())?;
+    // A template that thinks: the answer's `<think>...</think>` part becomes the reasoning.
     let thinks = reasoning::template_thinks(template);
     let opened = thinks && reasoning::prompt_opens_thought(&prompt_text);
     // A model that may open its own thought (the prompt neither opened nor closed one: Qwen3 with thinking on) may
@@ -76,21 +87,67 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
             r.spec = ConstraintSpec::AfterOptionalThought(Box::new(r.spec.clone()));
         }
     }
-    let mut req = g.engine_request(prompt, &ready)?;
+    let mut req = g.engine_request(prompt, ready)?;
     // A thought the prompt opened is free text: the constraint (a schema, a tool grammar) applies after it.
     if opened {
         req.constraint = req.constraint.take().map(|c| c.after_marker(reasoning::END));
     }
+    let shape = AnswerShape { thinks, opened, tools: tools.as_ref().map(|t| t.format) };
+    Ok(Prepared { req, g, shape, want_logprobs })
+}
+
+/// A chat request of another API (Anthropic Messages, Responses), translated into Chat Completions' body, checked
+/// and submitted as one choice.
+pub(crate) struct Submitted {
+    pub jobs: Vec<Job>,
+    pub text: TextOptions,
+    pub shape: AnswerShape,
+    pub prompt_tokens: usize,
+}
+
+pub(crate) fn submit_translated(ready: &Ready, chat: &serde_json::Value, stream: bool) -> ApiResult<Submitted> {
+    let chat = ChatCompletionRequest::from_body(chat)?;
+    let Prepared { req, g, shape, .. } = prepare(ready, chat)?;
+    let prompt_tokens = req.prompt.len();
+    tracing::info!(prompt_tokens, max_tokens = req.max_tokens, stream, "accepted");
+    let rs = ready.engine.submit(req)?;
+    Ok(Submitted {
+        jobs: vec![Job { stream: rs, prompt_tokens, n: 1 }],
+        text: g.text_options(true),
+        shape,
+        prompt_tokens,
+    })
+}
+
+impl Submitted {
+    /// Stream the choice in `fmt`'s events.
+    pub fn stream<F: ChunkFormat>(self, ready: &Ready, keepalive: std::time::Duration, fmt: F) -> Response {
+        let spec = StreamSpec { jobs: self.jobs, text: self.text, include_usage: false, keepalive };
+        sse::respond(ready.tokenizer.clone(), spec, fmt)
+    }
+
+    /// The whole choice and the usage.
+    pub async fn answer(self, ready: &Ready) -> ApiResult<(ChoiceResult, UsageTotals)> {
+        let tok = ready.tokenizer.clone();
+        let (choices, usage) = collect(Generation::new(&tok, self.jobs, &self.text)).await.map_err(ApiError::engine)?;
+        let c = choices.into_iter().next().ok_or_else(|| ApiError::internal("the engine returned no answer"))?;
+        tracing::info!(completion_tokens = usage.completion_tokens, "done");
+        Ok((c, usage))
+    }
+}
+
+async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<Response> {
+    let ready = st.ready()?;
+    let Prepared { req, g, shape, want_logprobs } = prepare(&ready, req)?;
     let prompt_tokens = req.prompt.len();
     tracing::info!(prompt_tokens, max_tokens = req.max_tokens, n = g.n, stream = g.stream, "accepted");
     let stream = ready.engine.submit(req)?;
     let jobs = vec![Job { stream, prompt_tokens, n: g.n }];
-    let text = TextOptions { stops: g.stops.clone(), trim_leading_space: true, skip_special: g.skip_special };
+    let text = g.text_options(true);
     let meta = ResponseMeta { id, created: unix_now(), model: ready.model_id.clone() };
     if g.stream {
-        let parsers = (0..g.n).map(|_| format.map(CallParser::new)).collect();
-        let thinkers = (0..g.n).map(|_| thinks.then(|| ReasoningSplitter::new(opened))).collect();
-        let fmt = ChatChunks { meta, n: g.n, include_usage: g.include_usage, parsers, thinkers };
+        let splitters = (0..g.n).map(|_| AnswerSplitter::new(shape)).collect();
+        let fmt = ChatChunks { meta, n: g.n, include_usage: g.include_usage, splitters, format: shape.tools };
         let spec = StreamSpec { jobs, text, include_usage: g.include_usage, keepalive: st.cfg.keepalive };
         return Ok(sse::respond(ready.tokenizer.clone(), spec, fmt));
     }
@@ -100,58 +157,27 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
         .into_iter()
         .enumerate()
         .map(|(index, c)| {
-            let (thought, answer) = match thinks {
-                true => split_reasoning(opened, &c.text),
-                false => (None, c.text),
-            };
-            let (content, calls) = match format {
-                Some(f) => split_calls(f, &answer),
-                None => (Some(answer), Vec::new()),
-            };
-            // Only a thought (cut off by max_tokens): no content.
-            let content = content.filter(|t| thought.is_none() || !t.is_empty());
-            let finish_reason = finish_reason(c.finish_reason, !calls.is_empty());
-            let tool_calls =
-                format.filter(|_| !calls.is_empty()).map(|f| calls.into_iter().map(|c| tool_call(c, f)).collect());
+            let a = Answer::split(shape, &c.text);
+            let finish_reason = finish_reason(c.finish_reason, !a.calls.is_empty());
+            let tool_calls = shape
+                .tools
+                .filter(|_| !a.calls.is_empty())
+                .map(|f| a.calls.into_iter().map(|c| tool_call(c, f)).collect());
             ChatChoice {
                 index,
                 logprobs: want_logprobs.then(|| logprobs::chat(&tok, &c.logprobs)),
-                message: AssistantMessage { role: "assistant", reasoning_content: thought, content, tool_calls },
+                message: AssistantMessage {
+                    role: "assistant",
+                    reasoning_content: a.reasoning,
+                    content: a.content,
+                    tool_calls,
+                },
                 finish_reason,
             }
         })
         .collect();
     tracing::info!(completion_tokens = usage.completion_tokens, "done");
     Ok(Json(crate::wire::Response::new(&meta, OBJECT, choices, usage.into())).into_response())
-}
-
-/// A whole answer's thought (None when it has none) and the rest.
-fn split_reasoning(opened: bool, text: &str) -> (Option<String>, String) {
-    let mut s = ReasoningSplitter::new(opened);
-    let mut parts = s.feed(text);
-    parts.extend(s.finish());
-    let (mut thought, mut answer) = (None::<String>, String::new());
-    for p in parts {
-        match p {
-            Part::Reasoning(t) => thought.get_or_insert_with(String::new).push_str(&t),
-            Part::Content(t) => answer.push_str(&t),
-        }
-    }
-    (thought, answer)
-}
-
-/// A piece of a streamed message.
-enum DeltaPart {
-    Content(String),
-    Reasoning(String),
-    Call(ToolCallDelta),
-}
-
-/// A whole answer's text and calls (`content` is None when it is only calls).
-fn split_calls(f: Format, text: &str) -> (Option<String>, Vec<Call>) {
-    let (content, calls) = crate::tools::parser::parse_whole(f, text);
-    let content = (calls.is_empty() || !content.trim().is_empty()).then_some(content);
-    (content, calls)
 }
 
 /// `tool_calls` when a choice that stopped on its own made calls.
@@ -176,10 +202,10 @@ struct ChatChunks {
     meta: ResponseMeta,
     n: usize,
     include_usage: bool,
-    /// Each choice's tool-call parser, when the request offers tools.
-    parsers: Vec<Option<CallParser>>,
-    /// Each choice's reasoning splitter, when the template thinks.
-    thinkers: Vec<Option<ReasoningSplitter>>,
+    /// Each choice's answer splitter.
+    splitters: Vec<AnswerSplitter>,
+    /// The request's tool-call format, when it offers tools.
+    format: Option<Format>,
 }
 
 impl ChatChunks {
@@ -187,85 +213,46 @@ impl ChatChunks {
         Chunk::new(&self.meta, CHUNK_OBJECT, vec![choice], self.include_usage)
     }
 
-    /// A choice's new text as delta parts: its thought, then content or calls (through its tool-call parser when
-    /// the request offers tools; `end`: the choice ended).
-    fn parts(&mut self, index: usize, text: String, end: bool) -> Vec<DeltaPart> {
-        let mut out = Vec::new();
-        let answer = match self.thinkers.get_mut(index).and_then(Option::as_mut) {
-            Some(t) => {
-                let mut pieces = t.feed(&text);
-                if end {
-                    pieces.extend(t.finish());
-                }
-                let mut answer = String::new();
-                for p in pieces {
-                    match p {
-                        Part::Reasoning(r) => out.push(DeltaPart::Reasoning(r)),
-                        Part::Content(c) => answer.push_str(&c),
-                    }
-                }
-                answer
-            }
-            None => text,
-        };
-        let Some(Some(p)) = self.parsers.get_mut(index) else {
-            if !answer.is_empty() {
-                out.push(DeltaPart::Content(answer));
-            }
-            return out;
-        };
-        let mut call_index = p.calls();
-        let format = p.format();
-        let mut pieces = p.feed(&answer);
-        if end {
-            pieces.extend(p.finish());
-        }
-        for piece in pieces {
-            match piece {
-                Piece::Text(t) => out.push(DeltaPart::Content(t)),
-                Piece::Call(c) => {
-                    call_index += 1;
-                    out.push(DeltaPart::Call(ToolCallDelta::first(call_index - 1, tool_call(c, format))));
-                }
-                Piece::CallStart(name) => {
-                    call_index += 1;
-                    let c = Call { name, arguments: String::new() };
-                    out.push(DeltaPart::Call(ToolCallDelta::first(call_index - 1, tool_call(c, format))));
-                }
-                Piece::CallArgs(a) => out.push(DeltaPart::Call(ToolCallDelta::more(call_index.saturating_sub(1), a))),
-            }
-        }
-        out
-    }
-
-    /// Chunks of delta parts; the token's logprobs ride on the first (an empty one when its text is held back).
-    fn chunks(
-        &self,
-        index: usize,
-        parts: Vec<DeltaPart>,
-        logprobs: Option<crate::wire::chat::ChatLogprobs>,
-    ) -> Vec<Chunk<'_, ChatChunkChoice>> {
-        let mut parts = parts;
-        if parts.is_empty() && logprobs.is_some() {
-            parts.push(DeltaPart::Content(String::new()));
-        }
-        let mut lp = logprobs;
-        parts
+    /// A choice's new text as deltas (`end`: the choice ended).
+    fn deltas(&mut self, index: usize, text: String, end: bool) -> Vec<Delta> {
+        let Some(s) = self.splitters.get_mut(index) else { return Vec::new() };
+        let format = self.format.unwrap_or(Format::Generic);
+        s.feed(&text, end)
             .into_iter()
-            .map(|part| {
-                let mut delta = Delta::default();
-                match part {
-                    DeltaPart::Content(c) => delta.content = Some(c),
-                    DeltaPart::Reasoning(r) => delta.reasoning_content = Some(r),
-                    DeltaPart::Call(c) => delta.tool_calls = Some(vec![c]),
+            .map(|part| match part {
+                AnswerPart::Content(c) => Delta { content: Some(c), ..Delta::default() },
+                AnswerPart::Reasoning(r) => Delta { reasoning_content: Some(r), ..Delta::default() },
+                AnswerPart::CallStart { index, call, .. } => Delta {
+                    tool_calls: Some(vec![ToolCallDelta::first(index, tool_call(call, format))]),
+                    ..Delta::default()
+                },
+                AnswerPart::CallArgs { index, args } => {
+                    Delta { tool_calls: Some(vec![ToolCallDelta::more(index, args)]), ..Delta::default() }
                 }
-                self.chunk(ChatChunkChoice { index, delta, logprobs: lp.take(), finish_reason: None })
             })
             .collect()
     }
 
+    /// Chunks of deltas; the token's logprobs ride on the first (an empty one when its text is held back).
+    fn chunks(
+        &self,
+        index: usize,
+        deltas: Vec<Delta>,
+        logprobs: Option<crate::wire::chat::ChatLogprobs>,
+    ) -> Vec<Chunk<'_, ChatChunkChoice>> {
+        let mut deltas = deltas;
+        if deltas.is_empty() && logprobs.is_some() {
+            deltas.push(Delta { content: Some(String::new()), ..Delta::default() });
+        }
+        let mut lp = logprobs;
+        deltas
+            .into_iter()
+            .map(|delta| self.chunk(ChatChunkChoice { index, delta, logprobs: lp.take(), finish_reason: None }))
+            .collect()
+    }
+
     fn called(&self, index: usize) -> bool {
-        self.parsers.get(index).and_then(Option::as_ref).is_some_and(|p| p.calls() > 0)
+        self.splitters.get(index).is_some_and(|s| s.calls() > 0)
     }
 }
 
@@ -285,13 +272,13 @@ impl ChunkFormat for ChatChunks {
         match ev {
             Event::Token { choice, text, logprob } => {
                 let lp = logprob.map(|l| logprobs::chat(tok, std::slice::from_ref(&l)));
-                let parts = self.parts(choice, text, false);
-                self.chunks(choice, parts, lp)
+                let deltas = self.deltas(choice, text, false);
+                self.chunks(choice, deltas, lp)
             }
-            Event::Finish { choice, text, reason } => {
-                let parts = self.parts(choice, text, true);
+            Event::Finish { choice, text, reason, .. } => {
+                let deltas = self.deltas(choice, text, true);
                 let reason = finish_reason(reason, self.called(choice));
-                let mut out = self.chunks(choice, parts, None);
+                let mut out = self.chunks(choice, deltas, None);
                 let done = ChatChunkChoice {
                     index: choice,
                     delta: Delta::default(),

@@ -4,7 +4,7 @@
 use super::{logprobs, params};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
-use crate::generation::{collect, Event, Generation, Job, TextOptions, UsageTotals};
+use crate::generation::{collect, Event, Generation, Job, UsageTotals};
 use crate::sse::{self, ChunkFormat, StreamSpec};
 use crate::state::{new_id, unix_now, AppState, Ready};
 use crate::wire::completions::{CompletionChoice, CompletionLogprobs, CompletionRequest, Prompt, Prompts};
@@ -95,7 +95,7 @@ async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Resp
             echoes.push(if echo { text.clone() } else { String::new() });
         }
     }
-    let text = TextOptions { stops: g.stops.clone(), trim_leading_space: false, skip_special: g.skip_special };
+    let text = g.text_options(false);
     let meta = ResponseMeta { id, created: unix_now(), model: ready.model_id.clone() };
     if g.stream {
         let fmt = CompletionChunks { meta, echoes, include_usage: g.include_usage };
@@ -166,7 +166,7 @@ impl ChunkFormat for CompletionChunks {
                 let lp = logprob.map(|l| logprobs::completion(tok, std::slice::from_ref(&l), 0));
                 vec![self.chunk(choice, text, lp, None)]
             }
-            Event::Finish { choice, text, reason } => vec![self.chunk(choice, text, None, Some(reason))],
+            Event::Finish { choice, text, reason, .. } => vec![self.chunk(choice, text, None, Some(reason))],
             Event::Error(_) => Vec::new(),
         }
     }

@@ -145,6 +145,15 @@ pub fn resolve(
 impl GenParams {
     /// The engine request for one tokenized prompt. Without an explicit `max_tokens`, the default is capped to
     /// what is left of the context (and of the KV cache), so a long prompt still gets an answer.
+    /// How the choices' text is produced (stop strings, special tokens; chat drops the answer's leading space).
+    pub fn text_options(&self, trim_leading_space: bool) -> crate::generation::TextOptions {
+        crate::generation::TextOptions {
+            stops: self.stops.clone(),
+            trim_leading_space,
+            skip_special: self.skip_special,
+        }
+    }
+
     pub fn engine_request(&self, prompt: Vec<u32>, ready: &Ready) -> ApiResult<EngineRequest> {
         // The engine's own prompt rule (context and KV pool), as a 400 `context_length_exceeded`.
         ready.engine.info.check_prompt(prompt.len())?;

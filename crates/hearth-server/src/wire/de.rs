@@ -8,6 +8,14 @@ use serde::de::{DeserializeOwned, Deserializer, Error as _};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+/// A list parameter's items, or a 400 naming it.
+pub fn list_param<'a>(name: &str, v: &'a Value) -> crate::error::ApiResult<&'a [Value]> {
+    match v {
+        Value::Array(l) => Ok(l),
+        v => Err(crate::error::ApiError::param(name, format!("`{name}` must be a list, got {}", kind(v)))),
+    }
+}
+
 /// How messages name a JSON value's type.
 pub fn kind(v: &Value) -> &'static str {
     match v {

@@ -226,6 +226,8 @@ pub fn random_bytes(rng: &mut Rng) -> Vec<u8> {
 pub enum Route {
     Chat,
     Completions,
+    Messages,
+    Responses,
     Tokenize,
     Detokenize,
     ApplyTemplate,
@@ -250,9 +252,11 @@ pub fn make_case(rng: &mut Rng, vocabs: &[usize]) -> Case {
     }
     let vocab = vocabs[model];
     let route = match rng.below(100) {
-        0..=34 => Route::Chat,
-        35..=64 => Route::Completions,
-        65..=72 => Route::Tokenize,
+        0..=29 => Route::Chat,
+        30..=49 => Route::Completions,
+        50..=58 => Route::Messages,
+        59..=66 => Route::Responses,
+        67..=72 => Route::Tokenize,
         73..=80 => Route::Detokenize,
         81..=93 => Route::ApplyTemplate,
         _ => Route::Other,
@@ -260,12 +264,18 @@ pub fn make_case(rng: &mut Rng, vocabs: &[usize]) -> Case {
     let (method, path) = match route {
         Route::Chat => (Method::POST, "/v1/chat/completions".to_string()),
         Route::Completions => (Method::POST, "/v1/completions".to_string()),
+        Route::Messages => {
+            (Method::POST, if rng.pct(90) { "/v1/messages" } else { "/v1/messages/count_tokens" }.to_string())
+        }
+        Route::Responses => (Method::POST, "/v1/responses".to_string()),
         Route::Tokenize => (Method::POST, "/tokenize".to_string()),
         Route::Detokenize => (Method::POST, "/detokenize".to_string()),
         Route::ApplyTemplate => (Method::POST, "/apply-template".to_string()),
         Route::Other => {
             let id = ["smollm2-135m", "gemma3-270m", "", "a/b/c", "%FF%FE", "%00", "..%2F..", "x%", "%E2%82", "🦀"];
-            let path = match rng.below(7) {
+            let path = match rng.below(9) {
+                7 => format!("/v1/responses/{}", rng.pick(&id)),
+                8 => "/metrics".into(),
                 0 => format!("/v1/models/{}", rng.pick(&id)),
                 1 => "/v1/models".into(),
                 2 => "/health".into(),
@@ -283,6 +293,8 @@ pub fn make_case(rng: &mut Rng, vocabs: &[usize]) -> Case {
     let valid = |rng: &mut Rng| match route {
         Route::Chat => chat_body(rng, vocab),
         Route::Completions | Route::Other => completion_body(rng, vocab),
+        Route::Messages => anthropic_body(rng),
+        Route::Responses => responses_body(rng),
         Route::Tokenize => tokenize_body(rng),
         Route::Detokenize => detokenize_body(rng, vocab),
         Route::ApplyTemplate => template_body(rng),

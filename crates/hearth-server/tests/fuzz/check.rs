@@ -66,7 +66,99 @@ pub fn check_finish(f: &Value) -> Result<(), String> {
     }
 }
 
+/// Anthropic's error shape, exactly: `{"type": "error", "error": {"type": string, "message": non-empty string}}`.
+pub fn check_anthropic_error(v: &Value) -> Result<(), String> {
+    let e = v.get("error").and_then(Value::as_object).ok_or("no `error` object")?;
+    let mut keys: Vec<&str> = e.keys().map(String::as_str).collect();
+    keys.sort();
+    if v["type"] != "error" || v.as_object().map(|o| o.len()) != Some(2) || keys != ["message", "type"] {
+        return Err(format!("not Anthropic's error shape: {v}"));
+    }
+    if e["message"].as_str().is_none_or(str::is_empty) || e["type"].as_str().is_none_or(str::is_empty) {
+        return Err(format!("empty message or type: {v}"));
+    }
+    Ok(())
+}
+
+/// The named events of a stream (`event: NAME` + `data: {json}` frames): each data's `type` is its name.
+fn named_events(text: &str) -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    for frame in text.split("\n\n").filter(|f| !f.is_empty()) {
+        if frame.starts_with(':') {
+            continue;
+        }
+        let line = |prefix: &str| frame.lines().find_map(|l| l.strip_prefix(prefix));
+        let short: String = frame.chars().take(200).collect();
+        let name = line("event: ").ok_or_else(|| format!("frame without a name: {short:?}"))?;
+        let data = line("data: ").ok_or_else(|| format!("frame without data: {short:?}"))?;
+        let v: Value = serde_json::from_str(data).map_err(|e| format!("SSE data is not JSON ({e}): {data}"))?;
+        if v["type"] != name {
+            return Err(format!("event {name} carries type {}", v["type"]));
+        }
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// A Messages answer, whole or streamed, or a count.
+fn check_messages(path: &str, content_type: &str, body: &[u8]) -> Result<(), String> {
+    if content_type.starts_with("text/event-stream") {
+        let text = std::str::from_utf8(body).map_err(|e| format!("SSE body is not UTF-8: {e}"))?;
+        let ev = named_events(text)?;
+        let types: Vec<&str> = ev.iter().filter_map(|v| v["type"].as_str()).collect();
+        if types.first() != Some(&"message_start") || types.last() != Some(&"message_stop") {
+            return Err(format!("stream events {types:?}"));
+        }
+        let stop = ev.iter().find(|v| v["type"] == "message_delta").map(|v| v["delta"]["stop_reason"].clone());
+        return match stop.as_ref().and_then(Value::as_str) {
+            Some("end_turn" | "max_tokens" | "stop_sequence" | "tool_use") => Ok(()),
+            _ => Err(format!("stream stop_reason {stop:?}: {types:?}")),
+        };
+    }
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("200 body is not JSON ({e})"))?;
+    if path.ends_with("/count_tokens") {
+        return if v["input_tokens"].as_u64().is_some() { Ok(()) } else { Err(format!("count answer {v}")) };
+    }
+    let stop_ok = matches!(v["stop_reason"].as_str(), Some("end_turn" | "max_tokens" | "stop_sequence" | "tool_use"));
+    if v["type"] != "message" || !v["content"].is_array() || !stop_ok || !v["usage"]["output_tokens"].is_u64() {
+        return Err(format!("bad message {v}"));
+    }
+    Ok(())
+}
+
+/// A Responses answer, whole or streamed.
+fn check_responses(content_type: &str, body: &[u8]) -> Result<(), String> {
+    let status_ok =
+        |r: &Value| matches!(r["status"].as_str(), Some("completed" | "incomplete")) && r["output"].is_array();
+    if content_type.starts_with("text/event-stream") {
+        let text = std::str::from_utf8(body).map_err(|e| format!("SSE body is not UTF-8: {e}"))?;
+        let ev = named_events(text)?;
+        for (i, v) in ev.iter().enumerate() {
+            if v["sequence_number"].as_u64() != Some(i as u64) {
+                return Err(format!("event {i} has sequence_number {}", v["sequence_number"]));
+            }
+        }
+        let last = ev.last().ok_or("an empty stream")?;
+        let done = matches!(last["type"].as_str(), Some("response.completed" | "response.incomplete"));
+        return if done && status_ok(&last["response"]) { Ok(()) } else { Err(format!("last event {last}")) };
+    }
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("200 body is not JSON ({e})"))?;
+    if v["object"] != "response" || !status_ok(&v) {
+        return Err(format!("bad response {v}"));
+    }
+    Ok(())
+}
+
 pub fn check_success(route: Route, path: &str, content_type: &str, body: &[u8]) -> Result<(), String> {
+    match route {
+        Route::Messages => return check_messages(path, content_type, body),
+        Route::Responses => return check_responses(content_type, body),
+        Route::Other if path == "/metrics" => {
+            let text = std::str::from_utf8(body).map_err(|e| format!("metrics are not UTF-8: {e}"))?;
+            return if text.starts_with("# HELP") { Ok(()) } else { Err(format!("metrics: {text:.200}")) };
+        }
+        _ => {}
+    }
     if content_type.starts_with("text/event-stream") {
         let text = std::str::from_utf8(body).map_err(|e| format!("SSE body is not UTF-8: {e}"))?;
         let mut datas = Vec::new();
@@ -148,6 +240,7 @@ pub fn check_success(route: Route, path: &str, content_type: &str, body: &[u8]) 
             }
             check_usage(&v["usage"])
         }
+        Route::Messages | Route::Responses => Ok(()),
         Route::Tokenize => match v["tokens"].as_array() {
             Some(_) => Ok(()),
             None => Err(format!("tokenize answer {v}")),
@@ -214,6 +307,10 @@ pub async fn run_case(router: &Router, case: &Case) -> Result<u16, String> {
         return Err(format!("{status} with content-type {content_type:?}: {}", String::from_utf8_lossy(&body)));
     }
     let v: Value = serde_json::from_slice(&body).map_err(|e| format!("{status} body is not JSON ({e})"))?;
+    if case.path.starts_with("/v1/messages") {
+        check_anthropic_error(&v).map_err(|e| format!("{status}: {e}"))?;
+        return if status.is_client_error() { Ok(status.as_u16()) } else { Err(format!("{status}: {v}")) };
+    }
     check_error(&v).map_err(|e| format!("{status}: {e}: {v}"))?;
     if std::env::var_os("HEARTH_FUZZ_VERBOSE").is_some() {
         let e = &v["error"];
@@ -250,6 +347,10 @@ pub fn direct_parsers(body: &[u8], vocab: usize) -> Result<(), String> {
         Err(e) => errs.push(Some(e)),
     }
     errs.push(Conversation::from_body(&m).err());
+    if let Value::Object(o) = &m {
+        errs.push(hearth_server::anthropic::request::translate(o, false).err());
+        errs.push(hearth_server::responses::request::translate(o, Vec::new()).err());
+    }
     match DetokenizeRequest::from_body(&m) {
         Ok(DetokenizeRequest { tokens: Some(ids) }) => errs.push(ids.check("tokens", vocab).err()),
         Ok(_) => {}

@@ -6,6 +6,16 @@ use serde_json::{json, Map, Value};
 pub const KNOWN_KEYS: &[&str] = &[
     "model",
     "messages",
+    "system",
+    "stop_sequences",
+    "thinking",
+    "output_config",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "previous_response_id",
+    "store",
+    "text",
     "prompt",
     "temperature",
     "top_p",
@@ -442,6 +452,110 @@ pub fn template_body(rng: &mut Rng) -> Value {
     m.insert("messages".into(), message_list(rng));
     if rng.pct(20) {
         m.insert("add_generation_prompt".into(), json!(rng.pct(50)));
+    }
+    Value::Object(m)
+}
+
+/// A valid Anthropic Messages body (a random subset of its fields).
+pub fn anthropic_body(rng: &mut Rng) -> Value {
+    let mut m = Map::new();
+    m.insert("model".into(), json!("claude"));
+    m.insert("max_tokens".into(), json!(rng.range(1, 8)));
+    let mut msgs = vec![json!({"role": "user", "content": content(rng)})];
+    if rng.pct(25) {
+        msgs.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": text(rng)},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]}));
+        msgs.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": text(rng)},
+            {"type": "text", "text": text(rng)}]}));
+    }
+    m.insert("messages".into(), Value::Array(msgs));
+    let opts: Vec<(&str, Value)> = vec![
+        ("system", if rng.pct(50) { json!(text(rng)) } else { json!([{"type": "text", "text": text(rng)}]) }),
+        ("stop_sequences", json!([".", text(rng)])),
+        ("temperature", json!(rng.unit())),
+        ("top_k", json!(rng.range(1, 50))),
+        ("stream", json!(rng.pct(50))),
+        ("metadata", json!({"user_id": "u"})),
+        (
+            "thinking",
+            json!(*rng.pick(&[
+                json!({"type": "disabled"}),
+                json!({"type": "enabled", "budget_tokens": 1024}),
+                json!({"type": "adaptive"})
+            ])),
+        ),
+        (
+            "output_config",
+            json!({"format": {"type": "json_schema", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}),
+        ),
+    ];
+    for (k, v) in opts {
+        if rng.pct(20) {
+            m.insert(k.into(), v);
+        }
+    }
+    if rng.pct(15) {
+        m.insert(
+            "tools".into(),
+            json!([{"name": "get_weather", "description": "weather",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]),
+        );
+        let choice = rng
+            .pick(&[
+                json!({"type": "auto"}),
+                json!({"type": "any"}),
+                json!({"type": "none"}),
+                json!({"type": "tool", "name": "get_weather", "disable_parallel_tool_use": true}),
+            ])
+            .clone();
+        m.insert("tool_choice".into(), choice);
+    }
+    Value::Object(m)
+}
+
+/// A valid Responses body (a random subset of its fields).
+pub fn responses_body(rng: &mut Rng) -> Value {
+    let mut m = Map::new();
+    m.insert("model".into(), json!("gpt"));
+    let input = if rng.pct(50) {
+        json!(text(rng))
+    } else {
+        let mut items = vec![json!({"role": "user", "content": [{"type": "input_text", "text": text(rng)}]})];
+        if rng.pct(30) {
+            items.push(json!({"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"}));
+            items.push(json!({"type": "function_call_output", "call_id": "call_1", "output": text(rng)}));
+        }
+        Value::Array(items)
+    };
+    m.insert("input".into(), input);
+    let opts: Vec<(&str, Value)> = vec![
+        ("instructions", json!(text(rng))),
+        ("max_output_tokens", json!(rng.range(1, 8))),
+        ("temperature", json!(rng.unit())),
+        ("stream", json!(rng.pct(50))),
+        ("store", json!(rng.pct(50))),
+        ("metadata", json!({"k": "v"})),
+        ("reasoning", json!({"effort": *rng.pick(&["none", "low", "high"])})),
+        ("text", json!({"format": {"type": "json_object"}})),
+        ("previous_response_id", json!("resp_unknown")),
+    ];
+    for (k, v) in opts {
+        if rng.pct(20) {
+            m.insert(k.into(), v);
+        }
+    }
+    if !m.contains_key("max_output_tokens") {
+        m.insert("max_output_tokens".into(), json!(rng.range(1, 8)));
+    }
+    if rng.pct(15) {
+        m.insert(
+            "tools".into(),
+            json!([{"type": "function", "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]),
+        );
+        m.insert("tool_choice".into(), json!(*rng.pick(&["auto", "none", "required"])));
     }
     Value::Object(m)
 }

@@ -1,0 +1,233 @@
+//! OpenAI's Responses API: `POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`. A request is translated into
+//! the Chat Completions request it means ([`request`]; a `previous_response_id` continues the stored conversation) and
+//! runs on the one chat path; the answer's parts become output items (`reasoning`, `message`, `function_call`),
+//! streamed as the API's events ([`events`]). Stored responses live in [`store`].
+
+pub mod events;
+pub mod request;
+pub mod store;
+
+use crate::answer::{Answer, AnswerShape};
+use crate::body::parse_object;
+use crate::error::{ApiError, ApiResult};
+use crate::generation::UsageTotals;
+use crate::openai::chat::submit_translated;
+use crate::state::{new_id, unix_now, AppState};
+use crate::tools::{call_id, Call, Format};
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use hearth_engine::tokenizer::Tokenizer;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use store::{ResponseStore, Stored};
+use tracing::Instrument;
+
+/// A fresh id with an underscore: `resp_...`, `msg_...`, `fc_...`, `rs_...`.
+fn item_id(prefix: &str) -> String {
+    new_id(prefix).replacen(&format!("{prefix}-"), &format!("{prefix}_"), 1)
+}
+
+/// What a response echoes of its request, and where it is stored.
+#[derive(Clone)]
+pub struct Echo {
+    pub id: String,
+    pub created_at: u64,
+    pub model: String,
+    /// The request's fields the response object repeats.
+    pub fields: Map<String, Value>,
+    /// Where the response goes when `store` is true, and the conversation it ends (without its output).
+    pub store: Option<(Arc<ResponseStore>, Vec<Value>)>,
+    /// The thought's tokens are counted with this tokenizer.
+    pub tok: Arc<Tokenizer>,
+}
+
+/// `POST /v1/responses`.
+pub async fn create(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
+    let id = item_id("resp");
+    let span = tracing::info_span!("responses", id = %id);
+    run(st, body, id).instrument(span).await
+}
+
+async fn run(st: AppState, body: Bytes, id: String) -> ApiResult<Response> {
+    let body = parse_object(&body)?;
+    let previous = match body.get("previous_response_id") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(p)) => st.responses.get(p).map(|s| s.messages).ok_or_else(|| unknown(p))?,
+        Some(_) => return Err(ApiError::param("previous_response_id", "`previous_response_id` must be a string")),
+    };
+    let t = request::translate(&body, previous)?;
+    let ready = st.ready()?;
+    let sub = submit_translated(&ready, &t.chat, t.stream)?;
+    let shape = sub.shape;
+    let echo = Echo {
+        id,
+        created_at: unix_now(),
+        model: ready.model_id.clone(),
+        fields: echoed(&body),
+        store: t.store.then(|| (st.responses.clone(), t.conversation)),
+        tok: ready.tokenizer.clone(),
+    };
+    if t.stream {
+        return Ok(sub.stream(&ready, st.cfg.keepalive, events::ResponseEvents::new(echo, shape)));
+    }
+    let (c, usage) = sub.answer(&ready).await?;
+    let output = output_items(shape, &c.text);
+    Ok(Json(finish(&echo, output, c.finish_reason, &usage)).into_response())
+}
+
+fn unknown(id: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "no stored response `{id}`: it is unknown, deleted, expired (--response-store-ttl) or was evicted (--response-store)"
+    ))
+}
+
+/// `GET /v1/responses/{id}`.
+pub async fn get(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    st.responses.get(&id).map(|s| Json(s.response)).ok_or_else(|| unknown(&id))
+}
+
+/// `DELETE /v1/responses/{id}`.
+pub async fn delete(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    if st.responses.delete(&id) {
+        Ok(Json(json!({"id": id, "object": "response", "deleted": true})))
+    } else {
+        Err(unknown(&id))
+    }
+}
+
+/// The request's fields a response object repeats, with the API's defaults.
+fn echoed(body: &Map<String, Value>) -> Map<String, Value> {
+    let get = |k: &str, default: Value| body.get(k).filter(|v| !v.is_null()).cloned().unwrap_or(default);
+    let mut m = Map::new();
+    for (k, default) in [
+        ("instructions", Value::Null),
+        ("max_output_tokens", Value::Null),
+        ("metadata", json!({})),
+        ("parallel_tool_calls", json!(true)),
+        ("previous_response_id", Value::Null),
+        ("store", json!(true)),
+        ("temperature", Value::Null),
+        ("tool_choice", json!("auto")),
+        ("tools", json!([])),
+        ("top_p", Value::Null),
+        ("user", Value::Null),
+    ] {
+        m.insert(k.into(), get(k, default));
+    }
+    m.insert(
+        "text".into(),
+        json!({"format": body.get("text").and_then(|t| t.get("format")).cloned().unwrap_or(json!({"type": "text"}))}),
+    );
+    let effort = body.get("reasoning").and_then(|r| r.get("effort")).cloned().unwrap_or(Value::Null);
+    m.insert("reasoning".into(), json!({"effort": effort, "summary": null}));
+    m.insert("truncation".into(), json!("disabled"));
+    m
+}
+
+/// The output items of a whole answer.
+fn output_items(shape: AnswerShape, text: &str) -> Vec<Value> {
+    let a = Answer::split(shape, text);
+    let mut items = Vec::new();
+    if let Some(r) = a.reasoning {
+        items.push(reasoning_item(&item_id("rs"), &r));
+    }
+    if let Some(t) = a.content.filter(|t| !t.is_empty()) {
+        items.push(message_item(&item_id("msg"), &t, "completed"));
+    }
+    let format = shape.tools.unwrap_or(Format::Generic);
+    for c in a.calls {
+        items.push(call_item(&item_id("fc"), &call_id(format), &c, "completed"));
+    }
+    items
+}
+
+pub fn reasoning_item(id: &str, text: &str) -> Value {
+    json!({"type": "reasoning", "id": id, "summary": [], "content": [{"type": "reasoning_text", "text": text}]})
+}
+
+pub fn output_text(text: &str) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+}
+
+pub fn message_item(id: &str, text: &str, status: &str) -> Value {
+    let content = if status == "completed" { vec![output_text(text)] } else { Vec::new() };
+    json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
+}
+
+pub fn call_item(id: &str, call_id: &str, c: &Call, status: &str) -> Value {
+    json!({"type": "function_call", "id": id, "call_id": call_id, "name": c.name, "arguments": c.arguments, "status": status})
+}
+
+/// The response object: `status` `in_progress` (a stream's start), `completed`, or `incomplete` when the length
+/// limit cut it.
+pub fn response_object(echo: &Echo, status: &str, output: Vec<Value>, usage: Option<Value>) -> Value {
+    let mut r = json!({
+        "id": echo.id, "object": "response", "created_at": echo.created_at, "status": status, "error": null,
+        "incomplete_details": if status == "incomplete" { json!({"reason": "max_output_tokens"}) } else { Value::Null },
+        "model": echo.model, "output": output, "usage": usage,
+    });
+    if let Some(o) = r.as_object_mut() {
+        o.extend(echo.fields.clone());
+    }
+    r
+}
+
+/// The finished response (stored when asked): its status from the finish reason, its usage.
+pub fn finish(echo: &Echo, mut output: Vec<Value>, finish_reason: &str, u: &UsageTotals) -> Value {
+    let status = if finish_reason == "length" { "incomplete" } else { "completed" };
+    // The item the length limit cut is incomplete too.
+    if let Some(last) = output.last_mut().filter(|_| status == "incomplete") {
+        last["status"] = json!("incomplete");
+    }
+    let thought = texts(&output, "reasoning");
+    // The thought's tokens, counted again from its text.
+    let reasoning_tokens =
+        if thought.is_empty() { 0 } else { echo.tok.encode(&thought, false).map(|t| t.len()).unwrap_or(0) };
+    let usage = json!({
+        "input_tokens": u.prompt_tokens, "input_tokens_details": {"cached_tokens": u.cached_tokens},
+        "output_tokens": u.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens.min(u.completion_tokens)},
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+    });
+    let assistant = assistant_message(&output);
+    let response = response_object(echo, status, output, Some(usage));
+    if let Some((store, conversation)) = &echo.store {
+        let mut messages = conversation.clone();
+        messages.push(assistant);
+        if !store.put(&echo.id, Stored { response: response.clone(), messages }) {
+            tracing::warn!("the response is larger than --response-store; it was not stored");
+        }
+    }
+    response
+}
+
+/// The output items as the assistant's chat message (for a continuation's prompt).
+fn assistant_message(items: &[Value]) -> Value {
+    let text = texts(items, "message");
+    let calls: Vec<Value> = items
+        .iter()
+        .filter(|i| i["type"] == "function_call")
+        .map(|i| json!({"id": i["call_id"], "type": "function", "function": {"name": i["name"], "arguments": i["arguments"]}}))
+        .collect();
+    let mut m = json!({"role": "assistant", "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) }});
+    if !calls.is_empty() {
+        m["tool_calls"] = Value::Array(calls);
+    }
+    let thought = texts(items, "reasoning");
+    if !thought.is_empty() {
+        m["reasoning_content"] = Value::String(thought);
+    }
+    m
+}
+
+/// The text of the output items of type `kind` (their `content` parts' `text`), joined.
+fn texts(items: &[Value], kind: &str) -> String {
+    items
+        .iter()
+        .filter(|i| i["type"] == kind)
+        .flat_map(|i| i["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["text"].as_str().map(str::to_string))
+        .collect()
+}
