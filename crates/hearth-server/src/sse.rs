@@ -34,8 +34,10 @@ pub trait ChunkFormat: Send + 'static {
     fn start(&mut self) -> Vec<Self::Chunk<'_>>;
     /// Chunks for one event (`Token` / `Finish`); an empty vec sends nothing.
     fn event(&mut self, tok: &Tokenizer, ev: Event) -> Vec<Self::Chunk<'_>>;
-    /// The final usage chunk (`stream_options.include_usage`).
-    fn usage(&self, u: UsageTotals) -> Self::Chunk<'_>;
+    /// The final usage chunk (`stream_options.include_usage`; only chat and completions have one).
+    fn usage(&self, _u: UsageTotals) -> Vec<Self::Chunk<'_>> {
+        Vec::new()
+    }
     /// Chunks after every choice finished (Anthropic: `message_delta` and `message_stop`).
     fn finish(&mut self, _u: UsageTotals) -> Vec<Self::Chunk<'_>> {
         Vec::new()
@@ -160,8 +162,10 @@ async fn pump<F: ChunkFormat>(
         }
     }
     if include_usage && outcome == "finished" {
-        let e = F::frame(&fmt.usage(g.usage()));
-        send!(e);
+        let usage: Vec<SseEvent> = fmt.usage(g.usage()).iter().map(F::frame).collect();
+        for e in usage {
+            send!(e);
+        }
     }
     if outcome == "finished" {
         let end: Vec<SseEvent> = fmt.finish(g.usage()).iter().map(F::frame).collect();

@@ -3,12 +3,13 @@
 //! first block starts); then `message_delta` (`stop_reason`, `stop_sequence`, usage) and `message_stop`. An error
 //! ends the stream as an `error` event.
 
-use super::{error_event, stop_reason, tool_use, usage_json};
+use super::{error_event, stop_reason, tool_use, usage_of};
 use crate::answer::{AnswerPart, AnswerShape, AnswerSplitter};
 use crate::error::ApiError;
 use crate::generation::{Event, UsageTotals};
 use crate::sse::{typed, ChunkFormat};
 use crate::tools::Format;
+use crate::wire::anthropic::{Block as ContentBlock, BlockDelta, Event as Ev, Message, MessageDelta};
 use axum::response::sse::Event as SseEvent;
 use hearth_engine::tokenizer::Tokenizer;
 use serde_json::{json, Value};
@@ -51,14 +52,14 @@ impl MessageEvents {
     }
 
     /// Close the open block, if any.
-    fn close(&mut self, out: &mut Vec<Value>) {
+    fn close(&mut self, out: &mut Vec<Ev>) {
         if let Some((_, index)) = self.open.take() {
-            out.push(json!({"type": "content_block_stop", "index": index}));
+            out.push(Ev::ContentBlockStop { index });
         }
     }
 
     /// Open a block of `kind` (closing another kind first) unless one is open; its index.
-    fn block(&mut self, kind: Block, start: Value, out: &mut Vec<Value>) -> usize {
+    fn block(&mut self, kind: Block, start: ContentBlock, out: &mut Vec<Ev>) -> usize {
         match self.open {
             Some((k, index)) if k == kind && kind != Block::ToolUse => return index,
             _ => self.close(out),
@@ -66,41 +67,44 @@ impl MessageEvents {
         let index = self.blocks;
         self.blocks += 1;
         self.open = Some((kind, index));
-        out.push(json!({"type": "content_block_start", "index": index, "content_block": start}));
+        out.push(Ev::ContentBlockStart { index, content_block: start });
         if index == 0 {
-            out.push(json!({"type": "ping"}));
+            out.push(Ev::Ping);
         }
         index
     }
 
-    fn parts(&mut self, text: &str, end: bool) -> Vec<Value> {
+    fn parts(&mut self, text: &str, end: bool) -> Vec<Ev> {
         let mut out = Vec::new();
         for part in self.splitter.feed(text, end) {
             match part {
-                AnswerPart::Reasoning(t) => {
-                    let start = json!({"type": "thinking", "thinking": "", "signature": ""});
+                AnswerPart::Reasoning(thinking) => {
+                    let start = ContentBlock::Thinking { thinking: String::new(), signature: String::new() };
                     let index = self.block(Block::Thinking, start, &mut out);
-                    out.push(delta(index, json!({"type": "thinking_delta", "thinking": t})));
+                    out.push(Ev::ContentBlockDelta { index, delta: BlockDelta::ThinkingDelta { thinking } });
                 }
                 AnswerPart::Content(t) if t.is_empty() => {}
-                AnswerPart::Content(t) => {
-                    let index = self.block(Block::Text, json!({"type": "text", "text": ""}), &mut out);
-                    out.push(delta(index, json!({"type": "text_delta", "text": t})));
+                AnswerPart::Content(text) => {
+                    let index = self.block(Block::Text, ContentBlock::Text { text: String::new() }, &mut out);
+                    out.push(Ev::ContentBlockDelta { index, delta: BlockDelta::TextDelta { text } });
                 }
                 AnswerPart::CallStart { call, whole, .. } => {
-                    let mut start = tool_use(call.clone(), self.format);
-                    start["input"] = json!({});
+                    let args = call.arguments.clone();
+                    let start = match tool_use(call, self.format) {
+                        ContentBlock::ToolUse { id, name, .. } => ContentBlock::ToolUse { id, name, input: json!({}) },
+                        other => other,
+                    };
                     let index = self.block(Block::ToolUse, start, &mut out);
                     if whole {
-                        let args = serde_json::from_str::<Value>(&call.arguments)
-                            .map(|v| v.to_string())
-                            .unwrap_or_else(|_| "{}".into());
-                        out.push(delta(index, json!({"type": "input_json_delta", "partial_json": args})));
+                        let partial_json =
+                            serde_json::from_str::<Value>(&args).map(|v| v.to_string()).unwrap_or_else(|_| "{}".into());
+                        out.push(Ev::ContentBlockDelta { index, delta: BlockDelta::InputJsonDelta { partial_json } });
                     }
                 }
                 AnswerPart::CallArgs { args, .. } => {
                     if let Some((Block::ToolUse, index)) = self.open {
-                        out.push(delta(index, json!({"type": "input_json_delta", "partial_json": args})));
+                        let delta = BlockDelta::InputJsonDelta { partial_json: args };
+                        out.push(Ev::ContentBlockDelta { index, delta });
                     }
                 }
             }
@@ -109,22 +113,25 @@ impl MessageEvents {
     }
 }
 
-fn delta(index: usize, delta: Value) -> Value {
-    json!({"type": "content_block_delta", "index": index, "delta": delta})
-}
-
 impl ChunkFormat for MessageEvents {
-    type Chunk<'a> = Value;
+    type Chunk<'a> = Ev;
 
-    fn start(&mut self) -> Vec<Value> {
-        let usage = usage_json(&UsageTotals { prompt_tokens: self.prompt_tokens, ..UsageTotals::default() });
-        vec![json!({"type": "message_start", "message": {
-            "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
-            "stop_reason": null, "stop_sequence": null, "usage": usage,
-        }})]
+    fn start(&mut self) -> Vec<Ev> {
+        let usage = usage_of(&UsageTotals { prompt_tokens: self.prompt_tokens, ..UsageTotals::default() });
+        let message = Message {
+            id: self.id.clone(),
+            kind: "message",
+            role: "assistant",
+            model: self.model.clone(),
+            content: Vec::new(),
+            stop_reason: None,
+            stop_sequence: None,
+            usage,
+        };
+        vec![Ev::MessageStart { message }]
     }
 
-    fn event(&mut self, _tok: &Tokenizer, ev: Event) -> Vec<Value> {
+    fn event(&mut self, _tok: &Tokenizer, ev: Event) -> Vec<Ev> {
         match ev {
             Event::Token { text, .. } => self.parts(&text, false),
             Event::Finish { text, reason, stop_sequence, .. } => {
@@ -138,20 +145,12 @@ impl ChunkFormat for MessageEvents {
         }
     }
 
-    fn usage(&self, u: UsageTotals) -> Value {
-        usage_json(&u)
+    fn finish(&mut self, u: UsageTotals) -> Vec<Ev> {
+        let delta = MessageDelta { stop_reason: self.stop_reason, stop_sequence: self.stop_sequence.clone() };
+        vec![Ev::MessageDelta { delta, usage: usage_of(&u) }, Ev::MessageStop]
     }
 
-    fn finish(&mut self, u: UsageTotals) -> Vec<Value> {
-        vec![
-            json!({"type": "message_delta",
-                "delta": {"stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence},
-                "usage": usage_json(&u)}),
-            json!({"type": "message_stop"}),
-        ]
-    }
-
-    fn frame(chunk: &Value) -> SseEvent {
+    fn frame(chunk: &Ev) -> SseEvent {
         typed(chunk)
     }
 

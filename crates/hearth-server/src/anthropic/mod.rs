@@ -13,6 +13,7 @@ use crate::generation::UsageTotals;
 use crate::openai::chat::{prepare, submit_translated, Prepared};
 use crate::state::{new_id, AppState};
 use crate::tools::{Call, Format};
+use crate::wire::anthropic::{Block, ErrorBody, ErrorObject, Event, Message, TokenCount, Usage};
 use crate::wire::chat::ChatCompletionRequest;
 use crate::wire::RequestBody;
 use axum::body::Bytes;
@@ -47,20 +48,24 @@ async fn run(st: AppState, body: Bytes, id: String) -> ApiResult<Response> {
     let stop_reason = stop_reason(c.finish_reason, c.stop_sequence.is_some(), !answer.calls.is_empty());
     let format = shape.tools.unwrap_or(Format::Generic);
     let mut content = Vec::new();
-    if let Some(r) = answer.reasoning {
-        content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
+    if let Some(thinking) = answer.reasoning {
+        content.push(Block::Thinking { thinking, signature: String::new() });
     }
-    if let Some(t) = answer.content.filter(|t| !t.is_empty()) {
-        content.push(json!({"type": "text", "text": t}));
+    if let Some(text) = answer.content.filter(|t| !t.is_empty()) {
+        content.push(Block::Text { text });
     }
-    for call in answer.calls {
-        content.push(tool_use(call, format));
-    }
-    Ok(Json(json!({
-        "id": id, "type": "message", "role": "assistant", "model": model, "content": content,
-        "stop_reason": stop_reason, "stop_sequence": c.stop_sequence, "usage": usage_json(&usage),
-    }))
-    .into_response())
+    content.extend(answer.calls.into_iter().map(|call| tool_use(call, format)));
+    let message = Message {
+        id,
+        kind: "message",
+        role: "assistant",
+        model,
+        content,
+        stop_reason: Some(stop_reason),
+        stop_sequence: c.stop_sequence,
+        usage: usage_of(&usage),
+    };
+    Ok(Json(message).into_response())
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's length as the model would see it (tools and system included).
@@ -71,7 +76,7 @@ pub async fn count_tokens(State(st): State<AppState>, body: Bytes) -> ApiResult<
     let chat = ChatCompletionRequest::from_body(&t.chat)?;
     let ready = st.ready()?;
     let Prepared { req, .. } = prepare(&ready, chat)?;
-    Ok(Json(json!({"input_tokens": req.prompt.len()})).into_response())
+    Ok(Json(TokenCount { input_tokens: req.prompt.len() }).into_response())
 }
 
 /// Anthropic's `stop_reason`.
@@ -85,9 +90,9 @@ pub fn stop_reason(finish: &str, stop_sequence: bool, called: bool) -> &'static 
 }
 
 /// A `tool_use` block of a parsed call (its arguments JSON text as the `input` object).
-pub fn tool_use(call: Call, format: Format) -> Value {
+pub fn tool_use(call: Call, format: Format) -> Block {
     let input: Value = serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
-    json!({"type": "tool_use", "id": tool_use_id(format), "name": call.name, "input": input})
+    Block::ToolUse { id: tool_use_id(format), name: call.name, input }
 }
 
 /// A new tool-use id: `toolu_` and 24 hex digits (Mistral templates: 9 letters and digits, as they require).
@@ -96,13 +101,13 @@ pub fn tool_use_id(format: Format) -> String {
 }
 
 /// `usage`: the prompt's tokens not read from the prompt cache, those read from it, and the answer's.
-pub fn usage_json(u: &UsageTotals) -> Value {
-    json!({
-        "input_tokens": u.prompt_tokens.saturating_sub(u.cached_tokens),
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": u.cached_tokens,
-        "output_tokens": u.completion_tokens,
-    })
+pub fn usage_of(u: &UsageTotals) -> Usage {
+    Usage {
+        input_tokens: u.prompt_tokens.saturating_sub(u.cached_tokens),
+        cache_creation_input_tokens: 0,
+        cache_read_input_tokens: u.cached_tokens,
+        output_tokens: u.completion_tokens,
+    }
 }
 
 /// Anthropic's error `type` for a status.
@@ -120,11 +125,15 @@ fn error_type(status: StatusCode) -> &'static str {
 }
 
 /// An error in Anthropic's shape: `{"type": "error", "error": {"type": ..., "message": ...}}`.
-pub fn error_body(status: StatusCode, message: &str) -> Value {
-    json!({"type": "error", "error": {"type": error_type(status), "message": message}})
+pub fn error_body(status: StatusCode, message: &str) -> ErrorBody {
+    ErrorBody { kind: "error", error: error_object(status, message) }
+}
+
+fn error_object(status: StatusCode, message: &str) -> ErrorObject {
+    ErrorObject { kind: error_type(status), message: message.to_string() }
 }
 
 /// The stream's error event.
-pub fn error_event(e: &ApiError) -> Value {
-    error_body(e.status, &e.message)
+pub fn error_event(e: &ApiError) -> Event {
+    Event::Error { error: error_object(e.status, &e.message) }
 }

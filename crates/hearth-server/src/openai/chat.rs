@@ -292,7 +292,7 @@ impl ChunkFormat for ChatChunks {
         }
     }
 
-    fn usage(&self, u: UsageTotals) -> Self::Chunk<'_> {
-        Chunk::usage(&self.meta, CHUNK_OBJECT, u.into())
+    fn usage(&self, u: UsageTotals) -> Vec<Self::Chunk<'_>> {
+        vec![Chunk::usage(&self.meta, CHUNK_OBJECT, u.into())]
     }
 }

@@ -171,8 +171,8 @@ impl ChunkFormat for CompletionChunks {
         }
     }
 
-    fn usage(&self, u: UsageTotals) -> Self::Chunk<'_> {
-        Chunk::usage(&self.meta, OBJECT, u.into())
+    fn usage(&self, u: UsageTotals) -> Vec<Self::Chunk<'_>> {
+        vec![Chunk::usage(&self.meta, OBJECT, u.into())]
     }
 }
 

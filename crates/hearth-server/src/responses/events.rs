@@ -6,15 +6,15 @@
 //! then `response.completed` (or `response.incomplete` when the length limit cut it) with the whole response. An
 //! engine failure ends the stream with an `error` event.
 
-use super::{call_item, finish, message_item, output_text, reasoning_item, response_object, Echo};
+use super::{call_item, finish, response_object, Echo};
 use crate::answer::{AnswerPart, AnswerShape, AnswerSplitter};
 use crate::error::ApiError;
 use crate::generation::{Event, UsageTotals};
 use crate::sse::{typed, ChunkFormat};
 use crate::tools::{call_id, Call, Format};
+use crate::wire::responses::{At, Event as Ev, OutputItem, OutputText, Sequenced};
 use axum::response::sse::Event as SseEvent;
 use hearth_engine::tokenizer::Tokenizer;
-use serde_json::{json, Value};
 
 /// The output item being streamed.
 enum Open {
@@ -23,12 +23,20 @@ enum Open {
     Call { id: String, call_id: String, name: String, args: String },
 }
 
+impl Open {
+    fn id(&self) -> &str {
+        match self {
+            Open::Reasoning { id, .. } | Open::Message { id, .. } | Open::Call { id, .. } => id,
+        }
+    }
+}
+
 pub struct ResponseEvents {
     echo: Echo,
     format: Format,
     splitter: AnswerSplitter,
     /// Finished output items.
-    items: Vec<Value>,
+    items: Vec<OutputItem>,
     open: Option<Open>,
     seq: u64,
     finish_reason: &'static str,
@@ -47,116 +55,109 @@ impl ResponseEvents {
         }
     }
 
-    /// `v` with its sequence number.
-    fn ev(&mut self, mut v: Value) -> Value {
-        v["sequence_number"] = json!(self.seq);
+    /// `event` with its sequence number.
+    fn ev(&mut self, event: Ev) -> Sequenced {
         self.seq += 1;
-        v
+        Sequenced { event, sequence_number: self.seq - 1 }
     }
 
-    /// The output index of the open item.
-    fn index(&self) -> usize {
-        self.items.len()
+    /// Where the open item is.
+    fn at(&self) -> At {
+        At {
+            item_id: self.open.as_ref().map(|o| o.id().to_string()).unwrap_or_default(),
+            output_index: self.items.len(),
+        }
     }
 
     /// Finish the open item, if any.
-    fn close(&mut self, out: &mut Vec<Value>) {
-        let output_index = self.index();
+    fn close(&mut self, out: &mut Vec<Sequenced>) {
+        let at = self.at();
         let Some(open) = self.open.take() else { return };
+        let output_index = at.output_index;
         let item = match open {
             Open::Reasoning { id, text } => {
-                let done = json!({"type": "response.reasoning_text.done", "item_id": id, "output_index": output_index,
-                    "content_index": 0, "text": text});
-                out.push(self.ev(done));
-                reasoning_item(&id, &text)
+                let e = self.ev(Ev::ReasoningDone { at, content_index: 0, text: text.clone() });
+                out.push(e);
+                OutputItem::reasoning(id, Some(text))
             }
             Open::Message { id, text } => {
-                let base = json!({"item_id": id, "output_index": output_index, "content_index": 0});
-                let mut done = base.clone();
-                done["type"] = json!("response.output_text.done");
-                done["text"] = json!(text);
-                done["logprobs"] = json!([]);
-                out.push(self.ev(done));
-                let mut part = base;
-                part["type"] = json!("response.content_part.done");
-                part["part"] = output_text(&text);
-                out.push(self.ev(part));
-                message_item(&id, &text, "completed")
+                let done = Ev::TextDone { at: at.clone(), content_index: 0, text: text.clone(), logprobs: Vec::new() };
+                let e = self.ev(done);
+                out.push(e);
+                let e = self.ev(Ev::PartDone { at, content_index: 0, part: OutputText::new(text.clone()) });
+                out.push(e);
+                OutputItem::message(id, Some(text), "completed")
             }
             Open::Call { id, call_id, name, args } => {
-                let done = json!({"type": "response.function_call_arguments.done", "item_id": id,
-                    "output_index": output_index, "name": name, "arguments": args});
-                out.push(self.ev(done));
-                call_item(&id, &call_id, &Call { name, arguments: args }, "completed")
+                let e = self.ev(Ev::ArgumentsDone { at, name: name.clone(), arguments: args.clone() });
+                out.push(e);
+                call_item(id, call_id, Call { name, arguments: args }, "completed")
             }
         };
-        let done = json!({"type": "response.output_item.done", "output_index": output_index, "item": item});
-        out.push(self.ev(done));
+        let e = self.ev(Ev::ItemDone { output_index, item: item.clone() });
+        out.push(e);
         self.items.push(item);
     }
 
     /// Open a new item (closing the open one): `output_item.added`, and a message's `content_part.added`.
-    fn open(&mut self, open: Open, out: &mut Vec<Value>) {
+    fn open(&mut self, open: Open, out: &mut Vec<Sequenced>) {
         self.close(out);
-        let output_index = self.index();
+        let output_index = self.items.len();
         let item = match &open {
-            Open::Reasoning { id, .. } => json!({"type": "reasoning", "id": id, "summary": [], "content": []}),
-            Open::Message { id, .. } => message_item(id, "", "in_progress"),
-            Open::Call { id, call_id, name, .. } => {
-                call_item(id, call_id, &Call { name: name.clone(), arguments: String::new() }, "in_progress")
-            }
+            Open::Reasoning { id, .. } => OutputItem::reasoning(id.clone(), None),
+            Open::Message { id, .. } => OutputItem::message(id.clone(), None, "in_progress"),
+            Open::Call { id, call_id, name, .. } => call_item(
+                id.clone(),
+                call_id.clone(),
+                Call { name: name.clone(), arguments: String::new() },
+                "in_progress",
+            ),
         };
-        let added = json!({"type": "response.output_item.added", "output_index": output_index, "item": item});
-        out.push(self.ev(added));
-        if let Open::Message { id, .. } = &open {
-            let part = json!({"type": "response.content_part.added", "item_id": id, "output_index": output_index,
-                "content_index": 0, "part": output_text("")});
-            out.push(self.ev(part));
-        }
+        let is_message = matches!(open, Open::Message { .. });
         self.open = Some(open);
+        let e = self.ev(Ev::ItemAdded { output_index, item });
+        out.push(e);
+        if is_message {
+            let e = self.ev(Ev::PartAdded { at: self.at(), content_index: 0, part: OutputText::new(String::new()) });
+            out.push(e);
+        }
     }
 
-    fn parts(&mut self, text: &str, end: bool) -> Vec<Value> {
+    /// Append `delta` to the open item's text (opening one of `kind` first unless it is open) and send it.
+    fn text(&mut self, reasoning: bool, delta: String, out: &mut Vec<Sequenced>) {
+        let fits = match &self.open {
+            Some(Open::Reasoning { .. }) => reasoning,
+            Some(Open::Message { .. }) => !reasoning,
+            _ => false,
+        };
+        if !fits {
+            let open = if reasoning {
+                Open::Reasoning { id: super::item_id("rs"), text: String::new() }
+            } else {
+                Open::Message { id: super::item_id("msg"), text: String::new() }
+            };
+            self.open(open, out);
+        }
+        let at = self.at();
+        if let Some(Open::Reasoning { text, .. } | Open::Message { text, .. }) = &mut self.open {
+            text.push_str(&delta);
+        }
+        let event = if reasoning {
+            Ev::ReasoningDelta { at, content_index: 0, delta }
+        } else {
+            Ev::TextDelta { at, content_index: 0, delta, logprobs: Vec::new() }
+        };
+        let e = self.ev(event);
+        out.push(e);
+    }
+
+    fn parts(&mut self, text: &str, end: bool) -> Vec<Sequenced> {
         let mut out = Vec::new();
         for part in self.splitter.feed(text, end) {
             match part {
-                AnswerPart::Reasoning(t) => {
-                    if !matches!(self.open, Some(Open::Reasoning { .. })) {
-                        self.open(Open::Reasoning { id: super::item_id("rs"), text: String::new() }, &mut out);
-                    }
-                    let output_index = self.index();
-                    let d = match &mut self.open {
-                        Some(Open::Reasoning { id, text }) => {
-                            text.push_str(&t);
-                            Some(json!({"type": "response.reasoning_text.delta", "item_id": id,
-                                "output_index": output_index, "content_index": 0, "delta": t}))
-                        }
-                        _ => None,
-                    };
-                    if let Some(d) = d {
-                        let d = self.ev(d);
-                        out.push(d);
-                    }
-                }
+                AnswerPart::Reasoning(t) => self.text(true, t, &mut out),
                 AnswerPart::Content(t) if t.is_empty() => {}
-                AnswerPart::Content(t) => {
-                    if !matches!(self.open, Some(Open::Message { .. })) {
-                        self.open(Open::Message { id: super::item_id("msg"), text: String::new() }, &mut out);
-                    }
-                    let output_index = self.index();
-                    let d = match &mut self.open {
-                        Some(Open::Message { id, text }) => {
-                            text.push_str(&t);
-                            Some(json!({"type": "response.output_text.delta", "item_id": id,
-                                "output_index": output_index, "content_index": 0, "delta": t, "logprobs": []}))
-                        }
-                        _ => None,
-                    };
-                    if let Some(d) = d {
-                        let d = self.ev(d);
-                        out.push(d);
-                    }
-                }
+                AnswerPart::Content(t) => self.text(false, t, &mut out),
                 AnswerPart::CallStart { call, whole, .. } => {
                     let open = Open::Call {
                         id: super::item_id("fc"),
@@ -177,27 +178,24 @@ impl ResponseEvents {
     }
 
     /// A `function_call_arguments.delta` of the open call (its text appended); None when no call is open.
-    fn args_delta(&mut self, delta: String) -> Option<Value> {
-        let output_index = self.index();
-        let Some(Open::Call { id, args, .. }) = &mut self.open else { return None };
+    fn args_delta(&mut self, delta: String) -> Option<Sequenced> {
+        let at = self.at();
+        let Some(Open::Call { args, .. }) = &mut self.open else { return None };
         args.push_str(&delta);
-        let d = json!({"type": "response.function_call_arguments.delta", "item_id": id, "output_index": output_index,
-            "delta": delta});
-        Some(self.ev(d))
+        Some(self.ev(Ev::ArgumentsDelta { at, delta }))
     }
 }
 
 impl ChunkFormat for ResponseEvents {
-    type Chunk<'a> = Value;
+    type Chunk<'a> = Sequenced;
 
-    fn start(&mut self) -> Vec<Value> {
+    fn start(&mut self) -> Vec<Sequenced> {
         let r = response_object(&self.echo, "in_progress", Vec::new(), None);
-        let created = json!({"type": "response.created", "response": r});
-        let progress = json!({"type": "response.in_progress", "response": r});
-        vec![self.ev(created), self.ev(progress)]
+        let created = self.ev(Ev::Created { response: r.clone() });
+        vec![created, self.ev(Ev::InProgress { response: r })]
     }
 
-    fn event(&mut self, _tok: &Tokenizer, ev: Event) -> Vec<Value> {
+    fn event(&mut self, _tok: &Tokenizer, ev: Event) -> Vec<Sequenced> {
         match ev {
             Event::Token { text, .. } => self.parts(&text, false),
             Event::Finish { text, reason, .. } => {
@@ -210,24 +208,20 @@ impl ChunkFormat for ResponseEvents {
         }
     }
 
-    fn usage(&self, _u: UsageTotals) -> Value {
-        Value::Null
-    }
-
-    fn finish(&mut self, u: UsageTotals) -> Vec<Value> {
+    fn finish(&mut self, u: UsageTotals) -> Vec<Sequenced> {
         let response = finish(&self.echo, std::mem::take(&mut self.items), self.finish_reason, &u);
-        let kind = if response["status"] == "incomplete" { "response.incomplete" } else { "response.completed" };
-        let done = json!({"type": kind, "response": response});
-        vec![self.ev(done)]
+        let event =
+            if response.status == "incomplete" { Ev::Incomplete { response } } else { Ev::Completed { response } };
+        vec![self.ev(event)]
     }
 
-    fn frame(chunk: &Value) -> SseEvent {
+    fn frame(chunk: &Sequenced) -> SseEvent {
         typed(chunk)
     }
 
     fn error(&mut self, e: &ApiError) -> SseEvent {
-        let v = json!({"type": "error", "code": e.code, "message": e.message, "param": e.param});
-        typed(&self.ev(v))
+        let event = Ev::Error { code: e.code, message: e.message.clone(), param: e.param.clone() };
+        typed(&self.ev(event))
     }
 
     const DONE: bool = false;

@@ -14,6 +14,9 @@ use crate::generation::UsageTotals;
 use crate::openai::chat::submit_translated;
 use crate::state::{new_id, unix_now, AppState};
 use crate::tools::{call_id, Call, Format};
+use crate::wire::responses::{
+    Deleted, IncompleteDetails, InputTokensDetails, OutputItem, OutputTokensDetails, ResponseObject, Usage,
+};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -89,9 +92,9 @@ pub async fn get(State(st): State<AppState>, Path(id): Path<String>) -> ApiResul
 }
 
 /// `DELETE /v1/responses/{id}`.
-pub async fn delete(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn delete(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Deleted>> {
     if st.responses.delete(&id) {
-        Ok(Json(json!({"id": id, "object": "response", "deleted": true})))
+        Ok(Json(Deleted { id, object: "response", deleted: true }))
     } else {
         Err(unknown(&id))
     }
@@ -127,76 +130,73 @@ fn echoed(body: &Map<String, Value>) -> Map<String, Value> {
 }
 
 /// The output items of a whole answer.
-fn output_items(shape: AnswerShape, text: &str) -> Vec<Value> {
+fn output_items(shape: AnswerShape, text: &str) -> Vec<OutputItem> {
     let a = Answer::split(shape, text);
     let mut items = Vec::new();
     if let Some(r) = a.reasoning {
-        items.push(reasoning_item(&item_id("rs"), &r));
+        items.push(OutputItem::reasoning(item_id("rs"), Some(r)));
     }
     if let Some(t) = a.content.filter(|t| !t.is_empty()) {
-        items.push(message_item(&item_id("msg"), &t, "completed"));
+        items.push(OutputItem::message(item_id("msg"), Some(t), "completed"));
     }
     let format = shape.tools.unwrap_or(Format::Generic);
     for c in a.calls {
-        items.push(call_item(&item_id("fc"), &call_id(format), &c, "completed"));
+        items.push(call_item(item_id("fc"), call_id(format), c, "completed"));
     }
     items
 }
 
-pub fn reasoning_item(id: &str, text: &str) -> Value {
-    json!({"type": "reasoning", "id": id, "summary": [], "content": [{"type": "reasoning_text", "text": text}]})
-}
-
-pub fn output_text(text: &str) -> Value {
-    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
-}
-
-pub fn message_item(id: &str, text: &str, status: &str) -> Value {
-    let content = if status == "completed" { vec![output_text(text)] } else { Vec::new() };
-    json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
-}
-
-pub fn call_item(id: &str, call_id: &str, c: &Call, status: &str) -> Value {
-    json!({"type": "function_call", "id": id, "call_id": call_id, "name": c.name, "arguments": c.arguments, "status": status})
+pub fn call_item(id: String, call_id: String, c: Call, status: &'static str) -> OutputItem {
+    OutputItem::FunctionCall { id, call_id, name: c.name, arguments: c.arguments, status }
 }
 
 /// The response object: `status` `in_progress` (a stream's start), `completed`, or `incomplete` when the length
 /// limit cut it.
-pub fn response_object(echo: &Echo, status: &str, output: Vec<Value>, usage: Option<Value>) -> Value {
-    let mut r = json!({
-        "id": echo.id, "object": "response", "created_at": echo.created_at, "status": status, "error": null,
-        "incomplete_details": if status == "incomplete" { json!({"reason": "max_output_tokens"}) } else { Value::Null },
-        "model": echo.model, "output": output, "usage": usage,
-    });
-    if let Some(o) = r.as_object_mut() {
-        o.extend(echo.fields.clone());
+pub fn response_object(
+    echo: &Echo,
+    status: &'static str,
+    output: Vec<OutputItem>,
+    usage: Option<Usage>,
+) -> ResponseObject {
+    ResponseObject {
+        id: echo.id.clone(),
+        object: "response",
+        created_at: echo.created_at,
+        status,
+        error: None,
+        incomplete_details: (status == "incomplete").then_some(IncompleteDetails { reason: "max_output_tokens" }),
+        model: echo.model.clone(),
+        output,
+        usage,
+        echo: echo.fields.clone(),
     }
-    r
 }
 
 /// The finished response (stored when asked): its status from the finish reason, its usage.
-pub fn finish(echo: &Echo, mut output: Vec<Value>, finish_reason: &str, u: &UsageTotals) -> Value {
+pub fn finish(echo: &Echo, mut output: Vec<OutputItem>, finish_reason: &str, u: &UsageTotals) -> ResponseObject {
     let status = if finish_reason == "length" { "incomplete" } else { "completed" };
     // The item the length limit cut is incomplete too.
     if let Some(last) = output.last_mut().filter(|_| status == "incomplete") {
-        last["status"] = json!("incomplete");
+        last.cut();
     }
-    let thought = texts(&output, "reasoning");
-    // The thought's tokens, counted again from its text.
-    let reasoning_tokens =
-        if thought.is_empty() { 0 } else { echo.tok.encode(&thought, false).map(|t| t.len()).unwrap_or(0) };
-    let usage = json!({
-        "input_tokens": u.prompt_tokens, "input_tokens_details": {"cached_tokens": u.cached_tokens},
-        "output_tokens": u.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": reasoning_tokens.min(u.completion_tokens)},
-        "total_tokens": u.prompt_tokens + u.completion_tokens,
-    });
     let assistant = assistant_message(&output);
+    // The thought's tokens, counted again from its text.
+    let thought = assistant.get("reasoning_content").and_then(Value::as_str).unwrap_or("");
+    let reasoning_tokens =
+        if thought.is_empty() { 0 } else { echo.tok.encode(thought, false).map(|t| t.len()).unwrap_or(0) };
+    let usage = Usage {
+        input_tokens: u.prompt_tokens,
+        input_tokens_details: InputTokensDetails { cached_tokens: u.cached_tokens },
+        output_tokens: u.completion_tokens,
+        output_tokens_details: OutputTokensDetails { reasoning_tokens: reasoning_tokens.min(u.completion_tokens) },
+        total_tokens: u.prompt_tokens + u.completion_tokens,
+    };
     let response = response_object(echo, status, output, Some(usage));
     if let Some((store, conversation)) = &echo.store {
         let mut messages = conversation.clone();
         messages.push(assistant);
-        if !store.put(&echo.id, Stored { response: response.clone(), messages }) {
+        let stored = serde_json::to_value(&response).map(|response| Stored { response, messages });
+        if !stored.is_ok_and(|s| store.put(&echo.id, s)) {
             tracing::warn!("the response is larger than --response-store; it was not stored");
         }
     }
@@ -204,30 +204,22 @@ pub fn finish(echo: &Echo, mut output: Vec<Value>, finish_reason: &str, u: &Usag
 }
 
 /// The output items as the assistant's chat message (for a continuation's prompt).
-fn assistant_message(items: &[Value]) -> Value {
-    let text = texts(items, "message");
-    let calls: Vec<Value> = items
-        .iter()
-        .filter(|i| i["type"] == "function_call")
-        .map(|i| json!({"id": i["call_id"], "type": "function", "function": {"name": i["name"], "arguments": i["arguments"]}}))
-        .collect();
+fn assistant_message(items: &[OutputItem]) -> Value {
+    let (mut text, mut thought, mut calls) = (String::new(), String::new(), Vec::new());
+    for item in items {
+        match item {
+            OutputItem::Reasoning { content, .. } => content.iter().for_each(|c| thought.push_str(&c.text)),
+            OutputItem::Message { content, .. } => content.iter().for_each(|c| text.push_str(&c.text)),
+            OutputItem::FunctionCall { call_id, name, arguments, .. } => calls
+                .push(json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})),
+        }
+    }
     let mut m = json!({"role": "assistant", "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) }});
     if !calls.is_empty() {
         m["tool_calls"] = Value::Array(calls);
     }
-    let thought = texts(items, "reasoning");
     if !thought.is_empty() {
         m["reasoning_content"] = Value::String(thought);
     }
     m
-}
-
-/// The text of the output items of type `kind` (their `content` parts' `text`), joined.
-fn texts(items: &[Value], kind: &str) -> String {
-    items
-        .iter()
-        .filter(|i| i["type"] == kind)
-        .flat_map(|i| i["content"].as_array().cloned().unwrap_or_default())
-        .filter_map(|c| c["text"].as_str().map(str::to_string))
-        .collect()
 }

@@ -21,10 +21,12 @@
 //!   `openai::messages` checks the parts the server relies on and passes the rest through.
 
 pub mod admin;
+pub mod anthropic;
 pub mod chat;
 pub mod common;
 pub mod completions;
 pub mod de;
+pub mod responses;
 
 pub use common::{Chunk, ErrorBody, ErrorObject, GenerationParams, Response, ResponseMeta, Usage};
 

@@ -1,0 +1,120 @@
+//! Anthropic's Messages API on the wire: the message a request answers with, its content blocks, usage, stream
+//! events and the error body. (Requests are translated into Chat Completions bodies: `anthropic::request`.)
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// A content block of an answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Block {
+    /// The answer's thought; `signature` is always empty (hearth signs nothing).
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    Text {
+        text: String,
+    },
+    /// A call; `input` is its arguments object (empty in a stream's `content_block_start`).
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct Usage {
+    /// Prompt tokens not read from the prompt cache.
+    pub input_tokens: usize,
+    pub cache_creation_input_tokens: usize,
+    pub cache_read_input_tokens: usize,
+    pub output_tokens: usize,
+}
+
+/// The answer (`"type": "message"`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Message {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub role: &'static str,
+    pub model: String,
+    pub content: Vec<Block>,
+    pub stop_reason: Option<&'static str>,
+    pub stop_sequence: Option<String>,
+    pub usage: Usage,
+}
+
+/// `delta` of a `content_block_delta` event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BlockDelta {
+    TextDelta { text: String },
+    ThinkingDelta { thinking: String },
+    InputJsonDelta { partial_json: String },
+}
+
+/// `delta` of the `message_delta` event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MessageDelta {
+    pub stop_reason: &'static str,
+    pub stop_sequence: Option<String>,
+}
+
+/// A stream event; its `type` is also the SSE event's name.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    MessageStart { message: Message },
+    ContentBlockStart { index: usize, content_block: Block },
+    Ping,
+    ContentBlockDelta { index: usize, delta: BlockDelta },
+    ContentBlockStop { index: usize },
+    MessageDelta { delta: MessageDelta, usage: Usage },
+    MessageStop,
+    Error { error: ErrorObject },
+}
+
+/// `/v1/messages/count_tokens`' answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TokenCount {
+    pub input_tokens: usize,
+}
+
+/// `{"type": "error", "error": {"type", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorBody {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub error: ErrorObject,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorObject {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn shapes() {
+        let ev = Event::ContentBlockDelta { index: 2, delta: BlockDelta::InputJsonDelta { partial_json: "{".into() } };
+        assert_eq!(
+            serde_json::to_value(ev).unwrap(),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "{"}})
+        );
+        let b = Block::ToolUse { id: "toolu_1".into(), name: "f".into(), input: json!({}) };
+        assert_eq!(
+            serde_json::to_value(b).unwrap(),
+            json!({"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}})
+        );
+        assert_eq!(serde_json::to_value(Event::Ping).unwrap(), json!({"type": "ping"}));
+    }
+}

@@ -1,0 +1,249 @@
+//! OpenAI's Responses API on the wire: the response object, its output items, usage and stream events.
+//! (Requests are translated into Chat Completions bodies: `responses::request`.)
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// An `output_text` content part.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutputText {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub text: String,
+    pub annotations: Vec<Value>,
+    pub logprobs: Vec<Value>,
+}
+
+impl OutputText {
+    pub fn new(text: String) -> Self {
+        Self { kind: "output_text", text, annotations: Vec::new(), logprobs: Vec::new() }
+    }
+}
+
+/// A `reasoning_text` content part.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReasoningText {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub text: String,
+}
+
+/// An output item.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OutputItem {
+    Reasoning {
+        id: String,
+        summary: Vec<Value>,
+        content: Vec<ReasoningText>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        status: Option<&'static str>,
+    },
+    Message {
+        id: String,
+        status: &'static str,
+        role: &'static str,
+        content: Vec<OutputText>,
+    },
+    FunctionCall {
+        id: String,
+        call_id: String,
+        name: String,
+        arguments: String,
+        status: &'static str,
+    },
+}
+
+impl OutputItem {
+    pub fn reasoning(id: String, text: Option<String>) -> Self {
+        let content = text.map(|text| vec![ReasoningText { kind: "reasoning_text", text }]).unwrap_or_default();
+        OutputItem::Reasoning { id, summary: Vec::new(), content, status: None }
+    }
+
+    /// A message with its text (None: just begun, no content part yet).
+    pub fn message(id: String, text: Option<String>, status: &'static str) -> Self {
+        let content = text.map(|t| vec![OutputText::new(t)]).unwrap_or_default();
+        OutputItem::Message { id, status, role: "assistant", content }
+    }
+
+    /// Mark the item incomplete (the length limit cut it).
+    pub fn cut(&mut self) {
+        match self {
+            OutputItem::Reasoning { status, .. } => *status = Some("incomplete"),
+            OutputItem::Message { status, .. } | OutputItem::FunctionCall { status, .. } => *status = "incomplete",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct InputTokensDetails {
+    pub cached_tokens: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OutputTokensDetails {
+    pub reasoning_tokens: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    pub input_tokens: usize,
+    pub input_tokens_details: InputTokensDetails,
+    pub output_tokens: usize,
+    pub output_tokens_details: OutputTokensDetails,
+    pub total_tokens: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IncompleteDetails {
+    pub reason: &'static str,
+}
+
+/// The response object (`"object": "response"`); `echo` holds the request's fields it repeats.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResponseObject {
+    pub id: String,
+    pub object: &'static str,
+    pub created_at: u64,
+    pub status: &'static str,
+    pub error: Option<Value>,
+    pub incomplete_details: Option<IncompleteDetails>,
+    pub model: String,
+    pub output: Vec<OutputItem>,
+    pub usage: Option<Usage>,
+    #[serde(flatten)]
+    pub echo: Map<String, Value>,
+}
+
+/// `DELETE /v1/responses/{id}`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Deleted {
+    pub id: String,
+    pub object: &'static str,
+    pub deleted: bool,
+}
+
+/// Where an event is: its item's id and output index (and content index for content events).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct At {
+    pub item_id: String,
+    pub output_index: usize,
+}
+
+/// A stream event; its `type` is also the SSE event's name.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type")]
+pub enum Event {
+    #[serde(rename = "response.created")]
+    Created { response: ResponseObject },
+    #[serde(rename = "response.in_progress")]
+    InProgress { response: ResponseObject },
+    #[serde(rename = "response.output_item.added")]
+    ItemAdded { output_index: usize, item: OutputItem },
+    #[serde(rename = "response.content_part.added")]
+    PartAdded {
+        #[serde(flatten)]
+        at: At,
+        content_index: usize,
+        part: OutputText,
+    },
+    #[serde(rename = "response.output_text.delta")]
+    TextDelta {
+        #[serde(flatten)]
+        at: At,
+        content_index: usize,
+        delta: String,
+        logprobs: Vec<Value>,
+    },
+    #[serde(rename = "response.output_text.done")]
+    TextDone {
+        #[serde(flatten)]
+        at: At,
+        content_index: usize,
+        text: String,
+        logprobs: Vec<Value>,
+    },
+    #[serde(rename = "response.content_part.done")]
+    PartDone {
+        #[serde(flatten)]
+        at: At,
+        content_index: usize,
+        part: OutputText,
+    },
+    #[serde(rename = "response.reasoning_text.delta")]
+    ReasoningDelta {
+        #[serde(flatten)]
+        at: At,
+        content_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.reasoning_text.done")]
+    ReasoningDone {
+        #[serde(flatten)]
+        at: At,
+        content_index: usize,
+        text: String,
+    },
+    #[serde(rename = "response.function_call_arguments.delta")]
+    ArgumentsDelta {
+        #[serde(flatten)]
+        at: At,
+        delta: String,
+    },
+    #[serde(rename = "response.function_call_arguments.done")]
+    ArgumentsDone {
+        #[serde(flatten)]
+        at: At,
+        name: String,
+        arguments: String,
+    },
+    #[serde(rename = "response.output_item.done")]
+    ItemDone { output_index: usize, item: OutputItem },
+    #[serde(rename = "response.completed")]
+    Completed { response: ResponseObject },
+    #[serde(rename = "response.incomplete")]
+    Incomplete { response: ResponseObject },
+    #[serde(rename = "error")]
+    Error { code: Option<&'static str>, message: String, param: Option<String> },
+}
+
+/// An event with its place in the stream.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sequenced {
+    #[serde(flatten)]
+    pub event: Event,
+    pub sequence_number: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn shapes() {
+        let at = At { item_id: "msg_1".into(), output_index: 0 };
+        let ev = Sequenced {
+            event: Event::TextDelta { at, content_index: 0, delta: "Hi".into(), logprobs: Vec::new() },
+            sequence_number: 4,
+        };
+        assert_eq!(
+            serde_json::to_value(ev).unwrap(),
+            json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0,
+                "delta": "Hi", "logprobs": [], "sequence_number": 4})
+        );
+        let mut call = OutputItem::FunctionCall {
+            id: "fc_1".into(),
+            call_id: "call_1".into(),
+            name: "f".into(),
+            arguments: "{}".into(),
+            status: "completed",
+        };
+        call.cut();
+        assert_eq!(
+            serde_json::to_value(call).unwrap(),
+            json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": "{}",
+                "status": "incomplete"})
+        );
+    }
+}
