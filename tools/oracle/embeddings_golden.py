@@ -7,7 +7,8 @@ Requirements (this script installs nothing): sentence-transformers and torch, e.
 Run from the repo root:
     .venv-oracle/bin/python tools/oracle/embeddings_golden.py
 Writes tests/goldens/embeddings_all_minilm_l6_v2.json: per sentence, sentence-transformers' input ids and its
-embedding (7 significant digits), all sentences encoded in one call.
+embedding (7 significant digits), all sentences encoded in one call; and two sentences' vectors with CLS, max and
+last-token pooling (no normalization) on the same transformer.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from common import GOLDENS, MODELS_DIR, dump_json, reference  # noqa: E402
 
 import torch  # noqa: E402
 from sentence_transformers import SentenceTransformer  # noqa: E402
+from sentence_transformers.sentence_transformer.modules import Pooling  # noqa: E402
 
 ALIAS = "all-minilm-l6-v2"
 OUT = GOLDENS / "embeddings_all_minilm_l6_v2.json"
@@ -46,6 +48,11 @@ SENTENCES = [
 ]
 
 
+# The other pooling modes, on the same transformer without Normalize: (mode, sentence indices).
+OTHER_MODES = ["cls", "max", "lasttoken"]
+OTHER_MODE_CASES = [0, 4]
+
+
 def sig7(x: float) -> float:
     return float(f"{float(x):.7g}")
 
@@ -63,6 +70,12 @@ def main() -> None:
         assert len(i) < max_len, f"{len(i)} tokens >= max_seq_length {max_len}: {s[:40]!r}"
     with torch.inference_mode():
         emb = model.encode(SENTENCES, batch_size=len(SENTENCES), convert_to_numpy=True, normalize_embeddings=False)
+    other = {}
+    for mode in OTHER_MODES:
+        m = SentenceTransformer(modules=[model[0], Pooling(emb.shape[1], pooling_mode=mode)], device="cpu")
+        with torch.inference_mode():
+            e = m.encode([SENTENCES[i] for i in OTHER_MODE_CASES], convert_to_numpy=True)
+        other[mode] = [[sig7(x) for x in row] for row in e]
     out = {
         "reference": reference("sentence-transformers", "transformers", "torch", "tokenizers", "numpy"),
         "model": ALIAS,
@@ -80,11 +93,15 @@ def main() -> None:
             "input_ids: model.preprocess([text])['input_ids'][0] ([CLS] ... [SEP]); every case is shorter than"
             " max_seq_length, so nothing is truncated.",
             "embedding: rounded to 7 significant digits.",
+            "other_pooling: SentenceTransformer(modules=[model[0], Pooling(384, pooling_mode=mode)]).encode(...) of"
+            " the cases at other_pooling_cases (no Normalize module): one row per case.",
         ],
         "cases": [
             {"text": s, "input_ids": i, "embedding": [sig7(x) for x in e]}
             for s, i, e in zip(SENTENCES, ids, emb)
         ],
+        "other_pooling_cases": OTHER_MODE_CASES,
+        "other_pooling": other,
     }
     dump_json(out, OUT)
 

@@ -1,7 +1,8 @@
 //! Sentence embeddings: all-MiniLM-L6-v2 (fetched by scripts/fetch-models) against sentence-transformers'
 //! golden (tools/oracle/embeddings_golden.py). Every sentence's vector, embedded in one padded batch and alone,
 //! must have cosine >= MIN_COSINE with the reference and unit norm (the model normalizes); the tokenizer must give
-//! the reference's ids. The worker thread must answer concurrent requests with the same vectors.
+//! the reference's ids. CLS, max and last-token pooling (the same transformer, unnormalized) must match too. The
+//! worker thread must answer concurrent requests with the same vectors.
 
 mod common;
 use common::*;
@@ -82,6 +83,50 @@ fn matches_sentence_transformers_batched_and_alone() {
             min = min.min(cb).min(ca);
         }
         eprintln!("limits {limits:?}: minimum cosine vs sentence-transformers {min:.10}");
+    }
+}
+
+/// The fetched model's directory with its pooling replaced by `mode` (sentence-transformers 6's config layout)
+/// and no Normalize module; the other files are linked (or copied where links fail).
+fn with_pooling(mode: &str) -> tempfile::TempDir {
+    let src = match hearth_engine::weights::resolve::resolve("all-minilm-l6-v2") {
+        Ok(loc) => loc.path().to_path_buf(),
+        Err(e) => panic!("{e}"),
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    for f in
+        ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "sentence_bert_config.json"]
+    {
+        let (from, to) = (src.join(f), tmp.path().join(f));
+        std::fs::hard_link(&from, &to).or_else(|_| std::fs::copy(&from, &to).map(|_| ())).unwrap();
+    }
+    let t = "sentence_transformers.models.";
+    let modules = serde_json::json!([{"idx": 0, "path": "", "type": format!("{t}Transformer")},
+                                     {"idx": 1, "path": "1_Pooling", "type": format!("{t}Pooling")}]);
+    std::fs::write(tmp.path().join("modules.json"), modules.to_string()).unwrap();
+    std::fs::create_dir(tmp.path().join("1_Pooling")).unwrap();
+    let pooling = serde_json::json!({"embedding_dimension": 384, "pooling_mode": mode, "include_prompt": true});
+    std::fs::write(tmp.path().join("1_Pooling/config.json"), pooling.to_string()).unwrap();
+    tmp
+}
+
+#[test]
+fn other_pooling_modes_match_sentence_transformers() {
+    let g = golden("embeddings_all_minilm_l6_v2.json");
+    let cases = cases();
+    let picked: Vec<usize> =
+        g["other_pooling_cases"].as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as usize).collect();
+    for (mode, pooling) in [("cls", Pooling::Cls), ("max", Pooling::Max), ("lasttoken", Pooling::LastToken)] {
+        let dir = with_pooling(mode);
+        let e = Embedder::from_dir(dir.path(), &candle_core::Device::Cpu, &EmbedderOptions::default()).unwrap();
+        assert_eq!((e.info().pooling, e.info().normalized), (pooling, false));
+        let inputs: Vec<Vec<u32>> = picked.iter().map(|&i| cases[i].ids.clone()).collect();
+        let got = e.embed(&inputs).unwrap();
+        for ((v, want), &i) in got.iter().zip(g["other_pooling"][mode].as_array().unwrap()).zip(&picked) {
+            let c = cosine(v, &floats(want));
+            eprintln!("{mode} pooling, case {i}: 1 - cosine {:.1e}, norm {:.3}", 1.0 - c, norm(v));
+            assert!(c >= MIN_COSINE, "{mode} pooling of {:?}: cosine {c}", cases[i].text);
+        }
     }
 }
 
