@@ -168,3 +168,22 @@ fn invalid_message(e: Error) -> String {
         other => other.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync_clone<T: Send + Sync + Clone + 'static>() {}
+    fn send<T: Send>(_: &T) {}
+
+    /// What an axum handler needs: a shared, cloneable handle whose `embed` future is `Send`.
+    #[test]
+    fn the_handle_fits_an_async_handler() {
+        send_sync_clone::<EmbedderHandle>();
+        send_sync_clone::<EmbedError>();
+        fn future_is_send(h: &EmbedderHandle) {
+            send(&h.embed(Vec::new()));
+        }
+        let _ = future_is_send;
+    }
+}
