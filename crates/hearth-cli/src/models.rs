@@ -1,5 +1,6 @@
 //! `hearth models`: what `--model` can resolve without a path.
 
+use hearth_engine::models::bert::BertConfig;
 use hearth_engine::weights::resolve::{hf_hub_cache, list_models, models_dir, ModelLocation};
 use hearth_engine::weights::{GgufFile, ModelConfig};
 
@@ -13,6 +14,13 @@ fn size_of(loc: &ModelLocation) -> u64 {
 }
 
 fn arch_of(loc: &ModelLocation) -> String {
+    // Embedding models (BERT encoders) are not generative configurations.
+    if let ModelLocation::HfDir(d) = loc {
+        let bert = std::fs::read_to_string(d.join("config.json")).ok().and_then(|t| BertConfig::from_json(&t).ok());
+        if let Some(c) = bert {
+            return format!("bert {}L h{} embed", c.num_hidden_layers, c.hidden_size);
+        }
+    }
     let cfg = match loc {
         ModelLocation::Gguf(p) => GgufFile::open(p).and_then(|g| ModelConfig::from_gguf(&g)),
         ModelLocation::HfDir(d) => std::fs::read_to_string(d.join("config.json"))

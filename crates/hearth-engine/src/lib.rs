@@ -3,6 +3,7 @@
 
 pub mod attention;
 pub mod device;
+pub mod embed;
 pub mod engine;
 pub mod error;
 pub mod generate;

@@ -1,5 +1,5 @@
-//! Pieces shared by the model files: linear layers (quantized or dense), RMSNorm, rotary embeddings with the
-//! supported scalings, the gated MLP, and the head projection.
+//! Pieces shared by the model files: linear layers (quantized or dense), RMSNorm, LayerNorm, rotary embeddings
+//! with the supported scalings, the gated MLP, and the head projection.
 
 use crate::kernels::FastQMatMul;
 use crate::weights::config::{Activation, RopeScaling};
@@ -213,6 +213,35 @@ impl RmsNorm {
             Some(a) => self.forward_add(h, a),
             None => Ok((h.clone(), self.forward(h)?)),
         }
+    }
+}
+
+/// LayerNorm computed in f32 with the two-pass variance (the reference's math; the one-pass `E[x²] - E[x]²`
+/// loses precision on post-residual activations): y = (x - mean) / sqrt(var + eps) * w + b.
+#[derive(Clone)]
+pub struct LayerNorm {
+    w: Tensor,
+    b: Tensor,
+    eps: f64,
+}
+
+impl LayerNorm {
+    /// `{prefix}.weight` and `{prefix}.bias`.
+    pub fn load(weights: &Weights, prefix: &str, eps: f64, device: &Device) -> Result<Self> {
+        let w = weights.vector(&format!("{prefix}.weight"), DType::F32, device)?;
+        let b = weights.vector(&format!("{prefix}.bias"), DType::F32, device)?;
+        Ok(Self { w, b, eps })
+    }
+
+    /// x: (.., hidden) in any dtype; the result has x's dtype.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dtype = x.dtype();
+        let x = x.to_dtype(DType::F32)?;
+        let last = candle_core::D::Minus1;
+        let centered = x.broadcast_sub(&x.mean_keepdim(last)?)?;
+        let var = centered.sqr()?.mean_keepdim(last)?;
+        let y = centered.broadcast_div(&(var + self.eps)?.sqrt()?)?.broadcast_mul(&self.w)?.broadcast_add(&self.b)?;
+        Ok(y.to_dtype(dtype)?)
     }
 }
 
@@ -442,6 +471,24 @@ mod tests {
         assert_eq!(plain[0], scaled[0]); // wavelength 2π < high_wavelen: unchanged
         let last = plain.len() - 1;
         assert!((scaled[last] - plain[last] / 8.0).abs() < 1e-12); // longest wavelength: divided by factor
+    }
+
+    #[test]
+    fn layer_norm_matches_its_definition() {
+        let dev = Device::Cpu;
+        let ln = LayerNorm {
+            w: Tensor::new(&[1f32, 2.0, 0.5], &dev).unwrap(),
+            b: Tensor::new(&[0f32, 1.0, -1.0], &dev).unwrap(),
+            eps: 1e-12,
+        };
+        // Large offset, small spread: where the one-pass variance cancels badly.
+        let x = Tensor::new(&[[1000.0f32, 1001.0, 1002.0]], &dev).unwrap();
+        let y = ln.forward(&x).unwrap().to_vec2::<f32>().unwrap();
+        let s = (2.0f32 / 3.0).sqrt();
+        let want = [-1.0 / s, 1.0, 0.5 / s - 1.0];
+        for (a, b) in y[0].iter().zip(want) {
+            assert!((a - b).abs() < 1e-5, "{:?} vs {want:?}", y[0]);
+        }
     }
 
     #[test]

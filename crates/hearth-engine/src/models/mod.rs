@@ -1,6 +1,8 @@
 //! Model architectures. A model is a pure function of (weights, packed tokens, KV view): it owns no cache and
-//! knows nothing of batching beyond the positions and row spans in [`BatchContext`].
+//! knows nothing of batching beyond the positions and row spans in [`BatchContext`]. An embedding model is an
+//! [`Encoder`]: a pure function of (weights, a padded batch of token ids and its mask) to hidden states.
 
+pub mod bert;
 pub mod gemma3;
 pub mod layers;
 pub mod llama;
@@ -19,6 +21,19 @@ pub trait Model: Send + Sync {
     fn max_positions(&self) -> usize;
     /// tokens: (T,) u32 packed per `ctx`. Returns f32 logits: (rows, vocab), or (T, vocab) with `ctx.all_logits`.
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor>;
+}
+
+/// A model whose last hidden states are pooled into embeddings (`crate::embed`). Rows are right-padded: row `i`
+/// holds its tokens at positions `0..len_i`, then padding that `mask` marks with 0. A padded position must not
+/// change any real position's output (beyond float summation order).
+pub trait Encoder: Send + Sync {
+    fn hidden_size(&self) -> usize;
+    /// Token ids must be below this.
+    fn vocab_size(&self) -> usize;
+    /// The longest row the model can take (its position table).
+    fn max_positions(&self) -> usize;
+    /// ids: (B, L) u32; mask: (B, L) f32 (1 real, 0 padding). Returns (B, L, hidden) hidden states.
+    fn forward(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor>;
 }
 
 /// How to build a model.

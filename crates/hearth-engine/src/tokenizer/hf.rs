@@ -50,8 +50,12 @@ pub fn load(dir: &Path) -> Result<Tokenizer> {
             dir.display()
         )));
     }
-    let inner =
+    let mut inner =
         tokenizers::Tokenizer::from_file(&path).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+    // Padding and truncation saved in the file (sentence-transformers saves both) would pad every encoding to a
+    // fixed length or cut it silently; hearth pads its batches and bounds lengths itself.
+    inner.with_padding(None);
+    inner.with_truncation(None).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
     let raw = read_json(&path)?.unwrap_or(Value::Null);
     let cfg = read_json(&dir.join("tokenizer_config.json"))?;
 

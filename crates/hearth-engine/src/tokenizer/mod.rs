@@ -135,6 +135,12 @@ impl Tokenizer {
         Ok(t)
     }
 
+    /// The tokenizer of a Hugging Face directory alone (`tokenizer.json`), for models without a [`ModelConfig`]
+    /// (the BERT encoders of `crate::embed`).
+    pub fn from_hf_dir(dir: &std::path::Path) -> Result<Self> {
+        hf::load(dir)
+    }
+
     fn special_text(&self, id: Option<u32>) -> String {
         id.and_then(|i| self.info.tokens.get(i as usize)).cloned().unwrap_or_default()
     }

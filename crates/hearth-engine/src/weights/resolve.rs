@@ -4,9 +4,13 @@
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
-/// Aliases of the models `scripts/fetch-models` puts in the model cache: (alias, file name).
-pub const ALIASES: &[(&str, &str)] =
-    &[("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"), ("gemma3-270m", "gemma-3-270m-q4_k_m.gguf")];
+/// Aliases of the models `scripts/fetch-models` puts in the model cache: (alias, name in the cache). The name is a
+/// `.gguf` file or a Hugging Face directory (the sentence-transformers embedding model).
+pub const ALIASES: &[(&str, &str)] = &[
+    ("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    ("gemma3-270m", "gemma-3-270m-q4_k_m.gguf"),
+    ("all-minilm-l6-v2", "all-minilm-l6-v2"),
+];
 
 /// The default model: SmolLM2-135M-Instruct.
 pub const DEFAULT_MODEL: &str = "smollm2-135m";
@@ -88,6 +92,17 @@ fn classify_dir(dir: &Path) -> Result<ModelLocation> {
     }
 }
 
+/// An alias's entry in the model cache, if fetched: a `.gguf` file or a directory with `config.json`.
+fn fetched(p: &Path) -> Option<ModelLocation> {
+    if p.is_file() {
+        Some(ModelLocation::Gguf(p.to_path_buf()))
+    } else if p.join("config.json").is_file() {
+        Some(ModelLocation::HfDir(p.to_path_buf()))
+    } else {
+        None
+    }
+}
+
 /// Resolve `--model` to a location on disk, or say exactly what was tried.
 pub fn resolve(spec: &str) -> Result<ModelLocation> {
     let spec = spec.trim();
@@ -107,15 +122,14 @@ pub fn resolve(spec: &str) -> Result<ModelLocation> {
     if path.is_dir() {
         return classify_dir(path);
     }
-    if let Some((_, file)) = ALIASES.iter().find(|(a, _)| a.eq_ignore_ascii_case(spec)) {
-        let p = models_dir().join(file);
-        return if p.is_file() {
-            Ok(ModelLocation::Gguf(p))
-        } else {
-            Err(Error::ModelNotFound(format!(
+    if let Some((_, name)) = ALIASES.iter().find(|(a, _)| a.eq_ignore_ascii_case(spec)) {
+        let p = models_dir().join(name);
+        return match fetched(&p) {
+            Some(loc) => Ok(loc),
+            None => Err(Error::ModelNotFound(format!(
                 "model `{spec}` is not fetched yet ({} missing); run scripts/fetch-models",
                 p.display()
-            )))
+            ))),
         };
     }
     if looks_like_hf_id(spec) {
@@ -143,14 +157,9 @@ pub struct ListedModel {
 /// Everything `--model` can resolve without a path: aliases (fetched or not) and HF cache entries.
 pub fn list_models() -> Vec<ListedModel> {
     let mut out = Vec::new();
-    for (alias, file) in ALIASES {
-        let p = models_dir().join(file);
-        if p.is_file() {
-            out.push(ListedModel {
-                name: alias.to_string(),
-                location: Some(ModelLocation::Gguf(p)),
-                note: String::new(),
-            });
+    for (alias, name) in ALIASES {
+        if let Some(loc) = fetched(&models_dir().join(name)) {
+            out.push(ListedModel { name: alias.to_string(), location: Some(loc), note: String::new() });
         } else {
             out.push(ListedModel {
                 name: alias.to_string(),

@@ -20,6 +20,8 @@ impl HfWeights {
         for (name, view) in st.tensors() {
             match view.dtype() {
                 safetensors::Dtype::F32 | safetensors::Dtype::F16 | safetensors::Dtype::BF16 => {}
+                // An integer buffer older BERT checkpoints save beside the weights; never loaded.
+                safetensors::Dtype::I64 | safetensors::Dtype::I32 if name.ends_with("position_ids") => {}
                 other => {
                     return Err(Error::Unsupported(format!(
                         "tensor `{name}` has dtype {other:?}; hearth loads bf16, f16 and f32 safetensors"
