@@ -3,9 +3,11 @@
 use crate::ModelArgs;
 use anyhow::Context;
 use clap::Args;
+use hearth_engine::embed::{Embedder, EmbedderOptions};
 use hearth_engine::engine::{blocks_for_budget, CacheConfig, EngineConfig, SsdSettings};
 use hearth_engine::sampling::grammar::Grammars;
-use hearth_server::{DefaultOverrides, Ready, SamplingDefaults, ServerConfig};
+use hearth_engine::weights::resolve::ModelLocation;
+use hearth_server::{DefaultOverrides, Embedding, Loaded, Ready, SamplingDefaults, ServerConfig};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +64,10 @@ pub struct ServeArgs {
     /// Largest request body (bytes, or with a K/M/G suffix); larger bodies get HTTP 413.
     #[arg(long, env = "HEARTH_MAX_BODY", default_value = "4M", value_parser = parse_size)]
     pub max_body: usize,
+    /// An embedding model served at /v1/embeddings beside the chat model (a sentence-transformers directory or its
+    /// alias, e.g. all-minilm-l6-v2). A --model that is an embedding model serves embeddings alone.
+    #[arg(long, env = "HEARTH_EMBEDDING_MODEL")]
+    pub embedding_model: Option<String>,
     /// The Responses API's store of responses (for `previous_response_id` and GET /v1/responses/{id}): most bytes
     /// it keeps, with a K/M/G suffix (0: responses are not stored).
     #[arg(long, env = "HEARTH_RESPONSE_STORE", default_value = "64M", value_parser = parse_size)]
@@ -174,7 +180,43 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(hearth_server::run(cfg, move || load(&a)))
+    rt.block_on(hearth_server::run(cfg, move || load_all(&a)))
+}
+
+/// Whether `spec` names an embedding model (a sentence-transformers directory: it has `modules.json`).
+fn is_embedding_model(spec: &str) -> bool {
+    matches!(hearth_engine::weights::resolve::resolve(spec), Ok(ModelLocation::HfDir(d)) if d.join("modules.json").is_file())
+}
+
+/// The chat model (unless --model is an embedding model) and the embedding model (--embedding-model, or --model).
+fn load_all(a: &ServeArgs) -> anyhow::Result<Loaded> {
+    let (ready, embedding_spec) = if is_embedding_model(&a.model.model) {
+        anyhow::ensure!(
+            a.embedding_model.is_none(),
+            "--model {} is an embedding model; give a chat model with --model to serve it beside --embedding-model",
+            a.model.model
+        );
+        (None, Some(a.model.model.clone()))
+    } else {
+        (Some(load(a)?), a.embedding_model.clone())
+    };
+    let embedding = embedding_spec.map(|spec| load_embedding(a, &spec)).transpose()?;
+    Ok(Loaded { ready, embedding })
+}
+
+fn load_embedding(a: &ServeArgs, spec: &str) -> anyhow::Result<Embedding> {
+    if let Some(n) = a.model.threads.filter(|_| std::env::var_os("RAYON_NUM_THREADS").is_none()) {
+        anyhow::ensure!(n > 0, "--threads must be at least 1");
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    }
+    let device = hearth_engine::device::select_device(&a.model.device)?;
+    let opts = EmbedderOptions { max_queued_inputs: a.max_queue.max(1) * 64, ..EmbedderOptions::default() };
+    let embedder =
+        Embedder::load(spec, &device, &opts).with_context(|| format!("loading the embedding model {spec}"))?;
+    let info = embedder.info();
+    tracing::info!(model = %info.dir.display(), dimensions = info.dimensions, pooling = info.pooling.name(), "embedding model loaded");
+    let handle = hearth_engine::embed::start(embedder).context("starting the embedding worker")?;
+    Ok(Embedding { handle, model_id: spec.to_string(), created: hearth_server::state::unix_now() })
 }
 
 /// What cached KV is shared under: the model's fingerprint, the device kind and every lever's value (a kernel

@@ -1,4 +1,5 @@
-"""The official `openai` Python client's Responses API against a running `hearth serve`.
+"""The official `openai` Python client's Responses and Embeddings APIs against a running `hearth serve` with an
+embedding model.
 
 Usage: responses_client.py BASE_URL MODEL_ID   (BASE_URL like http://127.0.0.1:PORT/v1)
 
@@ -124,9 +125,18 @@ def conversation():
     }
 
 
+def embeddings():
+    # The client asks for base64 and decodes it itself unless told `float`.
+    b64 = client.embeddings.create(model="all-minilm-l6-v2", input=["Hello world", "The capital of France"])
+    flt = client.embeddings.create(model="all-minilm-l6-v2", input="Hello world", encoding_format="float")
+    return {"n": len(b64.data), "dims": [len(d.embedding) for d in b64.data],
+            "first": b64.data[0].embedding, "float": flt.data[0].embedding,
+            "prompt_tokens": b64.usage.prompt_tokens, "model": b64.model}
+
+
 results = {"openai_version": openai.__version__}
 for name, fn in [("create", create), ("stream", stream), ("function_call", function_call),
                  ("function_call_stream", function_call_stream), ("structured", structured),
-                 ("conversation", conversation)]:
+                 ("conversation", conversation), ("embeddings", embeddings)]:
     results[name] = run(fn)
 print(json.dumps(results))

@@ -1,8 +1,9 @@
 //! The official `openai` Python client's Responses API against the real `hearth serve` (default model
 //! smollm2-135m): create, stream (the exact event order and consecutive sequence numbers), a function call and its
 //! output sent back with `previous_response_id`, a streamed function call, `text.format` structured output, and the
-//! store (retrieve, delete, `store: false`, 404s). `tests/responses_client.py` runs the calls and prints one JSON
-//! line; this test asserts.
+//! store (retrieve, delete, `store: false`, 404s); and embeddings (`--embedding-model`: the client's default base64
+//! decoding gives the float vector). `tests/responses_client.py` runs the calls and prints one JSON line; this test
+//! asserts.
 
 mod support;
 
@@ -47,7 +48,7 @@ fn check_events(e: &Value, middle: &[&str], what: &str) {
 #[test]
 fn official_openai_python_client_responses() {
     let python = venv_python();
-    let server = Server::start(&[], &[]);
+    let server = Server::start(&["--embedding-model", "all-minilm-l6-v2"], &[]);
     let model = "smollm2-135m";
     let r = run_client("responses_client.py", &format!("http://127.0.0.1:{}/v1", server.port), model);
     eprintln!("client ({}) results: {r}", python.display());
@@ -159,4 +160,16 @@ fn official_openai_python_client_responses() {
         let x = &k[case];
         assert_eq!((x["raised"].as_str(), x["status"].as_u64()), (Some(exception), Some(status)), "{case}: {x}");
     }
+
+    // Embeddings through the client: base64 (its default) and float agree.
+    let e = &r["embeddings"];
+    no_exception(e, "embeddings");
+    assert_eq!((e["n"].as_u64(), e["model"].as_str()), (Some(2), Some("all-minilm-l6-v2")), "{e}");
+    assert_eq!(e["dims"], serde_json::json!([384, 384]), "{e}");
+    let v = |k: &str| e[k].as_array().into_iter().flatten().filter_map(Value::as_f64).collect::<Vec<_>>();
+    let (b64, flt) = (v("first"), v("float"));
+    assert!(b64.len() == 384 && b64.iter().zip(&flt).all(|(a, b)| (a - b).abs() < 1e-6), "{e}");
+    let norm: f64 = flt.iter().map(|x| x * x).sum::<f64>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4, "unit vectors: {norm}");
+    assert!(e["prompt_tokens"].as_u64().is_some_and(|n| n > 4), "{e}");
 }

@@ -581,6 +581,99 @@ fn metrics_and_the_endpoint_index() {
     }
 }
 
+/// `/v1/embeddings` with `--embedding-model` beside the chat model: the vectors match sentence-transformers' (the
+/// golden of tools/oracle/embeddings_golden.py) for text and for the same text's token ids, base64 is the same
+/// floats, `dimensions` other than the model's is a 400; an embedding model alone answers chat with a 400, and a
+/// chat model alone answers embeddings with a 400.
+#[test]
+fn embeddings_beside_and_alone() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let golden: Value =
+        serde_json::from_slice(&std::fs::read(root.join("tests/goldens/embeddings_all_minilm_l6_v2.json")).unwrap())
+            .unwrap();
+    let cases = golden["cases"].as_array().cloned().unwrap_or_default();
+    assert!(cases.len() >= 4, "{golden}");
+    let floats = |v: &Value| -> Vec<f64> { v.as_array().into_iter().flatten().filter_map(Value::as_f64).collect() };
+    let cosine = |a: &[f64], b: &[f64]| {
+        let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        let n = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        dot / (n(a) * n(b))
+    };
+    let s = Server::start(&["--embedding-model", "all-minilm-l6-v2"], &[]);
+    let texts: Vec<&str> = cases.iter().filter_map(|c| c["text"].as_str()).collect();
+    let v = ok(s.post("/v1/embeddings", &json!({"model": "all-minilm-l6-v2", "input": texts})));
+    assert_eq!((v["object"].as_str(), v["model"].as_str()), (Some("list"), Some("all-minilm-l6-v2")), "{v}");
+    let data = v["data"].as_array().cloned().unwrap_or_default();
+    assert_eq!(data.len(), cases.len(), "{v}");
+    let tokens: usize = cases.iter().map(|c| c["input_ids"].as_array().map_or(0, Vec::len)).sum();
+    assert_eq!(v["usage"]["prompt_tokens"].as_u64(), Some(tokens as u64), "{}", v["usage"]);
+    for (i, (d, c)) in data.iter().zip(&cases).enumerate() {
+        assert_eq!((d["object"].as_str(), d["index"].as_u64()), (Some("embedding"), Some(i as u64)), "{d}");
+        let got = floats(&d["embedding"]);
+        assert_eq!(got.len(), 384);
+        let cos = cosine(&got, &floats(&c["embedding"]));
+        assert!(cos >= 0.9999, "input {i} ({:?}): cosine {cos}", c["text"]);
+    }
+    // Token ids give the same vector as their text; base64 is the same floats.
+    let ids = cases[1]["input_ids"].clone();
+    let by_ids = ok(s.post("/v1/embeddings", &json!({"input": ids})));
+    let by_b64 = ok(s.post("/v1/embeddings", &json!({"input": texts[1], "encoding_format": "base64"})));
+    let text_vec = floats(&data[1]["embedding"]);
+    assert!(cosine(&floats(&by_ids["data"][0]["embedding"]), &text_vec) > 0.999999, "{by_ids}");
+    let b64 = by_b64["data"][0]["embedding"].as_str().unwrap_or_else(|| panic!("{by_b64}"));
+    let bytes = base64_decode(b64);
+    let decoded: Vec<f64> =
+        bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect();
+    assert_eq!(decoded.len(), 384);
+    assert!(decoded.iter().zip(&text_vec).all(|(a, b)| (a - b).abs() < 1e-6), "base64 and float vectors differ");
+    // Bad requests.
+    for (body, param) in [
+        (json!({"input": "x", "dimensions": 128}), "dimensions"),
+        (json!({"input": "x", "encoding_format": "int8"}), "encoding_format"),
+        (json!({"input": ""}), "input"),
+        (json!({"input": [1, 999999]}), "input"),
+        (json!({"input": "word ".repeat(300)}), "input"),
+        (json!({}), "input"),
+    ] {
+        let r = s.post("/v1/embeddings", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.json()["error"]["param"], param, "{body}: {}", r.text());
+    }
+    assert_eq!(s.post("/v1/embeddings", &json!({"input": "x", "dimensions": 384})).status, 200);
+    // Both models are served.
+    let models = ok(s.get("/v1/models"));
+    let ids: Vec<&str> = models["data"].as_array().into_iter().flatten().filter_map(|m| m["id"].as_str()).collect();
+    assert_eq!(ids, ["smollm2-135m", "all-minilm-l6-v2"], "{models}");
+    assert_eq!(s.post("/v1/chat/completions", &json!({"messages": user("Hi"), "max_tokens": 2})).status, 200);
+    drop(s);
+
+    // An embedding model alone: chat is a 400 that says so; health and models are fine.
+    let s = Server::start(&["-m", "all-minilm-l6-v2"], &[]);
+    let r = s.post("/v1/chat/completions", &json!({"messages": user("Hi"), "max_tokens": 2}));
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("model_not_generative")), "{}", r.text());
+    assert_eq!(ok(s.get("/health"))["status"], "ok");
+    assert_eq!(ok(s.get("/v1/models"))["data"][0]["id"], "all-minilm-l6-v2");
+    assert_eq!(s.post("/v1/embeddings", &json!({"input": "x"})).status, 200);
+    drop(s);
+    // A chat model alone: embeddings are a 400 that says how to get them.
+    let s = Server::start(&[], &[]);
+    let r = s.post("/v1/embeddings", &json!({"input": "x"}));
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("model_not_embedding")), "{}", r.text());
+}
+
+/// Standard base64 (with padding) to bytes.
+fn base64_decode(s: &str) -> Vec<u8> {
+    const ABC: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let vals: Vec<u32> =
+        s.bytes().filter(|&b| b != b'=').map(|b| ABC.find(b as char).expect("base64") as u32).collect();
+    let mut out = Vec::new();
+    for chunk in vals.chunks(4) {
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, v)| acc | (v << (18 - 6 * i)));
+        out.extend(n.to_be_bytes()[1..chunk.len()].iter());
+    }
+    out
+}
+
 /// Anthropic's paths answer every failure in Anthropic's error shape: malformed JSON, a missing field, an unknown
 /// path under `/v1/messages`, a wrong method, a body over the limit; and the server keeps serving.
 #[test]

@@ -21,6 +21,7 @@ pub const ENDPOINTS: &[(&str, &str, &str)] = &[
     ("POST", "/v1/completions", "OpenAI Completions, streamed or not"),
     ("POST", "/v1/messages", "Anthropic Messages, streamed or not"),
     ("POST", "/v1/messages/count_tokens", "Anthropic: a Messages request's prompt length"),
+    ("POST", "/v1/embeddings", "OpenAI Embeddings (with an embedding model)"),
     ("POST", "/v1/responses", "OpenAI Responses, streamed or not"),
     ("GET", "/v1/responses/{id}", "a stored response"),
     ("DELETE", "/v1/responses/{id}", "delete a stored response"),
@@ -48,14 +49,17 @@ pub async fn index() -> Json<serde_json::Value> {
 /// 200 `{"status":"ok"}` when serving, 503 `{"status":"loading"}` while the model loads, 503 `{"status":"error"}`
 /// if the engine thread has stopped.
 pub async fn health(State(st): State<AppState>) -> Response {
-    match st.get() {
-        None => (StatusCode::SERVICE_UNAVAILABLE, Json(Health { status: "loading", message: None })).into_response(),
-        Some(r) if !r.engine.is_alive() => {
-            let body = Health { status: "error", message: Some("the engine thread has stopped") };
-            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
-        }
-        Some(_) => Json(Health { status: "ok", message: None }).into_response(),
+    if !st.is_loaded() {
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(Health { status: "loading", message: None })).into_response();
     }
+    let engine_down = st.get().is_some_and(|r| !r.engine.is_alive());
+    let embedder_down = st.get_embedding().is_some_and(|e| !e.handle.is_alive());
+    if engine_down || embedder_down {
+        let what = if engine_down { "the engine thread has stopped" } else { "the embedding worker has stopped" };
+        let body = Health { status: "error", message: Some(what) };
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
+    Json(Health { status: "ok", message: None }).into_response()
 }
 
 /// The engine's counters plus what the server was started with.

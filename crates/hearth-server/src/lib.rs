@@ -8,6 +8,7 @@ pub mod answer;
 pub mod anthropic;
 pub mod body;
 pub mod config;
+pub mod embeddings;
 pub mod error;
 pub mod generation;
 pub mod metrics;
@@ -22,7 +23,13 @@ pub mod tools;
 pub mod wire;
 
 pub use config::{DefaultOverrides, SamplingDefaults, ServerConfig};
-pub use state::{AppState, Ready};
+pub use state::{AppState, Embedding, Ready};
+
+/// What loading produced: a generative model, an embedding model, or both.
+pub struct Loaded {
+    pub ready: Option<Ready>,
+    pub embedding: Option<Embedding>,
+}
 
 use anyhow::Context;
 use axum::extract::DefaultBodyLimit;
@@ -42,6 +49,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(openai::completions::handler))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/embeddings", post(embeddings::handler))
         .route("/v1/responses", post(responses::create))
         .route("/v1/responses/{id}", get(responses::get).delete(responses::delete))
         .route("/v1/models", get(openai::models::list))
@@ -83,10 +91,10 @@ pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> anyhow
         .context("the HTTP server failed")
 }
 
-/// Bind, load the model with `load` on a blocking thread, print the ready banner, serve.
+/// Bind, load the models with `load` on a blocking thread, print the ready banner, serve.
 pub async fn run<F>(cfg: ServerConfig, load: F) -> anyhow::Result<()>
 where
-    F: FnOnce() -> anyhow::Result<Ready> + Send + 'static,
+    F: FnOnce() -> anyhow::Result<Loaded> + Send + 'static,
 {
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let listener = tokio::net::TcpListener::bind(&addr)
@@ -99,12 +107,25 @@ where
     eprintln!("hearth: listening on {url}, loading the model...");
     let state = AppState::new(cfg);
     let server = tokio::spawn(serve(listener, state.clone()));
-    let ready = tokio::task::spawn_blocking(load).await.context("the model loading task panicked")??;
-    let banner = format!(
-        "hearth: ready on {url} | model {} | device {} | KV cache {} tokens | batch {}",
-        ready.model_id, ready.device, ready.engine.info.kv_capacity_tokens, ready.engine.info.max_batch
-    );
-    state.set_ready(ready);
+    let loaded = tokio::task::spawn_blocking(load).await.context("the model loading task panicked")??;
+    let mut banner = format!("hearth: ready on {url}");
+    if let Some(r) = &loaded.ready {
+        banner += &format!(
+            " | model {} | device {} | KV cache {} tokens | batch {}",
+            r.model_id, r.device, r.engine.info.kv_capacity_tokens, r.engine.info.max_batch
+        );
+    }
+    if let Some(e) = loaded.embedding {
+        let i = e.handle.info();
+        banner += &format!(" | embeddings {} ({} dimensions, {} tokens)", e.model_id, i.dimensions, i.max_input_tokens);
+        state.set_embedding(e);
+    }
+    match loaded.ready {
+        Some(r) => {
+            state.set_ready(r);
+        }
+        None => state.finish_loading(),
+    }
     eprintln!("{banner}");
     let served = server.await.context("the HTTP server task panicked")?;
     if let Some(r) = state.get() {

@@ -4,6 +4,7 @@
 use crate::config::{SamplingDefaults, ServerConfig};
 use crate::error::{ApiError, ApiResult};
 use crate::responses::store::ResponseStore;
+use hearth_engine::embed::EmbedderHandle;
 use hearth_engine::engine::EngineHandle;
 use hearth_engine::sampling::grammar::Grammars;
 use hearth_engine::tokenizer::Tokenizer;
@@ -33,9 +34,20 @@ impl Ready {
     }
 }
 
+/// The embedding model, when the server has one (`--embedding-model`, or `--model` naming one).
+pub struct Embedding {
+    pub handle: EmbedderHandle,
+    /// The model string as given, reported as its id.
+    pub model_id: String,
+    pub created: u64,
+}
+
 #[derive(Clone)]
 pub struct AppState {
     ready: Arc<OnceLock<Arc<Ready>>>,
+    embedding: Arc<OnceLock<Arc<Embedding>>>,
+    /// Loading finished (with or without a generative model).
+    loaded: Arc<OnceLock<()>>,
     pub cfg: Arc<ServerConfig>,
     /// Stored responses of the Responses API.
     pub responses: Arc<ResponseStore>,
@@ -44,21 +56,68 @@ pub struct AppState {
 impl AppState {
     pub fn new(cfg: ServerConfig) -> Self {
         let responses = Arc::new(ResponseStore::new(cfg.response_store_bytes, cfg.response_store_ttl));
-        Self { ready: Arc::new(OnceLock::new()), cfg: Arc::new(cfg), responses }
+        Self {
+            ready: Arc::new(OnceLock::new()),
+            embedding: Arc::new(OnceLock::new()),
+            loaded: Arc::new(OnceLock::new()),
+            cfg: Arc::new(cfg),
+            responses,
+        }
     }
 
-    /// Install the loaded model (once; later calls are ignored).
+    /// Install the loaded model (once; later calls are ignored); loading is then finished.
     pub fn set_ready(&self, ready: Ready) -> bool {
-        self.ready.set(Arc::new(ready)).is_ok()
+        let set = self.ready.set(Arc::new(ready)).is_ok();
+        self.finish_loading();
+        set
+    }
+
+    /// Install the embedding model (once).
+    pub fn set_embedding(&self, e: Embedding) -> bool {
+        self.embedding.set(Arc::new(e)).is_ok()
+    }
+
+    /// Loading is over: what is not installed by now is not served.
+    pub fn finish_loading(&self) {
+        let _ = self.loaded.set(());
+    }
+
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.get().is_some()
     }
 
     pub fn get(&self) -> Option<Arc<Ready>> {
         self.ready.get().cloned()
     }
 
-    /// The loaded model, or 503 while it loads.
+    pub fn get_embedding(&self) -> Option<Arc<Embedding>> {
+        self.embedding.get().cloned()
+    }
+
+    /// The loaded generative model, 503 while it loads, or a 400 when the server serves only embeddings.
     pub fn ready(&self) -> ApiResult<Arc<Ready>> {
-        self.get().ok_or_else(ApiError::loading)
+        match (self.get(), self.get_embedding()) {
+            (Some(r), _) => Ok(r),
+            (None, Some(e)) if self.is_loaded() => Err(ApiError::bad_request(format!(
+                "`{}` is an embedding model: this server answers /v1/embeddings only (serve a chat model with --model, and this one with --embedding-model, to have both)",
+                e.model_id
+            ))
+            .with_code("model_not_generative")),
+            _ => Err(ApiError::loading()),
+        }
+    }
+
+    /// The embedding model, 503 while loading, or a 400 when the server has none.
+    pub fn embedder(&self) -> ApiResult<Arc<Embedding>> {
+        match (self.get_embedding(), self.get()) {
+            (Some(e), _) => Ok(e),
+            (None, Some(r)) if self.is_loaded() => Err(ApiError::bad_request(format!(
+                "`{}` is a chat model and this server has no embedding model: start hearth with --embedding-model (e.g. all-minilm-l6-v2)",
+                r.model_id
+            ))
+            .with_code("model_not_embedding")),
+            _ => Err(ApiError::loading()),
+        }
     }
 }
 

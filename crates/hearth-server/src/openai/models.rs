@@ -1,7 +1,7 @@
-//! `GET /v1/models` and `GET /v1/models/{id}`: the one served model.
+//! `GET /v1/models` and `GET /v1/models/{id}`: the served models (the generative one, the embedding one, or both).
 
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, Ready};
+use crate::state::{AppState, Embedding, Ready};
 use crate::wire::admin::{ModelList, ModelObject};
 use axum::extract::{Path, State};
 use axum::Json;
@@ -16,16 +16,33 @@ fn model_object(r: &Ready) -> ModelObject {
     }
 }
 
+fn embedding_object(e: &Embedding) -> ModelObject {
+    ModelObject {
+        id: e.model_id.clone(),
+        object: "model",
+        created: e.created,
+        owned_by: "hearth",
+        max_model_len: e.handle.info().max_input_tokens,
+    }
+}
+
+/// Every served model (503 while loading).
+fn served(st: &AppState) -> ApiResult<Vec<ModelObject>> {
+    if !st.is_loaded() {
+        return Err(ApiError::loading());
+    }
+    Ok(st.get().map(|r| model_object(&r)).into_iter().chain(st.get_embedding().map(|e| embedding_object(&e))).collect())
+}
+
 pub async fn list(State(st): State<AppState>) -> ApiResult<Json<ModelList>> {
-    let r = st.ready()?;
-    Ok(Json(ModelList { object: "list", data: vec![model_object(&r)] }))
+    Ok(Json(ModelList { object: "list", data: served(&st)? }))
 }
 
 pub async fn get(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<ModelObject>> {
-    let r = st.ready()?;
-    if id != r.model_id {
-        return Err(ApiError::not_found(format!("model `{id}` does not exist; this server serves `{}`", r.model_id))
-            .with_code("model_not_found"));
-    }
-    Ok(Json(model_object(&r)))
+    let all = served(&st)?;
+    let names: Vec<String> = all.iter().map(|m| format!("`{}`", m.id)).collect();
+    all.into_iter().find(|m| m.id == id).map(Json).ok_or_else(|| {
+        ApiError::not_found(format!("model `{id}` does not exist; this server serves {}", names.join(" and ")))
+            .with_code("model_not_found")
+    })
 }

@@ -55,37 +55,43 @@ pub struct Prompts(pub Vec<Prompt>);
 
 impl FromJson for Prompts {
     fn from_json(v: Value) -> Result<Self, String> {
-        let prompts = match v {
-            Value::String(s) => vec![Prompt::Text(s)],
-            Value::Array(items) => match items.first() {
-                None => return Err("must not be an empty list".into()),
-                Some(Value::String(_)) => items
-                    .into_iter()
-                    .map(|v| match v {
-                        Value::String(s) => Ok(Prompt::Text(s)),
-                        other => Err(format!("mixes strings with {}", kind(&other))),
-                    })
-                    .collect::<Result<_, _>>()?,
-                Some(Value::Number(_)) => vec![Prompt::Tokens(TokenIds::from_items(&items)?)],
-                Some(Value::Array(_)) => items
-                    .iter()
-                    .map(|v| match v {
-                        Value::Array(a) if a.is_empty() => Err("holds an empty token list".to_string()),
-                        Value::Array(a) => TokenIds::from_items(a).map(Prompt::Tokens),
-                        other => Err(format!("mixes token lists with {}", kind(other))),
-                    })
-                    .collect::<Result<_, _>>()?,
-                Some(other) => {
-                    return Err(format!("list items must be strings, token ids or token lists, got {}", kind(other)))
-                }
-            },
-            other => return Err(want("a string, a list of strings, or token ids", &other)),
-        };
-        if prompts.len() > MAX_PROMPTS {
-            return Err(format!("may hold at most {MAX_PROMPTS} prompts, got {}", prompts.len()));
-        }
-        Ok(Prompts(prompts))
+        prompt_list(v, MAX_PROMPTS, "prompts").map(Prompts)
     }
+}
+
+/// A string, a list of strings, a list of token ids, or a list of lists of token ids, as at most `max` texts or
+/// token lists (none empty); `noun` names them in the complaint.
+pub fn prompt_list(v: Value, max: usize, noun: &str) -> Result<Vec<Prompt>, String> {
+    let prompts = match v {
+        Value::String(s) => vec![Prompt::Text(s)],
+        Value::Array(items) => match items.first() {
+            None => return Err("must not be an empty list".into()),
+            Some(Value::String(_)) => items
+                .into_iter()
+                .map(|v| match v {
+                    Value::String(s) => Ok(Prompt::Text(s)),
+                    other => Err(format!("mixes strings with {}", kind(&other))),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(Value::Number(_)) => vec![Prompt::Tokens(TokenIds::from_items(&items)?)],
+            Some(Value::Array(_)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::Array(a) if a.is_empty() => Err("holds an empty token list".to_string()),
+                    Value::Array(a) => TokenIds::from_items(a).map(Prompt::Tokens),
+                    other => Err(format!("mixes token lists with {}", kind(other))),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(other) => {
+                return Err(format!("list items must be strings, token ids or token lists, got {}", kind(other)))
+            }
+        },
+        other => return Err(want("a string, a list of strings, or token ids", &other)),
+    };
+    if prompts.len() > max {
+        return Err(format!("may hold at most {max} {noun}, got {}", prompts.len()));
+    }
+    Ok(prompts)
 }
 
 /// One choice of a `text_completion` (whole or streamed).

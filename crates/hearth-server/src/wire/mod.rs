@@ -26,6 +26,7 @@ pub mod chat;
 pub mod common;
 pub mod completions;
 pub mod de;
+pub mod embeddings;
 pub mod responses;
 
 pub use common::{Chunk, ErrorBody, ErrorObject, GenerationParams, Response, ResponseMeta, Usage};

@@ -273,7 +273,8 @@ pub fn make_case(rng: &mut Rng, vocabs: &[usize]) -> Case {
         Route::ApplyTemplate => (Method::POST, "/apply-template".to_string()),
         Route::Other => {
             let id = ["smollm2-135m", "gemma3-270m", "", "a/b/c", "%FF%FE", "%00", "..%2F..", "x%", "%E2%82", "🦀"];
-            let path = match rng.below(9) {
+            let path = match rng.below(10) {
+                9 => "/v1/embeddings".into(),
                 7 => format!("/v1/responses/{}", rng.pick(&id)),
                 8 => "/metrics".into(),
                 0 => format!("/v1/models/{}", rng.pick(&id)),
