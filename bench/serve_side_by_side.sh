@@ -2,7 +2,8 @@
 # hearth serve vs llama.cpp's llama-server on the same GGUF, same threads, loopback only, one after the other.
 #   bench/serve_side_by_side.sh [MODEL_ALIAS] [THREADS]
 # HEARTH_ARGS adds hearth serve flags; HEARTH_BIN picks the binary (default target/release/hearth: pass another
-# build for a before/after A/B); SKIP_LLAMA=1 runs hearth only; CONC, REQS, MAXTOK set the load.
+# build for a before/after A/B); SKIP_LLAMA=1 runs hearth only, SKIP_HEARTH=1 llama-server only; CONC, REQS, MAXTOK
+# set the load.
 # Needs: scripts/fetch-models, bench/setup-llama-cpp.sh, cargo build --release -p hearth-cli.
 # Prints bench/load.py's JSON lines and markdown rows for docs/benchmarks.md.
 set -euo pipefail
@@ -21,15 +22,17 @@ esac
 HPORT=18181; LPORT=18182
 wait_ready() { for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0; sleep 0.2; done; echo "server on $1 never got ready" >&2; return 1; }
 
+trap '[ -n "${HPID:-}" ] && kill $HPID 2>/dev/null || true; [ -n "${LPID:-}" ] && kill $LPID 2>/dev/null || true' EXIT
+if [ "${SKIP_HEARTH:-0}" != 1 ]; then
 # shellcheck disable=SC2086
 "${HEARTH_BIN:-./target/release/hearth}" serve -m "$MODEL" --device cpu --threads "$THREADS" --host 127.0.0.1 --port $HPORT --batch 16 \
   ${HEARTH_ARGS:-} >/tmp/hearth-serve.log 2>&1 &
 HPID=$!
-trap 'kill $HPID 2>/dev/null || true; [ -n "${LPID:-}" ] && kill $LPID 2>/dev/null || true' EXIT
 wait_ready $HPORT
 python3 bench/load.py --url http://127.0.0.1:$HPORT --concurrency "$CONC" --requests "$REQS" --max-tokens "$MAXTOK" \
   --label "hearth $MODEL${HEARTH_ARGS:+ $HEARTH_ARGS}" --markdown
 kill $HPID; wait $HPID 2>/dev/null || true
+fi
 
 [ "${SKIP_LLAMA:-0}" = 1 ] && exit 0
 # llama-server: continuous batching with 16 slots, a context big enough for 16 x (prompt + 128).

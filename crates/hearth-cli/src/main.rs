@@ -42,11 +42,7 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// Load the model; `batch_invariant` for the serving engine (see `LoadOptions::batch_invariant`).
     pub fn load(&self, batch_invariant: bool) -> anyhow::Result<hearth_engine::loader::LoadedModel> {
-        if let Some(n) = self.threads {
-            anyhow::ensure!(n > 0, "--threads must be at least 1");
-            // Read by candle's rayon pool on first use; nothing has started it yet.
-            std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-        }
+        hearth_engine::device::set_cpu_threads(self.threads)?;
         let device = hearth_engine::device::select_device(&self.device)?;
         let opts = hearth_engine::models::LoadOptions {
             dequantize: self.dequantize,

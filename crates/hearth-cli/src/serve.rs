@@ -205,10 +205,7 @@ fn load_all(a: &ServeArgs) -> anyhow::Result<Loaded> {
 }
 
 fn load_embedding(a: &ServeArgs, spec: &str) -> anyhow::Result<Embedding> {
-    if let Some(n) = a.model.threads.filter(|_| std::env::var_os("RAYON_NUM_THREADS").is_none()) {
-        anyhow::ensure!(n > 0, "--threads must be at least 1");
-        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-    }
+    hearth_engine::device::set_cpu_threads(a.model.threads)?;
     let device = hearth_engine::device::select_device(&a.model.device)?;
     let opts = EmbedderOptions { max_queued_inputs: a.max_queue.max(1) * 64, ..EmbedderOptions::default() };
     let embedder =

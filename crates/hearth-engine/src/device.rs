@@ -76,3 +76,20 @@ pub fn tune_cuda(device: &Device) {
         }
     }
 }
+
+/// Fix the CPU thread count of candle's and rayon's pools before either starts: `threads` (`--threads`), or candle's
+/// own default (the physical cores), worked out once. Without `RAYON_NUM_THREADS` set, candle works its default out
+/// again on every call that asks for it, which reads `/proc/cpuinfo` (about 30 times per decode step of SmolLM2).
+/// An explicit `RAYON_NUM_THREADS` in the environment is kept when `threads` is not given.
+pub fn set_cpu_threads(threads: Option<usize>) -> Result<usize> {
+    if threads == Some(0) {
+        return Err(crate::Error::Unsupported("--threads must be at least 1".into()));
+    }
+    let n = match threads {
+        Some(n) => n,
+        None => candle_core::utils::get_num_threads(),
+    };
+    // Read once by rayon's and candle's pools when they start; nothing has started them yet.
+    std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    Ok(n)
+}

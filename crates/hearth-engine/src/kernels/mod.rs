@@ -30,6 +30,7 @@
 
 pub(crate) mod cpu;
 mod dequant;
+mod pool;
 mod quant;
 
 #[cfg(test)]
@@ -422,6 +423,12 @@ pub fn dequantize(w: &QTensor, isa: Isa) -> Result<Vec<f32>> {
     dequant::dequantize(w.dtype(), isa, &data, n, k, false)
 }
 
+/// hearth's work pool (`HEARTH_WORK_POOL`), as many threads as candle's pools.
+fn work_pool() -> &'static pool::WorkPool {
+    static POOL: std::sync::OnceLock<pool::WorkPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| pool::WorkPool::new(candle_core::utils::get_num_threads()))
+}
+
 /// Which threads run a parallel loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pool {
@@ -439,7 +446,9 @@ pub(crate) fn par_chunks(pool: Pool, n_items: usize, grain: usize, f: impl Fn(st
     if n_items == 0 {
         return;
     }
+    let own = pool == Pool::Candle && crate::levers::get().work_pool;
     let threads = match pool {
+        Pool::Candle if own => work_pool().threads(),
         Pool::Candle => candle_core::utils::barrier_pool().n_workers() + 1,
         Pool::Rayon => rayon::current_num_threads(),
     };
@@ -457,6 +466,8 @@ pub(crate) fn par_chunks(pool: Pool, n_items: usize, grain: usize, f: impl Fn(st
         }
     };
     match pool {
+        // Units from a shared cursor; the caller waits only for claimed ones (see `pool`).
+        Pool::Candle if own => work_pool().run(units, &|u| unit(u..u + 1)),
         // execute_chunked hands out ~8 chunks per thread from a shared cursor.
         Pool::Candle => candle_core::utils::barrier_pool().execute_chunked(units, unit),
         Pool::Rayon => {
