@@ -38,7 +38,7 @@ pub struct EmbedderInfo {
     pub dir: PathBuf,
     /// Length of every vector.
     pub dimensions: usize,
-    /// The most tokens one input may have, `[CLS]` and `[SEP]` included: sentence-transformers' `max_seq_length`,
+    /// The most tokens one input may have, the post-processor's special tokens included: sentence-transformers' `max_seq_length`,
     /// capped by the model's position table. A longer input is an error, never cut.
     pub max_input_tokens: usize,
     /// Token ids must be below this.
@@ -124,7 +124,8 @@ impl Embedder {
     }
 
     /// Token ids of one input text as the model expects them: special tokens added by the tokenizer's
-    /// post-processor (BERT: `[CLS] ... [SEP]`), lowercased first where the directory asks for it.
+    /// post-processor (BERT: `[CLS] ... [SEP]`; Qwen3-Embedding: a trailing `<|endoftext|>`), lowercased first where
+    /// the directory asks for it.
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
         if self.lowercase {
             return self.tokenizer.encode(&text.to_lowercase(), true);
