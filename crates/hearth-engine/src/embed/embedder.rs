@@ -38,8 +38,8 @@ pub struct EmbedderInfo {
     pub dir: PathBuf,
     /// Length of every vector.
     pub dimensions: usize,
-    /// The most tokens one input may have, the post-processor's special tokens included: sentence-transformers' `max_seq_length`,
-    /// capped by the model's position table. A longer input is an error, never cut.
+    /// The most tokens one input may have, the post-processor's special tokens included: sentence-transformers'
+    /// `max_seq_length`, capped by the model's position table. A longer input is an error, never cut.
     pub max_input_tokens: usize,
     /// Token ids must be below this.
     pub vocab_size: usize,
