@@ -587,33 +587,12 @@ fn metrics_and_the_endpoint_index() {
 /// chat model alone answers embeddings with a 400.
 #[test]
 fn embeddings_beside_and_alone() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let golden: Value =
-        serde_json::from_slice(&std::fs::read(root.join("tests/goldens/embeddings_all_minilm_l6_v2.json")).unwrap())
-            .unwrap();
-    let cases = golden["cases"].as_array().cloned().unwrap_or_default();
-    assert!(cases.len() >= 4, "{golden}");
-    let floats = |v: &Value| -> Vec<f64> { v.as_array().into_iter().flatten().filter_map(Value::as_f64).collect() };
-    let cosine = |a: &[f64], b: &[f64]| {
-        let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-        let n = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
-        dot / (n(a) * n(b))
-    };
+    let cases = embedding_cases("embeddings_all_minilm_l6_v2.json");
     let s = Server::start(&["--embedding-model", "all-minilm-l6-v2"], &[]);
     let texts: Vec<&str> = cases.iter().filter_map(|c| c["text"].as_str()).collect();
     let v = ok(s.post("/v1/embeddings", &json!({"model": "all-minilm-l6-v2", "input": texts})));
     assert_eq!((v["object"].as_str(), v["model"].as_str()), (Some("list"), Some("all-minilm-l6-v2")), "{v}");
-    let data = v["data"].as_array().cloned().unwrap_or_default();
-    assert_eq!(data.len(), cases.len(), "{v}");
-    let tokens: usize = cases.iter().map(|c| c["input_ids"].as_array().map_or(0, Vec::len)).sum();
-    assert_eq!(v["usage"]["prompt_tokens"].as_u64(), Some(tokens as u64), "{}", v["usage"]);
-    for (i, (d, c)) in data.iter().zip(&cases).enumerate() {
-        assert_eq!((d["object"].as_str(), d["index"].as_u64()), (Some("embedding"), Some(i as u64)), "{d}");
-        let got = floats(&d["embedding"]);
-        assert_eq!(got.len(), 384);
-        let cos = cosine(&got, &floats(&c["embedding"]));
-        assert!(cos >= 0.9999, "input {i} ({:?}): cosine {cos}", c["text"]);
-    }
+    let data = assert_embeddings_match(&v, &cases, 384);
     // Token ids give the same vector as their text; base64 is the same floats.
     let ids = cases[1]["input_ids"].clone();
     let by_ids = ok(s.post("/v1/embeddings", &json!({"input": ids})));
@@ -659,6 +638,66 @@ fn embeddings_beside_and_alone() {
     let s = Server::start(&[], &[]);
     let r = s.post("/v1/embeddings", &json!({"input": "x"}));
     assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("model_not_embedding")), "{}", r.text());
+}
+
+/// A decoder embedding model (the tiny Qwen3 in Qwen3-Embedding's layout) beside the chat model and alone: the
+/// server's vectors match the sentence-transformers golden, and its token counts include the appended
+/// `<|endoftext|>`.
+#[test]
+fn decoder_embedding_model_beside_chat_and_alone() {
+    let cases = embedding_cases("embeddings_tiny_qwen3.json");
+    let dir = repo_root().join("tests/fixtures/tiny-qwen3-embedding");
+    let dir = dir.to_string_lossy();
+    let s = Server::start(&["--embedding-model", &dir], &[]);
+    let texts: Vec<&str> = cases.iter().filter_map(|c| c["text"].as_str()).collect();
+    assert_embeddings_match(&ok(s.post("/v1/embeddings", &json!({"model": dir, "input": texts}))), &cases, 64);
+    let models = ok(s.get("/v1/models"));
+    let ids: Vec<&str> = models["data"].as_array().into_iter().flatten().filter_map(|m| m["id"].as_str()).collect();
+    assert_eq!(ids, ["smollm2-135m", dir.as_ref()], "{models}");
+    drop(s);
+    // Alone, as --model.
+    let s = Server::start(&["-m", &dir], &[]);
+    assert_embeddings_match(&ok(s.post("/v1/embeddings", &json!({"input": texts}))), &cases, 64);
+}
+
+fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The cases of an embeddings golden in `tests/goldens/` (text, input_ids, embedding).
+fn embedding_cases(name: &str) -> Vec<Value> {
+    let golden: Value =
+        serde_json::from_slice(&std::fs::read(repo_root().join("tests/goldens").join(name)).unwrap()).unwrap();
+    let cases = golden["cases"].as_array().cloned().unwrap_or_default();
+    assert!(cases.len() >= 4, "{golden}");
+    cases
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array().into_iter().flatten().filter_map(Value::as_f64).collect()
+}
+
+fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let n = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (n(a) * n(b))
+}
+
+/// A `/v1/embeddings` answer to every case's text, in order: `dims`-long vectors at cosine >= 0.9999 with the
+/// golden's, and usage counting the golden's tokens. Returns its `data`.
+fn assert_embeddings_match(v: &Value, cases: &[Value], dims: usize) -> Vec<Value> {
+    let data = v["data"].as_array().cloned().unwrap_or_default();
+    assert_eq!(data.len(), cases.len(), "{v}");
+    let tokens: usize = cases.iter().map(|c| c["input_ids"].as_array().map_or(0, Vec::len)).sum();
+    assert_eq!(v["usage"]["prompt_tokens"].as_u64(), Some(tokens as u64), "{}", v["usage"]);
+    for (i, (d, c)) in data.iter().zip(cases).enumerate() {
+        assert_eq!((d["object"].as_str(), d["index"].as_u64()), (Some("embedding"), Some(i as u64)), "{d}");
+        let got = floats(&d["embedding"]);
+        assert_eq!(got.len(), dims);
+        let cos = cosine(&got, &floats(&c["embedding"]));
+        assert!(cos >= 0.9999, "input {i} ({:?}): cosine {cos}", c["text"]);
+    }
+    data
 }
 
 /// Standard base64 (with padding) to bytes.

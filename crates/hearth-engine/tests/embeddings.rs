@@ -2,7 +2,8 @@
 //! golden (tools/oracle/embeddings_golden.py). Every sentence's vector, embedded in one padded batch and alone,
 //! must have cosine >= MIN_COSINE with the reference and unit norm (the model normalizes); the tokenizer must give
 //! the reference's ids. CLS, max and last-token pooling (the same transformer, unnormalized) must match too. The
-//! worker thread must answer concurrent requests with the same vectors.
+//! worker thread must answer concurrent requests with the same vectors. The decoder embedder (a tiny random Qwen3
+//! in Qwen3-Embedding's layout, tools/oracle/decoder_embeddings_golden.py) must match its golden the same way.
 
 mod common;
 use common::*;
@@ -34,7 +35,11 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let g = golden("embeddings_all_minilm_l6_v2.json");
+    cases_of("embeddings_all_minilm_l6_v2.json")
+}
+
+fn cases_of(golden_name: &str) -> Vec<Case> {
+    let g = golden(golden_name);
     g["cases"]
         .as_array()
         .unwrap()
@@ -45,6 +50,33 @@ fn cases() -> Vec<Case> {
             want: floats(&c["embedding"]),
         })
         .collect()
+}
+
+/// Every case's vector batched and alone against the reference: cosine >= MIN_COSINE, batched = alone, unit norm.
+/// Returns the smallest cosine.
+fn check_against_golden(e: &Embedder, cases: &[Case]) -> f64 {
+    let inputs: Vec<Vec<u32>> = cases.iter().map(|c| c.ids.clone()).collect();
+    let together = e.embed(&inputs).unwrap();
+    let mut min = f64::MAX;
+    for (c, got) in cases.iter().zip(&together) {
+        let alone = e.embed(&[c.ids.as_slice()]).unwrap().remove(0);
+        let (cb, ca, cs) = (cosine(got, &c.want), cosine(&alone, &c.want), cosine(got, &alone));
+        let max_abs = got.iter().zip(&c.want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        eprintln!(
+            "{:>3} tokens: 1 - cosine batched {:.1e} alone {:.1e} batched-vs-alone {:.1e}; max |diff| {max_abs:.1e}",
+            c.ids.len(),
+            1.0 - cb,
+            1.0 - ca,
+            1.0 - cs
+        );
+        assert!(cb >= MIN_COSINE && ca >= MIN_COSINE, "{:?}: cosine {cb} / {ca} < {MIN_COSINE}", c.text);
+        assert!(cs >= MIN_SELF_COSINE, "{:?}: padding changed the vector (cosine {cs})", c.text);
+        for v in [got, &alone] {
+            assert!((norm(v) - 1.0).abs() < 1e-5, "{:?}: norm {}", c.text, norm(v));
+        }
+        min = min.min(cb).min(ca);
+    }
+    min
 }
 
 #[test]
@@ -61,27 +93,7 @@ fn matches_sentence_transformers_batched_and_alone() {
         for c in &cases {
             assert_eq!(e.tokenize(&c.text).unwrap(), c.ids, "token ids of {:?}", c.text);
         }
-        let inputs: Vec<Vec<u32>> = cases.iter().map(|c| c.ids.clone()).collect();
-        let together = e.embed(&inputs).unwrap();
-        let mut min = f64::MAX;
-        for (c, got) in cases.iter().zip(&together) {
-            let alone = e.embed(&[c.ids.as_slice()]).unwrap().remove(0);
-            let (cb, ca, cs) = (cosine(got, &c.want), cosine(&alone, &c.want), cosine(got, &alone));
-            let max_abs = got.iter().zip(&c.want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            eprintln!(
-                "{:>3} tokens: 1 - cosine batched {:.1e} alone {:.1e} batched-vs-alone {:.1e}; max |diff| {max_abs:.1e}",
-                c.ids.len(),
-                1.0 - cb,
-                1.0 - ca,
-                1.0 - cs
-            );
-            assert!(cb >= MIN_COSINE && ca >= MIN_COSINE, "{:?}: cosine {cb} / {ca} < {MIN_COSINE}", c.text);
-            assert!(cs >= MIN_SELF_COSINE, "{:?}: padding changed the vector (cosine {cs})", c.text);
-            for v in [got, &alone] {
-                assert!((norm(v) - 1.0).abs() < 1e-5, "{:?}: norm {}", c.text, norm(v));
-            }
-            min = min.min(cb).min(ca);
-        }
+        let min = check_against_golden(&e, &cases);
         eprintln!("limits {limits:?}: minimum cosine vs sentence-transformers {min:.10}");
     }
 }
@@ -175,4 +187,58 @@ fn worker_batches_concurrent_requests() {
     assert!(matches!(handle.submit(vec![vec![]]), Err(EmbedError::Invalid(m)) if m.contains("input 0")));
     assert_eq!(handle.queued(), 0);
     assert!(handle.is_alive());
+}
+
+fn tiny_qwen3(opts: &EmbedderOptions) -> Embedder {
+    Embedder::from_dir(&fixture("tiny-qwen3-embedding"), &candle_core::Device::Cpu, opts)
+        .unwrap_or_else(|e| panic!("loading tests/fixtures/tiny-qwen3-embedding: {e}"))
+}
+
+#[test]
+fn decoder_embedder_matches_sentence_transformers() {
+    // The fixture's tokenizer appends <|endoftext|> (Qwen3-Embedding's post-processor); its state is pooled.
+    for limits in [embed::BatchLimits::default(), embed::BatchLimits { max_rows: 3, max_tokens: 8192 }] {
+        let e = tiny_qwen3(&EmbedderOptions { limits, ..Default::default() });
+        let info = e.info();
+        assert_eq!(
+            (info.dimensions, info.max_input_tokens, info.normalized, info.pooling, info.vocab_size),
+            (64, 256, true, Pooling::LastToken, 512)
+        );
+        let cases = cases_of("embeddings_tiny_qwen3.json");
+        for c in &cases {
+            assert_eq!(e.tokenize(&c.text).unwrap(), c.ids, "token ids of {:?}", c.text);
+            assert_eq!(c.ids.last(), Some(&0), "the golden's ids end with <|endoftext|>");
+        }
+        let min = check_against_golden(&e, &cases);
+        eprintln!("tiny-qwen3-embedding, limits {limits:?}: minimum cosine vs sentence-transformers {min:.10}");
+    }
+}
+
+#[test]
+fn refuses_what_is_not_an_embedding_model() {
+    let cpu = candle_core::Device::Cpu;
+    let err = |r: hearth_engine::Result<Embedder>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    // A generative decoder directory (no modules.json) is a chat model, not an embedder.
+    let m = err(Embedder::from_dir(&fixture("tiny-qwen3"), &cpu, &EmbedderOptions::default()));
+    assert!(m.contains("modules.json") && m.contains("qwen3"), "{m}");
+    // An architecture that is neither BERT nor a causal decoder of the Llama family.
+    let m = err(Embedder::from_dir(&fixture("tiny-gemma3"), &cpu, &EmbedderOptions::default()));
+    assert!(m.contains("gemma3_text") && m.contains("BERT"), "{m}");
+    // A GGUF file, whatever it holds.
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = tmp.path().join("model.gguf");
+    std::fs::write(&gguf, b"GGUF").unwrap();
+    let m = err(Embedder::load(&gguf.to_string_lossy(), &cpu, &EmbedderOptions::default()));
+    assert!(m.contains("not GGUF"), "{m}");
+}
+
+#[test]
+fn decoder_worker_answers_like_the_embedder() {
+    let e = tiny_qwen3(&EmbedderOptions::default());
+    let cases = cases_of("embeddings_tiny_qwen3.json");
+    let direct = e.embed(&[cases[2].ids.as_slice()]).unwrap().remove(0);
+    let handle = embed::start(e).unwrap();
+    let ids = handle.tokenize(&cases[2].text).unwrap();
+    let v = handle.submit(vec![ids]).unwrap().blocking_recv().unwrap().unwrap().remove(0);
+    assert_eq!(v, direct);
 }

@@ -74,3 +74,33 @@ fn tiny_qwen3_bf16_with_qk_norm() {
 fn tiny_gemma3_sliding_window() {
     check("gemma3");
 }
+
+/// `Model::hidden` returns what the output head reads: the tied head applied to the hidden states gives
+/// `forward`'s logits at every position. An architecture without it refuses.
+#[test]
+fn hidden_states_feed_the_head() {
+    use hearth_engine::attention::BatchContext;
+    let cpu = candle_core::Device::Cpu;
+    let dir = fixture("tiny-qwen3");
+    let m = load(dir.to_str().unwrap(), &cpu, None).unwrap();
+    let input = ids(&golden("tiny_qwen3.json")["cases"][1]["input_ids"]);
+    let n_layers = m.model.config().num_layers;
+    let logits =
+        forward_one(m.model.as_ref(), &mut ContiguousKv::new(n_layers, input.len()), 0, &input, 0, true, &cpu).unwrap();
+    let ctx = BatchContext::new(&[(0, 0, input.len())], true, &cpu).unwrap();
+    let tokens = candle_core::Tensor::new(input.as_slice(), &cpu).unwrap();
+    let hidden = m.model.hidden(&tokens, &ctx, &mut ContiguousKv::new(n_layers, input.len())).unwrap();
+    assert_eq!(hidden.dims(), [input.len(), m.model.config().hidden_size]);
+    let st = candle_core::safetensors::load(dir.join("model.safetensors"), &cpu).unwrap();
+    let embed = st["model.embed_tokens.weight"].to_dtype(candle_core::DType::F32).unwrap();
+    let via_hidden = hidden.matmul(&embed.t().unwrap()).unwrap().to_vec2::<f32>().unwrap();
+    for (p, (a, b)) in via_hidden.iter().zip(&logits).enumerate() {
+        let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(d < 1e-5, "position {p}: hidden @ head differs from forward's logits by {d}");
+    }
+
+    let g = load(fixture("tiny-gemma3").to_str().unwrap(), &cpu, None).unwrap();
+    let mut kv = ContiguousKv::new(g.model.config().num_layers, input.len());
+    let e = g.model.hidden(&tokens, &ctx, &mut kv).unwrap_err().to_string();
+    assert!(e.contains("does not produce embeddings"), "{e}");
+}

@@ -2,6 +2,7 @@
 //! pooling, normalization) that turns token-id inputs into vectors, in padded batches of bounded size.
 
 use super::batch::{plan, BatchLimits};
+use super::decoder::{DecoderEncoder, DECODER_TYPES};
 use super::pooling::{l2_normalize, Pooling, SentenceConfig};
 use crate::models::bert::{Bert, BertConfig};
 use crate::models::Encoder;
@@ -37,8 +38,8 @@ pub struct EmbedderInfo {
     pub dir: PathBuf,
     /// Length of every vector.
     pub dimensions: usize,
-    /// The most tokens one input may have, `[CLS]` and `[SEP]` included: sentence-transformers' `max_seq_length`,
-    /// capped by the model's position table. A longer input is an error, never cut.
+    /// The most tokens one input may have, the post-processor's special tokens included: sentence-transformers'
+    /// `max_seq_length`, capped by the model's position table. A longer input is an error, never cut.
     pub max_input_tokens: usize,
     /// Token ids must be below this.
     pub vocab_size: usize,
@@ -73,7 +74,7 @@ impl Embedder {
         }
     }
 
-    /// Load from a sentence-transformers (or plain BERT) directory.
+    /// Load from a sentence-transformers directory (a BERT or causal-decoder transformer), or a plain BERT one.
     pub fn from_dir(dir: &Path, device: &Device, opts: &EmbedderOptions) -> Result<Self> {
         if opts.dtype != DType::F32 && (device.is_cpu() || !matches!(opts.dtype, DType::BF16 | DType::F16)) {
             return Err(Error::Unsupported(format!(
@@ -83,17 +84,16 @@ impl Embedder {
         }
         let st = SentenceConfig::read(dir)?;
         let tdir = &st.transformer_dir;
-        let path = tdir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-        let cfg = BertConfig::from_json(&text)?;
-        if let Some(d) = st.dimension.filter(|&d| d != cfg.hidden_size) {
+        let model = load_encoder(tdir, st.declared, device, opts.dtype)?;
+        if let Some(d) = st.dimension.filter(|&d| d != model.hidden_size()) {
             return Err(Error::InvalidModel(format!(
                 "the pooling config says {d} dimensions but the model's hidden size is {}",
-                cfg.hidden_size
+                model.hidden_size()
             )));
         }
-        let weights = Weights::Hf(HfWeights::open(tdir)?);
-        let model = Bert::load(&weights, &cfg, device, opts.dtype)?;
+        if !st.declared {
+            tracing::warn!("{}: no modules.json; embedding with mean pooling, unnormalized", dir.display());
+        }
         let tokenizer = Tokenizer::from_hf_dir(tdir)?;
         if tokenizer.vocab_size() > model.vocab_size() {
             return Err(Error::InvalidModel(format!(
@@ -112,14 +112,7 @@ impl Embedder {
             normalized: st.normalize,
             supports_dimensions: false,
         };
-        Ok(Self {
-            model: Box::new(model),
-            tokenizer,
-            info,
-            device: device.clone(),
-            lowercase: st.lowercase,
-            opts: opts.clone(),
-        })
+        Ok(Self { model, tokenizer, info, device: device.clone(), lowercase: st.lowercase, opts: opts.clone() })
     }
 
     pub fn info(&self) -> &EmbedderInfo {
@@ -131,7 +124,8 @@ impl Embedder {
     }
 
     /// Token ids of one input text as the model expects them: special tokens added by the tokenizer's
-    /// post-processor (BERT: `[CLS] ... [SEP]`), lowercased first where the directory asks for it.
+    /// post-processor (BERT: `[CLS] ... [SEP]`; Qwen3-Embedding: a trailing `<|endoftext|>`), lowercased first where
+    /// the directory asks for it.
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
         if self.lowercase {
             return self.tokenizer.encode(&text.to_lowercase(), true);
@@ -194,4 +188,36 @@ impl Embedder {
         }
         Ok(v.to_vec2::<f32>()?)
     }
+}
+
+/// The transformer of `dir`, by its `config.json`'s `model_type`: BERT, or a causal decoder of the Llama family.
+/// A decoder needs the directory's sentence-transformers files (`declared`): without them it is a generative
+/// model, and no pooling default would make it an embedding model.
+fn load_encoder(dir: &Path, declared: bool, device: &Device, dtype: DType) -> Result<Box<dyn Encoder>> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    let cfg: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::InvalidModel(format!("{}: {e}", path.display())))?;
+    let model_type = cfg.get("model_type").and_then(|t| t.as_str()).unwrap_or_default();
+    if model_type == "bert" {
+        let cfg = BertConfig::from_json(&text)?;
+        let weights = Weights::Hf(HfWeights::open(dir)?);
+        return Ok(Box::new(Bert::load(&weights, &cfg, device, dtype)?));
+    }
+    if DECODER_TYPES.contains(&model_type) {
+        if !declared {
+            return Err(Error::Unsupported(format!(
+                "{}: a generative `{model_type}` model without modules.json; a decoder embeds only as a \
+                 sentence-transformers model that declares its pooling (modules.json, 1_Pooling/config.json)",
+                dir.display()
+            )));
+        }
+        return Ok(Box::new(DecoderEncoder::load(dir, &text, device, dtype)?));
+    }
+    let archs = cfg.get("architectures").map(|a| a.to_string()).unwrap_or_default();
+    Err(Error::Unsupported(format!(
+        "{}: embedding model type `{model_type}` {archs}; hearth embeds with BERT (`bert`) or a causal decoder ({})",
+        path.display(),
+        DECODER_TYPES.join(", ")
+    )))
 }

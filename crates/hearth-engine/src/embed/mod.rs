@@ -1,5 +1,6 @@
-//! Sentence embeddings: an encoder model (`models::bert`), the pooling and normalization its
-//! sentence-transformers directory declares, and a worker thread that batches concurrent requests.
+//! Sentence embeddings: an encoder model (`models::bert`, or a causal decoder through [`decoder`]), the pooling
+//! and normalization its sentence-transformers directory declares, and a worker thread that batches concurrent
+//! requests.
 //!
 //! ```no_run
 //! # async fn f() -> hearth_engine::Result<()> {
@@ -12,6 +13,7 @@
 //! ```
 
 pub mod batch;
+pub mod decoder;
 pub mod embedder;
 pub mod pooling;
 pub mod worker;

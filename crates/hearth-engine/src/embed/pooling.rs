@@ -87,6 +87,8 @@ pub struct SentenceConfig {
     pub lowercase: bool,
     /// The pooling config's `word_embedding_dimension`, checked against the model's hidden size.
     pub dimension: Option<usize>,
+    /// The directory has `modules.json` (it is a sentence-transformers model); otherwise the defaults above.
+    pub declared: bool,
 }
 
 #[derive(Deserialize)]
@@ -120,7 +122,6 @@ impl SentenceConfig {
     /// and gets sentence-transformers' own default: mean pooling, no normalization.
     pub fn read(dir: &Path) -> Result<Self> {
         let Some(modules) = read_json(&dir.join("modules.json"))? else {
-            tracing::warn!("{}: no modules.json; embedding with mean pooling, unnormalized", dir.display());
             return Self::with_defaults(
                 dir.to_path_buf(),
                 Pooling::Mean,
@@ -159,6 +160,7 @@ impl SentenceConfig {
             &transformer_dir.join("sentence_bert_config.json"),
         )?;
         cfg.dimension = dimension_from_config(&pooling_cfg);
+        cfg.declared = true;
         Ok(cfg)
     }
 
@@ -172,6 +174,7 @@ impl SentenceConfig {
             max_seq_length: get("max_seq_length").and_then(Value::as_u64).map(|n| n as usize),
             lowercase: get("do_lower_case").and_then(Value::as_bool).unwrap_or(false),
             dimension: None,
+            declared: false,
         })
     }
 }
@@ -290,6 +293,7 @@ mod tests {
                 max_seq_length: Some(256),
                 lowercase: false,
                 dimension: Some(384),
+                declared: true,
             }
         );
 
@@ -316,7 +320,7 @@ mod tests {
         // No modules.json: sentence-transformers' default.
         std::fs::remove_file(d.join("modules.json")).unwrap();
         let c = SentenceConfig::read(d).unwrap();
-        assert_eq!((c.pooling, c.normalize, c.max_seq_length), (Pooling::Mean, false, Some(256)));
+        assert_eq!((c.pooling, c.normalize, c.max_seq_length, c.declared), (Pooling::Mean, false, Some(256), false));
     }
 
     #[test]

@@ -162,6 +162,25 @@ impl Llama {
             rope,
         })
     }
+
+    /// The embedding and every block: the residual stream and its last pending residual add, which the final norm
+    /// applies (fused with it).
+    fn layers(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<(Tensor, Option<Tensor>)> {
+        let mut h = self.embed_tokens.lookup(tokens, self.dtype)?;
+        let rope = self.rope.at(&ctx.positions)?;
+        // Each residual add stays pending (`a`) until the norm that follows it — the next layer's input norm, the
+        // final norm — applies it, fused with that norm (and on the GPU with the projection after it).
+        if self.layers.is_empty() {
+            return Err(crate::Error::InvalidModel("the model has no layers".into()));
+        }
+        let mut a: Option<Tensor> = None;
+        for (i, b) in self.layers.iter().enumerate() {
+            let (h1, att) = b.attn.forward(&h, a.as_ref(), &b.input_layernorm, i, &rope, ctx, kv)?;
+            let (h2, m) = b.mlp.forward_add_norm(&h1, Some(&att), &b.post_attention_layernorm)?;
+            (h, a) = (h2, Some(m));
+        }
+        Ok((h, a))
+    }
 }
 
 impl Model for Llama {
@@ -178,19 +197,7 @@ impl Model for Llama {
     }
 
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
-        let mut h = self.embed_tokens.lookup(tokens, self.dtype)?;
-        let rope = self.rope.at(&ctx.positions)?;
-        // Each residual add stays pending (`a`) until the norm that follows it — the next layer's input norm, the
-        // final norm — applies it, fused with that norm (and on the GPU with the projection after it).
-        if self.layers.is_empty() {
-            return Err(crate::Error::InvalidModel("the model has no layers".into()));
-        }
-        let mut a: Option<Tensor> = None;
-        for (i, b) in self.layers.iter().enumerate() {
-            let (h1, att) = b.attn.forward(&h, a.as_ref(), &b.input_layernorm, i, &rope, ctx, kv)?;
-            let (h2, m) = b.mlp.forward_add_norm(&h1, Some(&att), &b.post_attention_layernorm)?;
-            (h, a) = (h2, Some(m));
-        }
+        let (h, a) = self.layers(tokens, ctx, kv)?;
         let rows = ctx.logit_indices();
         let logits = if rows.len() == h.dim(0)? {
             self.lm_head.forward_add_norm(&h, a.as_ref(), &self.norm)?.1
@@ -199,5 +206,11 @@ impl Model for Llama {
             self.lm_head.forward(&select_rows(&x, &rows)?)?
         };
         finish_logits(logits, self.cfg.final_logit_softcapping)
+    }
+
+    fn hidden(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
+        let (h, a) = self.layers(tokens, ctx, kv)?;
+        let (_, x) = self.norm.forward_opt_add(&h, a.as_ref())?;
+        Ok(select_rows(&x, &ctx.logit_indices())?.to_dtype(DType::F32)?)
     }
 }

@@ -21,6 +21,15 @@ pub trait Model: Send + Sync {
     fn max_positions(&self) -> usize;
     /// tokens: (T,) u32 packed per `ctx`. Returns f32 logits: (rows, vocab), or (T, vocab) with `ctx.all_logits`.
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor>;
+    /// The final hidden states (after the final norm, before the output head) at the positions `forward` returns
+    /// logits for: f32 (rows, hidden), or (T, hidden) with `ctx.all_logits`. What a decoder embedding model pools.
+    fn hidden(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
+        let _ = (tokens, ctx, kv);
+        Err(Error::Unsupported(format!(
+            "the {} architecture does not produce embeddings (its final hidden states are not exposed)",
+            self.config().arch_name
+        )))
+    }
 }
 
 /// A model whose last hidden states are pooled into embeddings (`crate::embed`). Rows are right-padded: row `i`

@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 pub struct HfWeights {
     pub dir: PathBuf,
     st: MmapedSafetensors,
+    /// The checkpoint holds a bare base model (`embed_tokens.weight`, `layers.0...`, as Qwen3-Embedding saves its
+    /// `Qwen3Model`) rather than a causal LM (`model.embed_tokens.weight`): names asked as `model.X` are read as `X`.
+    bare: bool,
 }
 
 impl HfWeights {
@@ -29,18 +32,27 @@ impl HfWeights {
                 }
             }
         }
-        Ok(Self { dir: dir.to_path_buf(), st })
+        let bare = st.get("model.embed_tokens.weight").is_err() && st.get("embed_tokens.weight").is_ok();
+        Ok(Self { dir: dir.to_path_buf(), st, bare })
+    }
+
+    /// The stored name of the tensor the model code calls `name`.
+    fn stored<'a>(&self, name: &'a str) -> &'a str {
+        match name.strip_prefix("model.") {
+            Some(rest) if self.bare => rest,
+            _ => name,
+        }
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.st.get(name).is_ok()
+        self.st.get(self.stored(name)).is_ok()
     }
 
     pub fn tensor(&self, name: &str, dtype: DType, device: &Device) -> Result<Tensor> {
         if !self.contains(name) {
             return Err(Error::InvalidModel(format!("{}: missing tensor `{name}`", self.dir.display())));
         }
-        Ok(self.st.load(name, device)?.to_dtype(dtype)?)
+        Ok(self.st.load(self.stored(name), device)?.to_dtype(dtype)?)
     }
 }
 
