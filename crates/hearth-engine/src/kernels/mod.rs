@@ -467,7 +467,7 @@ pub(crate) fn par_chunks(pool: Pool, n_items: usize, grain: usize, f: impl Fn(st
     };
     match pool {
         // Units from a shared cursor; the caller waits only for claimed ones (see `pool`).
-        Pool::Candle if own => work_pool().run(units, &|u| unit(u..u + 1)),
+        Pool::Candle if own => work_pool().run(units, &unit),
         // execute_chunked hands out ~8 chunks per thread from a shared cursor.
         Pool::Candle => candle_core::utils::barrier_pool().execute_chunked(units, unit),
         Pool::Rayon => {

@@ -1,4 +1,4 @@
-//! hearth's CPU work pool for the decode matmuls and attention: the calling thread and `threads - 1` workers take
+//! hearth's CPU work pool for the decode matmuls and attention (`HEARTH_WORK_POOL`, default on): the calling thread and `threads - 1` workers take
 //! a job's units from one shared cursor, and the caller waits only for units some thread has *claimed*. A worker
 //! that is not running when a job starts (the OS gave its core to another program) costs nothing: the caller and
 //! the running workers take its share, and the late worker finds the job over. candle's barrier pool, by contrast,
@@ -12,24 +12,28 @@
 //! read the state before cannot claim anything more. Idle workers spin for a bounded time, then park.
 
 use std::cell::Cell;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-/// How long an idle worker spins before it parks: longer than the gap between a decode step's jobs (tens of µs), far
-/// shorter than a scheduler time slice.
-const SPIN: Duration = Duration::from_micros(200);
+/// How long an idle worker spins before it parks: longer than the gaps between a decode step's jobs and between
+/// steps (at 200 µs workers parked at every step boundary: 4–8% slower single-stream decode), far shorter than a
+/// scheduler time slice.
+const SPIN: Duration = Duration::from_millis(1);
 
 /// The running job: a type-erased `&dyn Fn(usize)` over units.
 struct Shared {
     /// `epoch << 32 | next unit`.
     state: AtomicU64,
-    /// Units of the current job.
+    /// Units of the current job, and how many one claim takes (~8 claims per thread: fewer trips to the shared
+    /// cursor than one per unit, enough to even out).
     units: AtomicUsize,
+    chunk: AtomicUsize,
     /// Units completed.
     done: AtomicUsize,
-    /// The job's closure: a pointer to the caller's `&dyn Fn(usize) + Sync` (valid while a unit of its epoch is
+    /// The job's closure: a pointer to the caller's `&dyn Fn(Range<usize>) + Sync` (valid while a unit of its epoch is
     /// claimed).
     job: AtomicPtr<()>,
     /// Set when a unit panicked; the caller re-raises it.
@@ -58,6 +62,7 @@ impl WorkPool {
         let shared = Arc::new(Shared {
             state: AtomicU64::new(0),
             units: AtomicUsize::new(0),
+            chunk: AtomicUsize::new(1),
             done: AtomicUsize::new(0),
             job: AtomicPtr::new(std::ptr::null_mut()),
             panicked: AtomicBool::new(false),
@@ -84,22 +89,23 @@ impl WorkPool {
         self.workers + 1
     }
 
-    /// Run `f(u)` for every unit `u` in `0..units`, spread over the pool; returns when all have run.
-    pub(crate) fn run(&self, units: usize, f: &(dyn Fn(usize) + Sync)) {
+    /// Run `f` over `0..units` in contiguous ranges spread over the pool; returns when every unit has run once.
+    pub(crate) fn run(&self, units: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
         if units == 0 {
             return;
         }
         if self.workers == 0 || units == 1 || IN_JOB.with(Cell::get) || units >= 1 << 31 {
-            (0..units).for_each(f);
+            f(0..units);
             return;
         }
         let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         let s = &*self.shared;
         // Publish the job: closure and size first, then the state (release) that makes them visible. `f` lives on
         // this stack frame, which does not return before every claimed unit has finished.
-        let job: &(dyn Fn(usize) + Sync) = f;
-        s.job.store(&job as *const &(dyn Fn(usize) + Sync) as *mut (), Ordering::Relaxed);
+        let job: &(dyn Fn(Range<usize>) + Sync) = f;
+        s.job.store(&job as *const &(dyn Fn(Range<usize>) + Sync) as *mut (), Ordering::Relaxed);
         s.units.store(units, Ordering::Relaxed);
+        s.chunk.store(units.div_ceil(8 * self.threads()).max(1), Ordering::Relaxed);
         s.done.store(0, Ordering::Relaxed);
         let epoch = (s.state.load(Ordering::Relaxed) >> 32).wrapping_add(1) & 0xFFFF_FFFF;
         s.state.store(epoch << 32, Ordering::SeqCst);
@@ -130,30 +136,32 @@ impl WorkPool {
     }
 }
 
-/// Claim one unit of `epoch` and run it; false when there is none left (or the job is over).
+/// Claim the next units of `epoch` and run them; false when there are none left (or the job is over).
 fn claim_and_run(s: &Shared, epoch: u64) -> bool {
     let mut state = s.state.load(Ordering::Acquire);
     loop {
         if state >> 32 != epoch {
             return false;
         }
-        let unit = (state & 0xFFFF_FFFF) as usize;
+        let first = (state & 0xFFFF_FFFF) as usize;
         let units = s.units.load(Ordering::Relaxed);
-        let job = s.job.load(Ordering::Relaxed) as *const &(dyn Fn(usize) + Sync);
-        if unit >= units || job.is_null() {
+        let chunk = s.chunk.load(Ordering::Relaxed);
+        let job = s.job.load(Ordering::Relaxed) as *const &(dyn Fn(Range<usize>) + Sync);
+        if first >= units || job.is_null() {
             return false;
         }
-        match s.state.compare_exchange_weak(state, state + 1, Ordering::AcqRel, Ordering::Acquire) {
+        let end = (first + chunk).min(units);
+        match s.state.compare_exchange_weak(state, state + (end - first) as u64, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {
-                // SAFETY: the claim succeeded under `epoch`, so the caller is still waiting for this unit and the
+                // SAFETY: the claim succeeded under `epoch`, so the caller is still waiting for these units and the
                 // closure reference it published for this epoch is alive (see the module's text).
-                let f: &(dyn Fn(usize) + Sync) = unsafe { *job };
+                let f: &(dyn Fn(Range<usize>) + Sync) = unsafe { *job };
                 IN_JOB.with(|c| c.set(true));
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(unit))).is_err() {
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(first..end))).is_err() {
                     s.panicked.store(true, Ordering::Release);
                 }
                 IN_JOB.with(|c| c.set(false));
-                s.done.fetch_add(1, Ordering::Release);
+                s.done.fetch_add(end - first, Ordering::Release);
                 return true;
             }
             Err(now) => state = now,
@@ -166,15 +174,17 @@ fn worker(s: &Shared, i: usize) {
     loop {
         // Wait for a new epoch: spin a little, then park.
         let t0 = Instant::now();
+        let mut spins = 0u32;
         let epoch = loop {
             let e = s.state.load(Ordering::Acquire) >> 32;
             if e != seen {
                 break e;
             }
-            if t0.elapsed() < SPIN {
-                for _ in 0..64 {
-                    std::hint::spin_loop();
-                }
+            // Look at the state on every spin (a job's start is noticed within one pause); at the clock now and
+            // then.
+            spins = spins.wrapping_add(1);
+            if !spins.is_multiple_of(1024) || t0.elapsed() < SPIN {
+                std::hint::spin_loop();
                 continue;
             }
             s.parked[i].store(true, Ordering::SeqCst);
@@ -200,8 +210,10 @@ mod tests {
         for units in [1usize, 2, 7, 64, 1000] {
             for _ in 0..50 {
                 let hits: Vec<AtomicU32> = (0..units).map(|_| AtomicU32::new(0)).collect();
-                pool.run(units, &|u| {
-                    hits[u].fetch_add(1, Ordering::Relaxed);
+                pool.run(units, &|r| {
+                    for u in r {
+                        hits[u].fetch_add(1, Ordering::Relaxed);
+                    }
                 });
                 assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "{units} units");
             }
@@ -212,12 +224,12 @@ mod tests {
     fn a_panicking_unit_is_reraised_and_the_pool_goes_on() {
         let pool = WorkPool::new(2);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pool.run(8, &|u| assert!(u != 5, "unit 5"));
+            pool.run(8, &|r| assert!(!r.contains(&5), "unit 5"));
         }));
         assert!(r.is_err());
         let n = AtomicU32::new(0);
-        pool.run(16, &|_| {
-            n.fetch_add(1, Ordering::Relaxed);
+        pool.run(16, &|r| {
+            n.fetch_add(r.len() as u32, Ordering::Relaxed);
         });
         assert_eq!(n.load(Ordering::Relaxed), 16);
     }
@@ -226,10 +238,12 @@ mod tests {
     fn nested_jobs_run_inline() {
         let pool = WorkPool::new(2);
         let n = AtomicU32::new(0);
-        pool.run(4, &|_| {
-            pool.run(3, &|_| {
-                n.fetch_add(1, Ordering::Relaxed);
-            })
+        pool.run(4, &|r| {
+            for _ in r {
+                pool.run(3, &|r| {
+                    n.fetch_add(r.len() as u32, Ordering::Relaxed);
+                })
+            }
         });
         assert_eq!(n.load(Ordering::Relaxed), 12);
     }
