@@ -423,6 +423,21 @@ pub fn dequantize(w: &QTensor, isa: Isa) -> Result<Vec<f32>> {
     dequant::dequantize(w.dtype(), isa, &data, n, k, false)
 }
 
+/// Some loaded CPU weight decodes with candle's quantized kernels, which run on candle's barrier pool: hearth's
+/// kernels then share that pool instead of running a second one beside it (two pools spinning on the same cores
+/// fight: Gemma 3 270M decode went from 51 to 33 tok/s with both).
+static CANDLE_DECODES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Note a loaded weight (every `Linear` does): a quantized CPU weight of a type the decode kernels do not handle
+/// keeps hearth's kernels on candle's pool.
+pub fn note_weight(w: &QMatMul) {
+    if let QMatMul::QTensor(q) = w {
+        if q.device().is_cpu() && !decode_supported(q.dtype()) {
+            CANDLE_DECODES.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 /// hearth's work pool (`HEARTH_WORK_POOL`), as many threads as candle's pools.
 fn work_pool() -> &'static pool::WorkPool {
     static POOL: std::sync::OnceLock<pool::WorkPool> = std::sync::OnceLock::new();
@@ -446,7 +461,9 @@ pub(crate) fn par_chunks(pool: Pool, n_items: usize, grain: usize, f: impl Fn(st
     if n_items == 0 {
         return;
     }
-    let own = pool == Pool::Candle && crate::levers::get().work_pool;
+    let own = pool == Pool::Candle
+        && crate::levers::get().work_pool
+        && !CANDLE_DECODES.load(std::sync::atomic::Ordering::Relaxed);
     let threads = match pool {
         Pool::Candle if own => work_pool().threads(),
         Pool::Candle => candle_core::utils::barrier_pool().n_workers() + 1,

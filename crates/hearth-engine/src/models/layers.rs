@@ -111,6 +111,7 @@ pub struct Linear {
 impl Linear {
     /// `batch_invariant`: see `LoadOptions::batch_invariant`.
     pub fn new(w: QMatMul, b: Option<Tensor>, batch_invariant: bool) -> Self {
+        crate::kernels::note_weight(&w);
         let fast = FastQMatMul::new(&w, batch_invariant);
         Self { w, fast, b }
     }
