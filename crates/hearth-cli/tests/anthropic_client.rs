@@ -6,13 +6,8 @@
 mod support;
 
 use serde_json::Value;
-use support::python::{run_client, venv_python};
+use support::python::{no_exception, run_client, venv_python};
 use support::Server;
-
-fn no_exception(v: &Value, what: &str) {
-    assert!(v.is_object(), "{what}: {v}");
-    assert!(v.get("exception").is_none(), "{what} raised: {}", v["exception"]);
-}
 
 /// A whole message's common shape.
 fn check_message(m: &Value, model: &str, what: &str) {

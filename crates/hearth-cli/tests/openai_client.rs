@@ -9,13 +9,8 @@
 mod support;
 
 use serde_json::Value;
-use support::python::{run_client, venv_python};
+use support::python::{no_exception, run_client, venv_python};
 use support::Server;
-
-fn no_exception(v: &Value, what: &str) {
-    assert!(v.is_object(), "{what}: {v}");
-    assert!(v.get("exception").is_none(), "{what} raised: {}", v["exception"]);
-}
 
 fn check_usage(u: &Value, what: &str) {
     let p = u["prompt_tokens"].as_u64().unwrap_or_else(|| panic!("{what}: usage {u}"));

@@ -8,13 +8,8 @@
 mod support;
 
 use serde_json::Value;
-use support::python::{run_client, venv_python};
+use support::python::{no_exception, run_client, venv_python};
 use support::Server;
-
-fn no_exception(v: &Value, what: &str) {
-    assert!(v.is_object(), "{what}: {v}");
-    assert!(v.get("exception").is_none(), "{what} raised: {}", v["exception"]);
-}
 
 fn check_response(r: &Value, model: &str, what: &str) {
     assert!(r["id"].as_str().is_some_and(|i| i.starts_with("resp_")), "{what}: {r}");

@@ -75,3 +75,9 @@ pub fn run_client(script: &str, base_url: &str, model: &str) -> Value {
     serde_json::from_str(line)
         .unwrap_or_else(|e| panic!("the client's last line is not JSON ({e}): {stdout}\nstderr:\n{stderr}"))
 }
+
+/// A check of the script's result ran without raising (the script records `{"exception": ...}` instead).
+pub fn no_exception(v: &Value, what: &str) {
+    assert!(v.is_object(), "{what}: {v}");
+    assert!(v.get("exception").is_none(), "{what} raised: {}", v["exception"]);
+}
