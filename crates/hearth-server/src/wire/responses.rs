@@ -123,7 +123,7 @@ pub struct Deleted {
     pub deleted: bool,
 }
 
-/// Where an event is: its item's id and output index (and content index for content events).
+/// Where an event is: its item's id and output index (content events add their `content_index`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct At {
     pub item_id: String,
