@@ -5,8 +5,8 @@
 //! - the default quantized path (activations quantized to 8 bits inside the matmuls, as llama.cpp does).
 //!
 //! Prompt ids must be identical; greedy tokens must equal llama.cpp's on every step until the first step where the
-//! reference's own top-1/top-2 gap is below GAP_MARGIN (there the two implementations may legitimately pick
-//! differently); last-position logits must agree within the stated tolerances (max-abs over the golden's sampled
+//! reference's own top-1/top-2 gap is below a margin (GAP_MARGIN, or a model's own where its quantized path is
+//! noisier; there the two implementations may legitimately pick differently); last-position logits must agree within the stated tolerances (max-abs over the golden's sampled
 //! ids, and relative RMS). docs/parity.md records the measured differences.
 
 mod common;
@@ -54,7 +54,7 @@ fn run_exact(golden_name: &str, alias: &str) {
     }
 }
 
-fn run(golden_name: &str, alias: &str, tol_llama: Tol, tol_hf: Tol) {
+fn run(golden_name: &str, alias: &str, tol_llama: Tol, tol_hf: Tol, gap_margin: f32) {
     let g = golden(golden_name);
     let m = real_model(alias);
     for (i, p) in g["prompts"].as_array().unwrap().iter().enumerate() {
@@ -74,7 +74,7 @@ fn run(golden_name: &str, alias: &str, tol_llama: Tol, tol_hf: Tol) {
             &format!("{name} greedy vs llama.cpp"),
             &greedy(&m, &prompt_ids, n),
             &p["llama_cpp"],
-            GAP_MARGIN,
+            gap_margin,
         );
     }
 }
@@ -87,6 +87,7 @@ fn smollm2_matches_llama_cpp_and_transformers() {
         "smollm2-135m",
         Tol { max_abs: 1.2, rel_rms: 0.06 },
         Tol { max_abs: 1.0, rel_rms: 0.06 },
+        GAP_MARGIN,
     );
 }
 
@@ -104,7 +105,18 @@ fn gemma3_exact_math_matches_transformers() {
 fn gemma3_matches_llama_cpp_and_transformers() {
     // Measured: vs llama.cpp max-abs <= 1.34, rel RMS <= 0.064; vs transformers 1.14, 0.052. (The two references
     // differ from each other by up to 1.80 / 0.108 on these prompts.)
-    run("logits_gemma3.json", "gemma3-270m", Tol { max_abs: 2.0, rel_rms: 0.1 }, Tol { max_abs: 1.7, rel_rms: 0.08 });
+    // Greedy margin 1.0: Gemma 3's quantized path is chaotic at the level of one activation rounding. Two
+    // implementations computing the same exact integer block sums (hearth's k-quant kernels and candle's, equal
+    // to 6e-7 per matmul on this model's tensors) give last logits up to 0.94 apart, and the same kernels fed the
+    // prompt in one pass or one token at a time up to 1.33 apart (`kernels::tests::dump_model_logits`), so a
+    // reference gap below 1.0 is a near-tie.
+    run(
+        "logits_gemma3.json",
+        "gemma3-270m",
+        Tol { max_abs: 2.0, rel_rms: 0.1 },
+        Tol { max_abs: 1.7, rel_rms: 0.08 },
+        1.0,
+    );
 }
 
 /// Chunked prefill gives the same last logits as one pass. In exact (f32) math only summation order differs; on

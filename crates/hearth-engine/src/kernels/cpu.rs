@@ -35,9 +35,42 @@ thread_local! {
 }
 
 /// Output rows per parallel chunk: enough weight bytes per chunk (~16 KiB) to amortize the hand-out.
-fn grain(k: usize, bytes: usize) -> usize {
-    let row_bytes = k / QK * bytes;
+pub(crate) fn grain(row_bytes: usize) -> usize {
     (16 * 1024 / row_bytes.max(1)).clamp(4, 256)
+}
+
+/// The frame both int8 paths share: check W's size, quantize x (m rows of `k / block_vals` blocks) into this
+/// thread's reused buffer `scratch`, then hand the output columns (weight rows) to `run` over the work pool.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn blocked_matmul<X: Copy + Sync>(
+    scratch: &'static std::thread::LocalKey<RefCell<Vec<X>>>,
+    zero: X,
+    (dtype, block_vals, bytes): (GgmlDType, usize, usize),
+    w: &[u8],
+    n: usize,
+    k: usize,
+    m: usize,
+    quantize: impl FnOnce(&mut [X]),
+    run: impl Fn(&[X], std::ops::Range<usize>) + Sync,
+) -> Result<()> {
+    if bytes == 0 {
+        return Err(Error::Unsupported(format!("fast decode matmul for {dtype:?}")));
+    }
+    if !k.is_multiple_of(block_vals) || w.len() != n * (k / block_vals) * bytes {
+        return Err(Error::InvalidModel(format!("{dtype:?} weight of {} bytes for {n}x{k}", w.len())));
+    }
+    let nb = k / block_vals;
+    scratch.with(|cell| {
+        let mut xq = cell.borrow_mut();
+        if xq.len() < m * nb {
+            xq.resize(m * nb, zero);
+        }
+        let xq = &mut xq[..m * nb];
+        quantize(xq);
+        let xq: &[X] = xq;
+        par_chunks(Pool::Candle, n, grain(nb * bytes), |rows| run(xq, rows));
+    });
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -51,24 +84,18 @@ pub fn decode_matmul(
     m: usize,
     out: &mut [f32],
 ) -> Result<()> {
-    let bytes = block_bytes(dtype);
-    if bytes == 0 {
-        return Err(Error::Unsupported(format!("fast decode matmul for {dtype:?}")));
-    }
-    if !k.is_multiple_of(QK) || w.len() != n * (k / QK) * bytes {
-        return Err(Error::InvalidModel(format!("{dtype:?} weight of {} bytes for {n}x{k}", w.len())));
-    }
+    let out_ptr = out.as_mut_ptr() as usize;
     let nb = k / QK;
-    XQ.with(|cell| {
-        let mut xq = cell.borrow_mut();
-        if xq.len() < m * nb {
-            xq.resize(m * nb, XBlock::ZERO);
-        }
-        let xq = &mut xq[..m * nb];
-        quantize_rows(x, xq, corr_mult(dtype, isa), cfg!(target_arch = "x86_64"));
-        let xq: &[XBlock] = xq;
-        let out_ptr = out.as_mut_ptr() as usize;
-        par_chunks(Pool::Candle, n, grain(k, bytes), |rows| {
+    blocked_matmul(
+        &XQ,
+        XBlock::ZERO,
+        (dtype, QK, block_bytes(dtype)),
+        w,
+        n,
+        k,
+        m,
+        |xq| quantize_rows(x, xq, corr_mult(dtype, isa), cfg!(target_arch = "x86_64")),
+        |xq, rows| {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the caller checked that the CPU supports `isa`; each chunk writes only the output
             // columns of its own weight rows.
@@ -76,10 +103,9 @@ pub fn decode_matmul(
                 x86::run(dtype, isa, w.as_ptr(), nb, xq, m, n, rows, out_ptr as *mut f32)
             }
             #[cfg(not(target_arch = "x86_64"))]
-            unreachable!("no Isa exists off x86_64 ({rows:?}, {out_ptr}, {})", xq.len())
-        });
-    });
-    Ok(())
+            unreachable!("no Isa exists off x86_64 ({rows:?}, {out_ptr}, {nb}, {})", xq.len())
+        },
+    )
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -127,7 +153,7 @@ pub(crate) mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn f16_at(p: *const u8) -> f32 {
+    pub(crate) unsafe fn f16_at(p: *const u8) -> f32 {
         let h = std::ptr::read_unaligned(p as *const u16);
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
     }
@@ -264,35 +290,62 @@ pub(crate) mod x86 {
         (hsum(a0) + s0, hsum(a1) + s1)
     }
 
+    /// One weight format's dot products against one kind of activation block: what [`rows_impl`] runs.
+    pub(crate) trait RowKernel {
+        /// The quantized activation block.
+        type X;
+        /// Bytes of one weight block.
+        const BYTES: usize;
+        /// One weight row (nb blocks at `w`) against MR activation rows.
+        unsafe fn tile<const MR: usize>(w: *const u8, nb: usize, xs: [*const Self::X; MR]) -> [f32; MR];
+        /// Two weight rows against one activation row (two independent accumulator chains for m = 1).
+        unsafe fn pair(w0: *const u8, w1: *const u8, nb: usize, x: *const Self::X) -> (f32, f32);
+    }
+
+    /// The 32-value block formats (Q4_1, Q5_0, Q8_0) with int8 activations and the dot product `M`.
+    pub struct Blocks32<K, M>(std::marker::PhantomData<(K, M)>);
+
+    impl<K: Kind, M: Mac> RowKernel for Blocks32<K, M> {
+        type X = XBlock;
+        const BYTES: usize = K::BYTES;
+        #[inline(always)]
+        unsafe fn tile<const MR: usize>(w: *const u8, nb: usize, xs: [*const XBlock; MR]) -> [f32; MR] {
+            row_tile::<K, M, MR>(w, nb, xs)
+        }
+        #[inline(always)]
+        unsafe fn pair(w0: *const u8, w1: *const u8, nb: usize, x: *const XBlock) -> (f32, f32) {
+            row_pair::<K, M>(w0, w1, nb, x)
+        }
+    }
+
     /// Activation rows kept hot in L1 while a chunk's weight rows stream past.
     const ACT_TILE: usize = 16;
 
+    /// Output columns `rows` (weight rows) of `out (m, n) = x (m, nb blocks) @ W^T`.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn rows_impl<K: Kind, M: Mac>(
+    pub(crate) unsafe fn rows_impl<R: RowKernel>(
         w: *const u8,
         nb: usize,
-        xq: &[XBlock],
+        x: *const R::X,
         m: usize,
         n: usize,
         rows: std::ops::Range<usize>,
         out: *mut f32,
     ) {
-        let row_bytes = nb * K::BYTES;
-        let x = xq.as_ptr();
+        let row_bytes = nb * R::BYTES;
         if m == 1 {
             // Two rows at a time for two independent accumulator chains, taken from the two halves of the
             // range so that each half is read front to back (adjacent-row pairs defeat the stream prefetcher).
             let half = rows.len() / 2;
             for i in 0..half {
                 let (j0, j1) = (rows.start + i, rows.start + half + i);
-                let (a, b) = row_pair::<K, M>(w.add(j0 * row_bytes), w.add(j1 * row_bytes), nb, x);
+                let (a, b) = R::pair(w.add(j0 * row_bytes), w.add(j1 * row_bytes), nb, x);
                 *out.add(j0) = a;
                 *out.add(j1) = b;
             }
             if rows.len() % 2 == 1 {
                 let j = rows.end - 1;
-                *out.add(j) = row_tile::<K, M, 1>(w.add(j * row_bytes), nb, [x])[0];
+                *out.add(j) = R::tile::<1>(w.add(j * row_bytes), nb, [x])[0];
             }
             return;
         }
@@ -307,25 +360,25 @@ pub(crate) mod x86 {
                     let left = r1 - r;
                     let xr = |i: usize| x.add((r + i) * nb);
                     if left >= 4 {
-                        let v = row_tile::<K, M, 4>(wr, nb, [xr(0), xr(1), xr(2), xr(3)]);
+                        let v = R::tile::<4>(wr, nb, [xr(0), xr(1), xr(2), xr(3)]);
                         for (i, v) in v.into_iter().enumerate() {
                             *out.add((r + i) * n + j) = v;
                         }
                         r += 4;
                     } else if left == 3 {
-                        let v = row_tile::<K, M, 3>(wr, nb, [xr(0), xr(1), xr(2)]);
+                        let v = R::tile::<3>(wr, nb, [xr(0), xr(1), xr(2)]);
                         for (i, v) in v.into_iter().enumerate() {
                             *out.add((r + i) * n + j) = v;
                         }
                         r += 3;
                     } else if left == 2 {
-                        let v = row_tile::<K, M, 2>(wr, nb, [xr(0), xr(1)]);
+                        let v = R::tile::<2>(wr, nb, [xr(0), xr(1)]);
                         for (i, v) in v.into_iter().enumerate() {
                             *out.add((r + i) * n + j) = v;
                         }
                         r += 2;
                     } else {
-                        *out.add(r * n + j) = row_tile::<K, M, 1>(wr, nb, [xr(0)])[0];
+                        *out.add(r * n + j) = R::tile::<1>(wr, nb, [xr(0)])[0];
                         r += 1;
                     }
                 }
@@ -334,32 +387,32 @@ pub(crate) mod x86 {
         }
     }
 
+    /// [`rows_impl`] compiled for AVX2 + FMA + F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn rows_avx2<K: Kind>(
+    pub(crate) unsafe fn rows_avx2<R: RowKernel>(
         w: *const u8,
         nb: usize,
-        xq: &[XBlock],
+        x: *const R::X,
         m: usize,
         n: usize,
         rows: std::ops::Range<usize>,
         out: *mut f32,
     ) {
-        rows_impl::<K, Avx2>(w, nb, xq, m, n, rows, out)
+        rows_impl::<R>(w, nb, x, m, n, rows, out)
     }
 
+    /// [`rows_impl`] compiled for AVX2 + FMA + F16C + AVX-VNNI.
     #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn rows_vnni<K: Kind>(
+    unsafe fn rows_vnni<R: RowKernel>(
         w: *const u8,
         nb: usize,
-        xq: &[XBlock],
+        x: *const R::X,
         m: usize,
         n: usize,
         rows: std::ops::Range<usize>,
         out: *mut f32,
     ) {
-        rows_impl::<K, Vnni>(w, nb, xq, m, n, rows, out)
+        rows_impl::<R>(w, nb, x, m, n, rows, out)
     }
 
     /// # Safety
@@ -377,13 +430,14 @@ pub(crate) mod x86 {
         rows: std::ops::Range<usize>,
         out: *mut f32,
     ) {
+        let x = xq.as_ptr();
         match (dtype, isa) {
-            (GgmlDType::Q4_1, Isa::Avx2) => rows_avx2::<KQ4_1>(w, nb, xq, m, n, rows, out),
-            (GgmlDType::Q4_1, Isa::AvxVnni) => rows_vnni::<KQ4_1>(w, nb, xq, m, n, rows, out),
-            (GgmlDType::Q5_0, Isa::Avx2) => rows_avx2::<KQ5_0>(w, nb, xq, m, n, rows, out),
-            (GgmlDType::Q5_0, Isa::AvxVnni) => rows_vnni::<KQ5_0>(w, nb, xq, m, n, rows, out),
-            (GgmlDType::Q8_0, Isa::Avx2) => rows_avx2::<KQ8_0>(w, nb, xq, m, n, rows, out),
-            (GgmlDType::Q8_0, Isa::AvxVnni) => rows_vnni::<KQ8_0>(w, nb, xq, m, n, rows, out),
+            (GgmlDType::Q4_1, Isa::Avx2) => rows_avx2::<Blocks32<KQ4_1, Avx2>>(w, nb, x, m, n, rows, out),
+            (GgmlDType::Q4_1, Isa::AvxVnni) => rows_vnni::<Blocks32<KQ4_1, Vnni>>(w, nb, x, m, n, rows, out),
+            (GgmlDType::Q5_0, Isa::Avx2) => rows_avx2::<Blocks32<KQ5_0, Avx2>>(w, nb, x, m, n, rows, out),
+            (GgmlDType::Q5_0, Isa::AvxVnni) => rows_vnni::<Blocks32<KQ5_0, Vnni>>(w, nb, x, m, n, rows, out),
+            (GgmlDType::Q8_0, Isa::Avx2) => rows_avx2::<Blocks32<KQ8_0, Avx2>>(w, nb, x, m, n, rows, out),
+            (GgmlDType::Q8_0, Isa::AvxVnni) => rows_vnni::<Blocks32<KQ8_0, Vnni>>(w, nb, x, m, n, rows, out),
             _ => unreachable!("checked by decode_matmul"),
         }
     }

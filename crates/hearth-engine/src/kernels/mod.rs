@@ -17,8 +17,13 @@
 //!   path's math up to f32 rounding: a row's result does not depend on how many rows share the call
 //!   (chunked prefill, batching) and stays comparable to llama.cpp.
 //!
+//! * **k-quant path** (`kquant`, Q4_K/Q5_K/Q6_K, every m): x quantized per 256 values exactly as candle's Q8_K,
+//!   exact integer sums per super-block (scales applied with `vpmaddwd`, mins and Q6_K's −32 folded in through
+//!   the activation's 16-value sums). Per matmul about even with candle's repacked kernels at m = 1; the point
+//!   is that a k-quant model's matmuls all run on hearth's work pool (`HEARTH_K_QUANT=0`: candle's).
+//!
 //! Which path serves which `(type, m)` is decided by [`Plan`], from measurements on a 2-core AMD EPYC with
-//! AVX-512/AVX-VNNI (see `examples/qmatmul_bench.rs`); everything else (k-quants, Q4_0, ...) falls back to
+//! AVX-512/AVX-VNNI (see `examples/qmatmul_bench.rs`); everything else (Q4_0, Q2_K, ...) falls back to
 //! candle's `QMatMul`, which is also the reference in the tests. Non-CPU tensors, non-f32 activations and
 //! CPUs without AVX2+FMA+F16C always use candle.
 //!
@@ -30,6 +35,7 @@
 
 pub(crate) mod cpu;
 mod dequant;
+mod kquant;
 mod pool;
 mod quant;
 
@@ -121,6 +127,12 @@ pub struct Plan {
     pub dequant_from: usize,
 }
 
+/// The k-quants take the int8 path at every m: candle's repacked tiles are up to ~1.3x faster per matmul at
+/// m >= 4 (`examples/qmatmul_bench.rs`), but they run on candle's pool, and a model whose matmuls switch
+/// between two pools has both spinning on the same cores; the row-independent int8 path is also what the
+/// serving engine's batch invariance needs.
+pub const K_QUANT_CROSSOVER: usize = usize::MAX;
+
 /// Largest weight (elements) the dequant+f32 path materializes: 8M f32 = 32 MiB of per-thread scratch. Bigger
 /// matrices (a vocabulary head) always take the int8 path.
 pub const DEQUANT_MAX_ELEMS: usize = 8 << 20;
@@ -148,6 +160,10 @@ impl Plan {
                     192
                 }
             }
+            // k-quants: candle's repacked tiles win from here on (dequant+f32 never does)
+            GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K => {
+                return Plan { decode_below: K_QUANT_CROSSOVER, dequant_from: usize::MAX };
+            }
             _ => return Plan { decode_below: 0, dequant_from: usize::MAX },
         };
         if n * k > DEQUANT_MAX_ELEMS {
@@ -168,9 +184,19 @@ impl Plan {
     }
 }
 
-/// Weight types the decode kernels handle.
+/// Weight types the decode kernels handle (the k-quants unless `HEARTH_K_QUANT=0`).
 pub fn decode_supported(dtype: GgmlDType) -> bool {
-    matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q8_0)
+    match dtype {
+        GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => true,
+        GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K => crate::levers::get().k_quant,
+        _ => false,
+    }
+}
+
+/// Weight types whose dequant+f32 path first rounds x to the int8 path's 32-value blocks (the k-quants' int8 path
+/// quantizes x per 256 values instead; their dequant+f32 path multiplies x as is).
+pub fn rounds_x(dtype: GgmlDType) -> bool {
+    cpu::block_bytes(dtype) != 0
 }
 
 /// Weight types the dequant+f32 path handles.
@@ -299,12 +325,17 @@ pub fn decode_matmul(w: &QTensor, isa: Isa, x: &[f32], m: usize, out: &mut [f32]
         return Err(crate::Error::Unsupported(format!("this CPU lacks {isa:?}")));
     }
     let data = w.data()?;
-    cpu::decode_matmul(w.dtype(), isa, &data, n, k, x, m, out)
+    match w.dtype() {
+        dtype @ (GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K) => {
+            kquant::decode_matmul(dtype, &data, n, k, x, m, out)
+        }
+        dtype => cpu::decode_matmul(dtype, isa, &data, n, k, x, m, out),
+    }
 }
 
 /// Prefill path: dequantize W (once, in parallel) and run candle's f32 matmul. x: (m, k) f32 on the CPU.
 ///
-/// For the types with int8 kernels (Q4_1, Q5_0, Q8_0) x is first rounded to its 8-bit block values (the same
+/// For the types with 32-value int8 kernels (Q4_1, Q5_0, Q8_0) x is first rounded to its 8-bit block values (the same
 /// quantization as the decode path and candle: `q·d`, exact in f32), and for Q4_1 the block-minimum term uses
 /// the same f16 block sums `s` (as an extra `k/32` columns of x and W). The result is then the decode path's
 /// (and candle's) up to f32 rounding, so a row's output does not depend on how many rows share the call
@@ -327,7 +358,7 @@ pub fn dequant_matmul(w: &QTensor, isa: Isa, x: &Tensor) -> Result<Tensor> {
     // thread (rayon may run another task here while gemm waits) then allocates its own instead of
     // overwriting ours mid-use.
     let w_buf = take_scratch(&W_SCRATCH, n * ks)?;
-    let x_buf = if decode_supported(dtype) { Some(take_scratch(&X_SCRATCH, m * ks)?) } else { None };
+    let x_buf = if rounds_x(dtype) { Some(take_scratch(&X_SCRATCH, m * ks)?) } else { None };
     let run = || -> Result<Tensor> {
         let wt = fill_view(&w_buf, n * ks, (n, ks), &|out| {
             dequant::dequantize_into(dtype, isa, &data, n, k, split_min, out)

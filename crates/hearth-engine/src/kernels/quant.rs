@@ -48,6 +48,51 @@ pub fn quantize_block_scalar(x: &[f32], corr_mult: i32) -> XBlock {
     b
 }
 
+/// Values per k-quant super-block.
+pub const QK_K: usize = 256;
+
+/// One super-block of activations quantized for the k-quant weights, as candle's `BlockQ8K` (ggml's Q8_K).
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct XBlockK {
+    /// round(x / d), with d = -max / 127 for the value `max` of largest magnitude.
+    pub qs: [i8; QK_K],
+    /// Σ qs over each 16 values.
+    pub bsums: [i16; QK_K / 16],
+    /// The scale, in f32.
+    pub d: f32,
+}
+
+impl XBlockK {
+    pub const ZERO: XBlockK = XBlockK { qs: [0; QK_K], bsums: [0; QK_K / 16], d: 0.0 };
+}
+
+/// Quantize `x` (a multiple of 256 values) into `out`: bit-identical to candle's `BlockQ8K::from_float`.
+pub fn quantize_row_k(x: &[f32], out: &mut [XBlockK]) {
+    debug_assert_eq!(x.len(), out.len() * QK_K);
+    for (xs, o) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
+        let (mut max, mut amax) = (0f32, 0f32);
+        for &v in xs {
+            if amax < v.abs() {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        if amax == 0.0 {
+            *o = XBlockK::ZERO;
+            continue;
+        }
+        let iscale = -127f32 / max;
+        for (q, &v) in o.qs.iter_mut().zip(xs) {
+            *q = (iscale * v).round().clamp(-128.0, 127.0) as i8;
+        }
+        for (s, qs) in o.bsums.iter_mut().zip(o.qs.chunks_exact(16)) {
+            *s = qs.iter().map(|&q| q as i16).sum();
+        }
+        o.d = 1.0 / iscale;
+    }
+}
+
 /// Quantize `m` rows of `k` values (k a multiple of 32) into `out` (m * k/32 blocks).
 pub fn quantize_rows(x: &[f32], out: &mut [XBlock], corr_mult: i32, simd: bool) {
     debug_assert_eq!(x.len(), out.len() * QK);

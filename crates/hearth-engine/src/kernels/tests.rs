@@ -11,7 +11,7 @@
 //! * dequant+f32 path vs candle `QMatMul` (Q4_1, Q5_0, Q8_0: the same math, but f32 sums over k instead of exact
 //!   integer block sums): [`F32_VS_CANDLE_TOL`] = 5e-6 (observed worst 1.8e-6, Q4_1 k=576 m=64).
 
-use super::quant::{quantize_block_scalar, quantize_rows, XBlock, QK};
+use super::quant::{quantize_block_scalar, quantize_row_k, quantize_rows, XBlock, XBlockK, QK, QK_K};
 use super::*;
 use candle_core::quantized::QStorage;
 use half::f16;
@@ -90,6 +90,9 @@ fn edited(w: &QTensor, edit: impl FnOnce(&mut [u8])) -> Arc<QTensor> {
 }
 
 const DECODE_TYPES: [GgmlDType; 3] = [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0];
+const K_QUANT_TYPES: [GgmlDType; 3] = [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K];
+// k-quant shapes: n a multiple of 8 (candle's repacked Q4_K tiles) and not (its plain path); 1, 2 and 3 super-blocks.
+const K_SHAPES: [(usize, usize); 4] = [(64, 256), (67, 512), (40, 768), (640, 1024)];
 const MS: [usize; 4] = [1, 3, 17, 64];
 // k not a multiple of 256 keeps candle's Q8_0 on its plain vec_dot path (the repacked one quantizes x differently);
 // odd n exercises the m = 1 row pairing tail.
@@ -206,6 +209,98 @@ fn decode_catches_a_one_ulp_block_scale_error() {
     }
 }
 
+#[test]
+fn k_quant_activation_quantization_is_bit_identical_to_candle() {
+    let k = 768;
+    let m = 3;
+    let mut xs = values(m * k, 17);
+    xs[256..512].iter_mut().for_each(|v| *v = 0.0); // d = 0
+    xs[512 + 9] = -50.0; // the largest magnitude is negative
+    let x = Tensor::from_vec(xs.clone(), (m, k), &Device::Cpu).unwrap();
+    let bytes = QTensor::quantize(&x, GgmlDType::Q8K).unwrap().data().unwrap().into_owned();
+    let mut ours = vec![XBlockK::ZERO; m * k / QK_K];
+    for (xr, o) in xs.chunks_exact(k).zip(ours.chunks_exact_mut(k / QK_K)) {
+        quantize_row_k(xr, o);
+    }
+    // candle's BlockQ8K: d: f32, qs: [i8; 256], bsums: [i16; 16]
+    for (i, (b, ours)) in bytes.chunks_exact(4 + QK_K + 32).zip(&ours).enumerate() {
+        assert_eq!(f32::from_le_bytes([b[0], b[1], b[2], b[3]]).to_bits(), ours.d.to_bits(), "block {i} d");
+        let qs: Vec<i8> = b[4..4 + QK_K].iter().map(|&v| v as i8).collect();
+        assert_eq!(&qs[..], &ours.qs[..], "block {i} qs");
+        let bsums: Vec<i16> = b[4 + QK_K..].chunks_exact(2).map(|p| i16::from_le_bytes([p[0], p[1]])).collect();
+        assert_eq!(&bsums[..], &ours.bsums[..], "block {i} bsums");
+    }
+    assert_eq!(ours[1], XBlockK::ZERO);
+    assert_eq!(ours[2].qs[9], -127); // the largest magnitude, -50, maps to -127 (iscale = -127 / max)
+}
+
+#[test]
+fn k_quant_decode_matches_candle_qmatmul() {
+    assert!(isa_supported(Isa::Avx2), "these tests need an AVX2 CPU");
+    let mut worst = 0f32;
+    for dtype in K_QUANT_TYPES {
+        for (si, &(n, k)) in K_SHAPES.iter().enumerate() {
+            let w = quantized(n, k, dtype, 200 + si as u64);
+            for m in MS {
+                let x = tensor(m, k, 2000 + m as u64);
+                let reference = candle_ref(&w, &x);
+                let e = rel_err(&ours_decode(&w, Isa::Avx2, &x), &reference);
+                worst = worst.max(e);
+                if std::env::var("KERNEL_TEST_VERBOSE").is_ok() {
+                    eprintln!("{dtype:?} n={n} k={k} m={m}: {e:e}");
+                }
+                assert!(e <= DECODE_TOL, "{dtype:?} n={n} k={k} m={m}: rel err {e:e}");
+            }
+        }
+    }
+    eprintln!("k-quant decode: worst rel err {worst:e} (tolerance {DECODE_TOL:e})");
+}
+
+#[test]
+fn k_quant_rows_are_the_same_whatever_shares_the_call() {
+    // The serving engine's batch invariance: a row's output is bit-identical at any m and position.
+    for dtype in K_QUANT_TYPES {
+        let (n, k) = (67, 512);
+        let w = quantized(n, k, dtype, 31);
+        let x = tensor(23, k, 32);
+        let all = ours_decode(&w, Isa::Avx2, &x);
+        for r in [0, 5, 22] {
+            let one = ours_decode(&w, Isa::Avx2, &x.narrow(0, r, 1).unwrap());
+            for (j, (a, b)) in one.iter().zip(&all[r * n..(r + 1) * n]).enumerate() {
+                assert_eq!(a.to_bits(), b.to_bits(), "{dtype:?} row {r} col {j}");
+            }
+        }
+    }
+}
+
+#[test]
+fn k_quant_decode_catches_a_wrong_scale_or_min() {
+    // One 6-bit sub-block scale (Q4_K/Q5_K: also a min) or Q6_K's i8 scale off by one in one super-block,
+    // and the super-block's f16 d off by one ulp: each must exceed the tolerance.
+    for dtype in K_QUANT_TYPES {
+        let (n, k) = (67, 512);
+        let w = quantized(n, k, dtype, 41);
+        let x = tensor(3, k, 42);
+        let reference = candle_ref(&w, &x);
+        let bytes = kquant::block_bytes(dtype);
+        let block = (40 * (k / QK_K) + 1) * bytes; // row 40, super-block 1
+                                                   // (byte offset, xor mask): Q4_K/Q5_K scale bytes 4..16 (byte 4: sc_0 low bits; byte 8: m_0); Q6_K scales
+                                                   // at 192..208 and d at 208.
+        let edits: Vec<(usize, u8)> = match dtype {
+            GgmlDType::Q6K => vec![(192 + 3, 1), (208, 1)],
+            _ => vec![(4 + 2, 1), (4 + 4 + 1, 1), (0, 1), (2, 1)],
+        };
+        for (off, mask) in edits {
+            let bad = edited(&w, |b| b[block + off] ^= mask);
+            let e = rel_err(&ours_decode(&bad, Isa::Avx2, &x), &reference);
+            if std::env::var("KERNEL_TEST_VERBOSE").is_ok() {
+                eprintln!("mutated {dtype:?} byte {off}: {e:e}");
+            }
+            assert!(e > DECODE_TOL, "{dtype:?} byte {off}: a wrong scale went unnoticed ({e:e})");
+        }
+    }
+}
+
 const DEQUANT_TYPES: [GgmlDType; 6] =
     [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q5K];
 
@@ -237,7 +332,7 @@ fn dequant_matmul_matches_candle_and_f32_reference() {
                 let x = tensor(m, k, 300 + m as u64);
                 let ours: Vec<f32> =
                     dequant_matmul(&w, Isa::Avx2, &x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-                if decode_supported(dtype) {
+                if rounds_x(dtype) {
                     // same math as candle's quantized matmul, up to f32 rounding
                     let e = rel_err(&ours, &candle_ref(&w, &x));
                     if std::env::var("KERNEL_TEST_VERBOSE").is_ok() {
@@ -286,7 +381,12 @@ fn forward_follows_the_plan_and_matches_candle() {
             let e = rel_err(&ours, &candle_ref(&w, &x.squeeze(0).unwrap()));
             assert!(e <= DECODE_TOL.max(F32_VS_CANDLE_TOL), "{dtype:?} m={m} {:?}: rel err {e:e}", fast.path(m));
         }
-        assert!(paths.contains(&Path::Decode) && paths.contains(&Path::DequantF32), "{dtype:?}: {paths:?}");
+        if rounds_x(dtype) {
+            assert!(paths.contains(&Path::Decode) && paths.contains(&Path::DequantF32), "{dtype:?}: {paths:?}");
+        } else {
+            // k-quants: the int8 kernels at every m
+            assert_eq!(paths, [Path::Decode].into(), "{dtype:?}");
+        }
     }
 }
 
@@ -321,14 +421,14 @@ fn plan_paths_and_fallbacks() {
     // unsupported types get no fast path at all
     let w = quantized(8, 64, GgmlDType::Q8_1, 1);
     assert!(FastQMatMul::with_plan(w, isa, Plan { decode_below: 8, dequant_from: 8 }).is_none());
-    // k-quants never take the decode path, whatever the plan says
+    // k-quants take the int8 path at every m (dequant+f32 only when a plan asks, as the benchmark does)
     let w = quantized(8, 256, GgmlDType::Q4K, 1);
     let f = FastQMatMul::with_plan(w, isa, Plan { decode_below: 8, dequant_from: 8 }).unwrap();
-    assert_eq!(f.path(1), Path::Candle);
+    assert_eq!((f.path(1), f.path(8)), (Path::Decode, Path::DequantF32));
     // a vocabulary-sized head is never dequantized per call
     let head = Plan::for_weight(GgmlDType::Q8_0, isa, 262144, 640);
     assert_eq!((head.path(1), head.path(4096)), (Path::Decode, Path::Decode));
-    assert_eq!(Plan::for_weight(GgmlDType::Q4K, isa, 640, 2048).path(512), Path::Candle);
+    assert_eq!(Plan::for_weight(GgmlDType::Q4K, isa, 640, 2048).path(512), Path::Decode);
     // dense weights stay with candle
     let dense = QMatMul::Tensor(tensor(8, 64, 1));
     assert!(FastQMatMul::new(&dense, false).is_none());
@@ -346,7 +446,8 @@ fn kill_switch_setting() {
 }
 
 /// End-to-end check on a real model (needs the cached GGUF): run twice, with `HEARTH_FAST_QUANT=0` and without,
-/// each with `KERNELS_DUMP=/path.json`, and compare the dumps (single-pass and chunked last-position logits).
+/// each with `KERNELS_DUMP=/path.json`, and compare the dumps (single-pass and chunked last-position logits;
+/// `KERNELS_CHUNK=1` feeds the prompt one token at a time, as decoding does).
 /// `cargo test -p hearth-engine --lib kernels::tests::dump_model_logits -- --ignored`
 #[test]
 #[ignore]
@@ -371,7 +472,8 @@ fn dump_model_logits() {
     let mut kv = ContiguousKv::new(n, ids.len());
     let mut chunked = Vec::new();
     let mut pos = 0;
-    for c in ids.chunks(7) {
+    let chunk = std::env::var("KERNELS_CHUNK").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
+    for c in ids.chunks(chunk) {
         chunked = forward_one(m.model.as_ref(), &mut kv, 0, c, pos, false, &Device::Cpu).unwrap().pop().unwrap();
         pos += c.len();
     }
@@ -381,4 +483,29 @@ fn dump_model_logits() {
         let json = serde_json::json!({ "single": one, "chunked": chunked });
         std::fs::write(path, json.to_string()).unwrap();
     }
+}
+
+/// Every k-quant and 32-block tensor of a real GGUF (`KERNELS_GGUF=/path.gguf`) through the int8 path against
+/// candle, at m = 1 and 5. `cargo test -p hearth-engine --lib kernels::tests::real_weights -- --ignored`
+#[test]
+#[ignore]
+fn real_weights_match_candle() {
+    let path = std::env::var("KERNELS_GGUF").expect("KERNELS_GGUF=/path/to/model.gguf");
+    let mut file = std::fs::File::open(&path).unwrap();
+    let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+    let mut worst = 0f32;
+    for (name, info) in &content.tensor_infos {
+        if !decode_supported(info.ggml_dtype) || info.shape.dims().len() != 2 || name.contains("token_embd") {
+            continue;
+        }
+        let w = Arc::new(content.tensor(&mut file, name, &Device::Cpu).unwrap());
+        let (_, k) = w.shape().dims2().unwrap();
+        for m in [1, 5] {
+            let x = tensor(m, k, name.len() as u64 + m as u64);
+            let e = rel_err(&ours_decode(&w, Isa::Avx2, &x), &candle_ref(&w, &x));
+            worst = worst.max(e);
+            assert!(e <= DECODE_TOL, "{name} {:?} m={m}: rel err {e:e}", info.ggml_dtype);
+        }
+    }
+    eprintln!("{path}: worst rel err {worst:e}");
 }
