@@ -111,7 +111,7 @@ fn main() -> hearth_engine::Result<()> {
     let which = std::env::var("QBENCH_SHAPES").unwrap_or_else(|_| "all".into());
     let min_s: f64 = std::env::var("QBENCH_MIN_S").ok().and_then(|s| s.parse().ok()).unwrap_or(0.3);
     let isa = kernels::active_isa().expect("kernels disabled (HEARTH_FAST_QUANT=0) or no AVX2");
-    let isas: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni].into_iter().filter(|&i| kernels::isa_supported(i)).collect();
+    let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|&i| kernels::isa_supported(i)).collect();
     println!(
         "threads: {} (candle pool {} + caller); kernels ISA {:?}; clock: {}",
         candle_core::utils::get_num_threads(),
@@ -153,7 +153,8 @@ fn main() -> hearth_engine::Result<()> {
                 candle.forward(&x).unwrap();
             });
             let mut dec = Vec::new();
-            for &i in &[Isa::Avx2, Isa::AvxVnni] {
+            let vnni = isas.iter().copied().find(|i| i.vnni()).unwrap_or(Isa::AvxVnni);
+            for i in [Isa::Avx2, vnni] {
                 if !isas.contains(&i) || !kernels::decode_supported(s.dtype) {
                     dec.push(None);
                     continue;

@@ -25,7 +25,7 @@ pub fn block_bytes(dtype: GgmlDType) -> usize {
 fn corr_mult(dtype: GgmlDType, isa: Isa) -> i32 {
     match (dtype, isa) {
         (GgmlDType::Q5_0, _) => 16,
-        (GgmlDType::Q8_0, Isa::AvxVnni) => 128,
+        (GgmlDType::Q8_0, Isa::AvxVnni | Isa::Avx512Vnni) => 128,
         _ => 0,
     }
 }
@@ -123,6 +123,7 @@ pub(crate) mod x86 {
 
     pub struct Avx2;
     pub struct Vnni;
+    pub struct Vnni512;
 
     impl Mac for Avx2 {
         #[inline(always)]
@@ -149,6 +150,18 @@ pub(crate) mod x86 {
             // (w + 128) as u8 times y, minus 128·Σy (corr = -128·lane sums of y)
             let wu = _mm256_xor_si256(w, _mm256_set1_epi8(-128i8));
             _mm256_dpbusd_avx_epi32(corr, wu, y)
+        }
+    }
+
+    impl Mac for Vnni512 {
+        #[inline(always)]
+        unsafe fn dot_us(init: __m256i, u: __m256i, s: __m256i) -> __m256i {
+            _mm256_dpbusd_epi32(init, u, s)
+        }
+        #[inline(always)]
+        unsafe fn dot_ss(corr: __m256i, w: __m256i, y: __m256i) -> __m256i {
+            let wu = _mm256_xor_si256(w, _mm256_set1_epi8(-128i8));
+            _mm256_dpbusd_epi32(corr, wu, y)
         }
     }
 
@@ -415,6 +428,20 @@ pub(crate) mod x86 {
         rows_impl::<R>(w, nb, x, m, n, rows, out)
     }
 
+    /// [`rows_impl`] compiled for AVX2 + FMA + F16C + AVX512-VNNI + AVX512-VL.
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+    unsafe fn rows_vnni512<R: RowKernel>(
+        w: *const u8,
+        nb: usize,
+        x: *const R::X,
+        m: usize,
+        n: usize,
+        rows: std::ops::Range<usize>,
+        out: *mut f32,
+    ) {
+        rows_impl::<R>(w, nb, x, m, n, rows, out)
+    }
+
     /// # Safety
     /// The CPU must support `isa`; `w` holds n rows of nb blocks of `dtype`; `xq` holds m rows of nb blocks
     /// quantized with this (dtype, isa)'s correction; `out` has m·n values.
@@ -438,6 +465,9 @@ pub(crate) mod x86 {
             (GgmlDType::Q5_0, Isa::AvxVnni) => rows_vnni::<Blocks32<KQ5_0, Vnni>>(w, nb, x, m, n, rows, out),
             (GgmlDType::Q8_0, Isa::Avx2) => rows_avx2::<Blocks32<KQ8_0, Avx2>>(w, nb, x, m, n, rows, out),
             (GgmlDType::Q8_0, Isa::AvxVnni) => rows_vnni::<Blocks32<KQ8_0, Vnni>>(w, nb, x, m, n, rows, out),
+            (GgmlDType::Q4_1, Isa::Avx512Vnni) => rows_vnni512::<Blocks32<KQ4_1, Vnni512>>(w, nb, x, m, n, rows, out),
+            (GgmlDType::Q5_0, Isa::Avx512Vnni) => rows_vnni512::<Blocks32<KQ5_0, Vnni512>>(w, nb, x, m, n, rows, out),
+            (GgmlDType::Q8_0, Isa::Avx512Vnni) => rows_vnni512::<Blocks32<KQ8_0, Vnni512>>(w, nb, x, m, n, rows, out),
             _ => unreachable!("checked by decode_matmul"),
         }
     }

@@ -53,32 +53,44 @@ use std::sync::{Arc, OnceLock};
 pub enum Isa {
     /// AVX2 + FMA + F16C: `vpmaddubsw` + `vpmaddwd` per block.
     Avx2,
-    /// AVX2 + FMA + F16C + AVX-VNNI (256-bit `vpdpbusd`).
+    /// AVX2 + FMA + F16C + AVX-VNNI (256-bit VEX `vpdpbusd`: Intel Alder Lake / Sapphire Rapids on, AMD Zen 5).
     AvxVnni,
+    /// AVX2 + FMA + F16C + AVX512-VNNI + AVX512-VL: the same 256-bit `vpdpbusd`, EVEX-encoded (AMD Zen 4 and
+    /// Intel Ice Lake / Cascade Lake servers, which lack the VEX form).
+    Avx512Vnni,
 }
 
 impl Isa {
-    /// What this CPU supports (ignoring the environment).
+    /// Every ISA, in order of preference where several are supported (the VNNI forms compute the same).
+    pub const ALL: [Isa; 3] = [Isa::AvxVnni, Isa::Avx512Vnni, Isa::Avx2];
+
+    /// The best this CPU supports (ignoring the environment).
     pub fn detect() -> Option<Isa> {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
-                if is_x86_feature_detected!("avxvnni") {
-                    return Some(Isa::AvxVnni);
-                }
-                return Some(Isa::Avx2);
-            }
-        }
-        None
+        Isa::ALL.into_iter().find(|&i| isa_supported(i))
+    }
+
+    /// Whether it has int8 dot-product instructions.
+    pub fn vnni(self) -> bool {
+        self != Isa::Avx2
     }
 }
 
 /// Whether this CPU can run kernels built for `isa`.
 pub fn isa_supported(isa: Isa) -> bool {
-    match Isa::detect() {
-        None => false,
-        Some(Isa::Avx2) => isa == Isa::Avx2,
-        Some(Isa::AvxVnni) => true,
+    #[cfg(target_arch = "x86_64")]
+    {
+        let base =
+            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+        base && match isa {
+            Isa::Avx2 => true,
+            Isa::AvxVnni => is_x86_feature_detected!("avxvnni"),
+            Isa::Avx512Vnni => is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl"),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        false
     }
 }
 
@@ -144,7 +156,7 @@ impl Plan {
     /// ~10% and compute the same math, so the exact point is not critical. candle's k-quant kernels (repacked)
     /// beat dequant+f32 at every m measured, so those stay with candle.
     pub fn for_weight(dtype: GgmlDType, isa: Isa, n: usize, k: usize) -> Plan {
-        let vnni = isa == Isa::AvxVnni;
+        let vnni = isa.vnni();
         let crossover = match dtype {
             GgmlDType::Q4_1 | GgmlDType::Q5_0 => {
                 if vnni {

@@ -50,7 +50,7 @@ fn tensor(rows: usize, cols: usize, seed: u64) -> Tensor {
 }
 
 fn isas() -> Vec<Isa> {
-    [Isa::Avx2, Isa::AvxVnni].into_iter().filter(|&i| isa_supported(i)).collect()
+    Isa::ALL.into_iter().filter(|&i| isa_supported(i)).collect()
 }
 
 /// max |a - b| / max |b|
