@@ -205,6 +205,7 @@ levers! {
     cpu_attn: bool = switch, "HEARTH_CPU_ATTN", Switch, false, "on", "CPU attention reads the paged KV blocks in place, one fixed-order pass per token (off: gather each row's K/V and attend with candle's matmul and softmax)";
     work_pool: bool = switch, "HEARTH_WORK_POOL", Switch, false, "on", "the CPU decode matmuls and attention run on hearth's work pool, whose caller never waits for a worker that has not started (off: candle's barrier pool, which on a busy machine waits a time slice per job for a descheduled worker)";
     k_quant: bool = switch, "HEARTH_K_QUANT", Switch, false, "on", "hearth's int8 kernels for Q4_K, Q5_K and Q6_K weights (off: candle's, on candle's thread pool, which then keeps hearth's work pool off)";
+    cpu_fused: bool = switch, "HEARTH_CPU_FUSED", Switch, false, "on", "CPU: q|k|v and gate|up projections quantized in one type run as one matmul each (one activation quantization, one hand-out to the thread pool)";
     malloc_keep: bool = switch, "HEARTH_MALLOC_KEEP", Switch, false, "on", "glibc malloc keeps large freed buffers (mmap threshold 512 MiB, trim threshold 1 GiB) instead of mapping and zeroing fresh pages for every step's temporaries";
     cuda_paged_attn: bool = switch, "HEARTH_CUDA_PAGED_ATTN", Switch, true, "on", "paged-attention kernels reading the KV blocks in place (off: gather-then-attend)";
     gpu_fused: bool = switch, "HEARTH_GPU_FUSED", Switch, true, "on", "fused per-layer kernels of dense models (q|k|v, gate|up, rope into the cache, add + RMSNorm, act x up)";

@@ -509,3 +509,31 @@ fn real_weights_match_candle() {
     }
     eprintln!("{path}: worst rel err {worst:e}");
 }
+
+#[test]
+fn stacked_weights_give_each_part_bit_identically() {
+    // The CPU's fused q|k|v and gate|up: parts of one type stacked row-wise (their bytes one after another) must
+    // give exactly the outputs of the separate matmuls, on the serving engine's row-independent path.
+    for dtype in DECODE_TYPES.into_iter().chain(K_QUANT_TYPES) {
+        let k = 512;
+        let parts: Vec<Arc<QTensor>> =
+            [64, 24, 40].iter().enumerate().map(|(i, &n)| quantized(n, k, dtype, 50 + i as u64)).collect();
+        let bytes: Vec<u8> = parts.iter().flat_map(|q| q.data().unwrap().into_owned()).collect();
+        let storage = QStorage::from_data(Cow::Owned(bytes), &Device::Cpu, dtype).unwrap();
+        let stacked = QMatMul::QTensor(Arc::new(QTensor::new(storage, (128, k)).unwrap()));
+        let fused = FastQMatMul::new(&stacked, true).unwrap();
+        for m in [1, 3, 64] {
+            let x = tensor(m, k, 60 + m as u64);
+            let y = fused.forward(&x).unwrap();
+            let mut col = 0;
+            for q in &parts {
+                let n = q.shape().dims2().unwrap().0;
+                let alone = FastQMatMul::new(&QMatMul::QTensor(q.clone()), true).unwrap().forward(&x).unwrap();
+                let a: Vec<f32> = alone.flatten_all().unwrap().to_vec1().unwrap();
+                let b: Vec<f32> = y.narrow(1, col, n).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()), "{dtype:?} m={m} part at {col}");
+                col += n;
+            }
+        }
+    }
+}

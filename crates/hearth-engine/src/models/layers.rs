@@ -77,10 +77,15 @@ impl Loader<'_> {
     }
 
     /// Several projections of the same input as one matmul (their outputs concatenated in order), when the fused
-    /// GPU path is on and every weight is dense; None otherwise (the caller loads them one by one).
+    /// GPU path is on and every weight is dense, or on the CPU when every weight is quantized in one type that
+    /// hearth's CPU kernels decode (`HEARTH_CPU_FUSED`); None otherwise (the caller loads them one by one).
     pub fn fused_linear(&self, prefixes: &[String], bias: bool) -> Result<Option<Linear>> {
-        // Quantized GGUF matrices stay separate (candle's quantized kernels): decide before loading anything.
-        if !self.gpu_fused() || (matches!(self.weights, Weights::Gguf(_)) && !self.dequantize) {
+        let quantized = matches!(self.weights, Weights::Gguf(_)) && !self.dequantize;
+        if quantized && self.device.is_cpu() && !bias && crate::levers::get().cpu_fused {
+            return self.fused_quantized(prefixes);
+        }
+        // Quantized GGUF matrices stay separate on the GPU (candle's quantized kernels): decide before loading.
+        if !self.gpu_fused() || quantized {
             return Ok(None);
         }
         let mut ws = Vec::with_capacity(prefixes.len());
@@ -97,6 +102,34 @@ impl Loader<'_> {
         let w = Tensor::cat(&ws, 0)?;
         let b = if bias { Some(Tensor::cat(&bs, 0)?) } else { None };
         Ok(Some(Linear::new(QMatMul::Tensor(w), b, self.batch_invariant)))
+    }
+
+    /// CPU: quantized matrices of one type and width stacked row-wise into one (their GGML rows are whole blocks,
+    /// so the stack is the bytes one after another): one activation quantization and one hand-out to the work
+    /// pool instead of one per projection. Each output is computed exactly as the separate matmul would.
+    fn fused_quantized(&self, prefixes: &[String]) -> Result<Option<Linear>> {
+        let mut parts = Vec::with_capacity(prefixes.len());
+        for p in prefixes {
+            match self.weights.matrix(&format!("{p}.weight"), self.dtype, self.device)? {
+                QMatMul::QTensor(q) => parts.push(q),
+                _ => return Ok(None),
+            }
+        }
+        let dtype = parts[0].dtype();
+        let Ok((_, k)) = parts[0].shape().dims2() else { return Ok(None) };
+        let same = parts.iter().all(|q| q.dtype() == dtype && q.shape().dims2().ok().map(|d| d.1) == Some(k));
+        if !same || !crate::kernels::decode_supported(dtype) {
+            return Ok(None);
+        }
+        let mut bytes = Vec::new();
+        let mut n = 0;
+        for q in &parts {
+            bytes.extend_from_slice(&q.data()?);
+            n += q.shape().dims2()?.0;
+        }
+        let storage = candle_core::quantized::QStorage::from_data(std::borrow::Cow::Owned(bytes), self.device, dtype)?;
+        let w = candle_core::quantized::QTensor::new(storage, (n, k))?;
+        Ok(Some(Linear::new(QMatMul::from_arc(std::sync::Arc::new(w))?, None, self.batch_invariant)))
     }
 }
 
@@ -423,12 +456,27 @@ fn gpu_act(act: Activation) -> crate::gpu::fused::Act {
 
 #[cfg(feature = "cuda")]
 fn fused_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
+    if gu.device().is_cpu() {
+        return cpu_act_mul(gu, act);
+    }
     crate::gpu::fused::act_mul(gu, gpu_act(act))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn fused_act_mul(_: &Tensor, _: Activation) -> Result<Tensor> {
-    Err(crate::Error::Unsupported("fused gate|up needs the cuda feature".into()))
+fn fused_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
+    cpu_act_mul(gu, act)
+}
+
+/// act(gu[.., :I]) * gu[.., I:] with candle's CPU ops (the fused quantized gate|up of the CPU path).
+fn cpu_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
+    let last = gu.rank() - 1;
+    let i = gu.dim(last)? / 2;
+    let g = gu.narrow(last, 0, i)?;
+    let g = match act {
+        Activation::Silu => candle_nn::ops::silu(&g)?,
+        Activation::GeluTanh => g.gelu()?,
+    };
+    Ok((g * gu.narrow(last, i, i)?)?)
 }
 
 /// Select the rows of `hidden` (T, hidden) whose logits are wanted.
