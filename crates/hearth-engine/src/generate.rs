@@ -1,7 +1,9 @@
-//! A single-sequence generation loop on a contiguous KV cache, used by `hearth generate` and the model tests.
-//! (The serving engine batches many sequences through the same `Model::forward` on paged KV.)
+//! A single-sequence generation loop, used by `hearth generate` and the model tests. On the CPU it runs on the
+//! serving engine's paged KV with the in-place attention kernel (one sequence, its blocks allocated up front), so
+//! `hearth generate`'s timings are the server's per-token work; elsewhere (a GPU, `HEARTH_CPU_ATTN=0`) on a
+//! contiguous KV cache. The serving engine batches many sequences through the same `Model::forward`.
 
-use crate::attention::{BatchContext, ContiguousKv};
+use crate::attention::{cpu_paged, BatchContext, ContiguousKv, KvStore, PagedAttention};
 use crate::loader::LoadedModel;
 use crate::models::Model;
 use crate::sampling::{Sampled, Sampler, SamplingParams};
@@ -31,7 +33,7 @@ pub struct GenerateOutput {
 /// Run one forward over `tokens` for one sequence at `pos0`; returns f32 logits (rows, vocab) as a Vec per row.
 pub fn forward_one(
     model: &dyn Model,
-    kv: &mut ContiguousKv,
+    kv: &mut dyn KvStore,
     slot: usize,
     tokens: &[u32],
     pos0: usize,
@@ -56,7 +58,8 @@ pub fn generate(
         .validate_prompt(&req.prompt_ids, &[], &req.sampling)
         .map_err(|e| Error::InvalidRequest(e.to_string()))?;
     let mut sampler = Sampler::new(req.sampling.clone());
-    let mut kv = ContiguousKv::new(cfg.num_layers, req.prompt_ids.len() + req.max_tokens.min(max_pos));
+    let mut kv = single_sequence_kv(m, req.prompt_ids.len() + req.max_tokens.min(max_pos))?;
+    let kv = kv.as_mut();
     let chunk = req.prefill_chunk.max(1);
 
     // 1. prefill in chunks; only the last chunk's last logits matter
@@ -64,7 +67,7 @@ pub fn generate(
     let mut last = Vec::new();
     let mut pos = 0;
     for piece in req.prompt_ids.chunks(chunk) {
-        last = forward_one(m.model.as_ref(), &mut kv, 0, piece, pos, false, &m.device)?.pop().unwrap_or_default();
+        last = forward_one(m.model.as_ref(), kv, 0, piece, pos, false, &m.device)?.pop().unwrap_or_default();
         pos += piece.len();
     }
     let prefill_time = t0.elapsed();
@@ -92,8 +95,35 @@ pub fn generate(
         if pos + 1 >= max_pos {
             break FinishReason::Length;
         }
-        last = forward_one(m.model.as_ref(), &mut kv, 0, &[s.id], pos, false, &m.device)?.pop().unwrap_or_default();
+        last = forward_one(m.model.as_ref(), kv, 0, &[s.id], pos, false, &m.device)?.pop().unwrap_or_default();
         pos += 1;
     };
     Ok(GenerateOutput { ids, finish_reason, prefill_time, decode_time: t1.elapsed() })
+}
+
+/// Block size of the single sequence's paged KV (the engine's default).
+const GENERATE_BLOCK: usize = 16;
+
+/// The KV store for one sequence of up to `tokens` tokens, as slot 0: paged with in-place attention on the CPU
+/// (f32 KV, `HEARTH_CPU_ATTN` on), contiguous otherwise.
+fn single_sequence_kv(m: &LoadedModel, tokens: usize) -> Result<Box<dyn KvStore>> {
+    let c = m.model.config();
+    let dtype = m.model.dtype();
+    if !(crate::levers::get().cpu_attn && cpu_paged::supports(dtype, &m.device)) {
+        return Ok(Box::new(ContiguousKv::new(c.num_layers, tokens)));
+    }
+    let blocks = tokens.max(1).div_ceil(GENERATE_BLOCK);
+    let mut kv = PagedAttention::new(
+        c.num_layers,
+        blocks,
+        GENERATE_BLOCK,
+        c.num_heads,
+        c.num_kv_heads,
+        c.head_dim,
+        dtype,
+        &m.device,
+    )?;
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    kv.storage_mut().set_tables([(0, &table[..])]);
+    Ok(Box::new(kv))
 }
