@@ -266,7 +266,7 @@ fn portable(t: &Tile, q: &[f32], kd: &[f32], vd: &[f32], sc: &mut [f32], out: &m
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use crate::kernels::cpu::x86::hsum;
+    use crate::kernels::cpu::x86::{exp8, hsum};
     use core::arch::x86_64::*;
 
     /// The scores of one query against four key rows, each reduced by the same tree.
@@ -351,27 +351,6 @@ mod x86 {
             }
         }
         acc
-    }
-
-    /// exp(x) for x <= ~88 (Cephes' single-precision polynomial, ~2 ulp; below -87.3 the result is 0).
-    #[inline(always)]
-    unsafe fn exp8(x: __m256) -> __m256 {
-        let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(-87.336_54));
-        let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.336_54)), _mm256_set1_ps(88.376_26));
-        let fx = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
-            x,
-            _mm256_set1_ps(std::f32::consts::LOG2_E),
-        ));
-        let r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693_359_4), x);
-        let r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.121_944_4e-4), r);
-        let mut y = _mm256_set1_ps(1.987_569_1e-4);
-        for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
-            y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(c));
-        }
-        let r2 = _mm256_mul_ps(r, r);
-        let y = _mm256_add_ps(_mm256_fmadd_ps(y, r2, r), _mm256_set1_ps(1.0));
-        let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)));
-        _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(pow2)))
     }
 
     /// x ← exp(x - max); returns Σ x (vector lanes, then the tail, in a fixed order).

@@ -33,6 +33,7 @@
 //!
 //! Both are read once, on first use.
 
+mod act;
 pub(crate) mod cpu;
 mod dequant;
 mod kquant;
@@ -464,6 +465,28 @@ pub fn dequantize(w: &QTensor, isa: Isa) -> Result<Vec<f32>> {
     }
     let data = w.data()?;
     dequant::dequantize(w.dtype(), isa, &data, n, k, false)
+}
+
+/// `act(gu[.., :I]) * gu[.., I:]` of a fused gate|up output `gu (.., 2I)`: f32 on the CPU, rows over the work pool,
+/// vectorized where AVX2 + FMA are (see `act.rs`). None for other tensors (the caller uses candle's ops).
+pub fn act_mul(gu: &Tensor, act: crate::weights::config::Activation) -> Result<Option<Tensor>> {
+    if !gu.device().is_cpu() || gu.dtype() != DType::F32 {
+        return Ok(None);
+    }
+    let dims = gu.dims().to_vec();
+    let Some((&two_i, lead)) = dims.split_last() else { return Ok(None) };
+    let (i, rows) = (two_i / 2, lead.iter().product::<usize>());
+    let gu = gu.contiguous()?;
+    let mut out = vec![0f32; rows * i];
+    {
+        let (storage, layout) = gu.storage_and_layout();
+        let candle_core::Storage::Cpu(cpu) = &*storage else { return Ok(None) };
+        let xs = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + rows * two_i];
+        act::act_mul(xs, rows, i, act, isa_supported(Isa::Avx2), &mut out);
+    }
+    let mut out_dims = dims.clone();
+    *out_dims.last_mut().unwrap_or(&mut 0) = i;
+    Ok(Some(Tensor::from_vec(out, out_dims, &Device::Cpu)?))
 }
 
 /// Some loaded CPU weight decodes with candle's quantized kernels, which run on candle's barrier pool: hearth's

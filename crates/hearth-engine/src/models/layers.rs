@@ -467,8 +467,12 @@ fn fused_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
     cpu_act_mul(gu, act)
 }
 
-/// act(gu[.., :I]) * gu[.., I:] with candle's CPU ops (the fused quantized gate|up of the CPU path).
+/// act(gu[.., :I]) * gu[.., I:] on the CPU (the fused quantized gate|up of the CPU path): hearth's kernel, or
+/// candle's ops where it does not apply.
 fn cpu_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
+    if let Some(y) = crate::kernels::act_mul(gu, act)? {
+        return Ok(y);
+    }
     let last = gu.rank() - 1;
     let i = gu.dim(last)? / 2;
     let g = gu.narrow(last, 0, i)?;
