@@ -4,6 +4,8 @@
 // with `ignore_eos`). Prints one JSON line per run.
 //   node bench/stream.mjs [rate ...]      rates in tokens/s; 0 = as fast as possible (default: 0 1000)
 //   HEARTH_BIN=target/release/hearth node bench/stream.mjs --hearth
+//   node bench/stream.mjs --floor         the browser's own cost: the app's empty page changing one text node
+//                                          every frame for 5 s (what any streaming page pays per frame here)
 
 import path from 'node:path';
 import { launch } from '../tests/harness/browser.mjs';
@@ -33,6 +35,7 @@ export async function measureStream(browser, url, send) {
   await send(page);
   await page.getByTestId('stop').waitFor();
   await page.getByTestId('send').waitFor({ timeout: 300_000 });
+  await page.waitForFunction(() => !document.querySelector('.markdown[aria-busy=true]'), null, { timeout: 60_000 });
   const t1 = await page.evaluate(() => performance.now());
   const trace = JSON.parse((await browser.stopTracing()).toString());
   const frames = await page.evaluate(([a, b]) => window.__frames.filter((t) => t >= a && t <= b), [t0, t1]);
@@ -75,8 +78,39 @@ async function againstHearth() {
   await hearth.stop();
 }
 
+async function floor() {
+  const mock = await startMock(dist);
+  const browser = await launch();
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await context.newPage();
+  await page.goto(mock.url);
+  await page.getByTestId('composer').waitFor();
+  await browser.startTracing(page, { categories: ['devtools.timeline', 'disabled-by-default-devtools.timeline'] });
+  const frames = await page.evaluate(
+    () =>
+      new Promise((done) => {
+        const el = document.querySelector('.empty p');
+        const t0 = performance.now();
+        let n = 0;
+        const loop = () => {
+          el.textContent = `frame ${n++}`;
+          if (performance.now() - t0 < 5000) requestAnimationFrame(loop);
+          else done(n);
+        };
+        requestAnimationFrame(loop);
+      }),
+  );
+  const busy = mainThreadBusy(JSON.parse((await browser.stopTracing()).toString()));
+  console.log(JSON.stringify({ source: 'floor: one text node per frame', frames, main_thread_cpu_ms: Math.round(busy.total),
+    main_thread_cpu_us_per_frame: Math.round((busy.total * 1000) / frames) }));
+  await browser.close();
+  await mock.close();
+}
+
 if (import.meta.url === `file://${process.argv[1]}` && process.argv.includes('--hearth')) {
   await againstHearth();
+} else if (import.meta.url === `file://${process.argv[1]}` && process.argv.includes('--floor')) {
+  await floor();
 } else if (import.meta.url === `file://${process.argv[1]}`) {
   const rates = process.argv.slice(2).map(Number);
   const mock = await startMock(dist);

@@ -14,6 +14,7 @@ async function chat(page, prompts) {
     await page.getByTestId('composer').press('Enter');
     await page.getByTestId('stop').waitFor();
     await page.getByTestId('send').waitFor({ timeout: 120_000 });
+    await page.waitForFunction(() => !document.querySelector('.markdown[aria-busy=true]'));
   }
 }
 

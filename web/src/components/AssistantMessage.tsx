@@ -29,7 +29,7 @@ export function AssistantMessage({ message: m, live, last }: { message: Message;
             <i />
           </div>
         ) : (
-          <Markdown text={content} id={m.id} />
+          <Markdown text={content} id={m.id} streaming={!!live} />
         )}
       </div>
       {calls?.map((t, i) => <ToolCallCard key={i} call={t} />)}

@@ -16,6 +16,13 @@ import { banner } from './ui';
 
 export { live };
 
+/** Most milliseconds of stream events handled in one go before the page may render. */
+const SLICE_MS = 8;
+
+function yieldToPage(): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, 0));
+}
+
 /** The last reply that failed, for the banner's retry. */
 export const lastFailure = signal<string | null>(null);
 
@@ -66,8 +73,15 @@ async function reply(conv: Conversation): Promise<void> {
       signal: reply.controller.signal,
     });
     if (!res.body) throw new ApiError('stream', 'The server sent no body.');
+    let slice = performance.now();
     for await (const data of sseData(res.body)) {
       if (data === '[DONE]') break;
+      // Events that were already buffered arrive back to back without a task boundary: give the page a chance
+      // to render every few milliseconds, however fast the stream.
+      if (performance.now() - slice > SLICE_MS) {
+        await yieldToPage();
+        slice = performance.now();
+      }
       let chunk: ChatChunk;
       try {
         chunk = JSON.parse(data);

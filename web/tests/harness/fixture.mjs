@@ -57,9 +57,10 @@ export async function send(page, text) {
   await page.getByTestId('composer').press('Enter');
 }
 
-/** Wait until no reply is streaming (the send button is back). */
+/** Wait until no reply is streaming (the send button is back) and every reply is fully on the page. */
 export async function idle(page, timeout = 120_000) {
   await page.getByTestId('send').waitFor({ timeout });
+  await page.waitForFunction(() => !document.querySelector('.markdown[aria-busy=true]'), null, { timeout });
 }
 
 export async function lastAssistantText(page) {
