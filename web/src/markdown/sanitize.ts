@@ -2,8 +2,9 @@
 // from other origins are not loaded (the app works offline and a reply must not call out): they become links.
 
 import DOMPurify from 'dompurify';
+import { escapeHtml } from './highlight';
 
-DOMPurify.addHook('afterSanitizeAttributes', (node) => {
+function hook(node: Element): void {
   if (node.tagName === 'A' && node.hasAttribute('href')) {
     node.setAttribute('target', '_blank');
     node.setAttribute('rel', 'noopener noreferrer');
@@ -25,11 +26,16 @@ DOMPurify.addHook('afterSanitizeAttributes', (node) => {
       node.replaceWith(a);
     }
   }
-});
+}
 
-// Set once: a config passed to each call would be parsed again every time (a cost per frame while streaming).
-DOMPurify.setConfig({ ADD_ATTR: ['target'] });
+if (DOMPurify.isSupported) {
+  DOMPurify.addHook('afterSanitizeAttributes', hook);
+  // Set once: a config passed to each call would be parsed again every time (a cost per frame while streaming).
+  DOMPurify.setConfig({ ADD_ATTR: ['target'] });
+}
 
+/** Safe HTML; where DOMPurify cannot run (no DOM), the markup is shown as text, never passed through. */
 export function sanitize(html: string): string {
+  if (!DOMPurify.isSupported) return escapeHtml(html);
   return DOMPurify.sanitize(html) as string;
 }
