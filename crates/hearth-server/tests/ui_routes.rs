@@ -65,6 +65,12 @@ fn the_app_and_its_assets_are_served_compressed_and_cached() {
     assert!(html.contains("<div id=\"app\">"), "{html}");
     let etag = page.header("etag").expect("an ETag").to_string();
     assert_eq!(get(s.port, "GET", "/", &[("If-None-Match", &etag)]).status, 304);
+    // Each encoding is its own representation, with its own ETag.
+    let br_page = get(s.port, "GET", "/", &[("Accept-Encoding", "br")]);
+    let br_etag = br_page.header("etag").expect("an ETag").to_string();
+    assert_ne!(br_etag, etag);
+    assert_eq!(get(s.port, "GET", "/", &[("If-None-Match", &br_etag), ("Accept-Encoding", "br")]).status, 304);
+    assert_eq!(get(s.port, "GET", "/", &[("If-None-Match", &br_etag)]).status, 200);
     assert_eq!(get(s.port, "GET", "/index.html", &[]).body, page.body);
 
     let js = main_js(&html);

@@ -24,7 +24,7 @@ describe('serving', () => {
     assert.equal(gz.headers.get('content-encoding'), 'gzip');
     assert.equal(await gz.text(), await br.text());
     const etag = plain.headers.get('etag');
-    const again = await fetch(`${url}/`, { headers: { 'if-none-match': etag } });
+    const again = await fetch(`${url}/`, { headers: { 'if-none-match': etag, 'accept-encoding': 'identity' } });
     assert.equal(again.status, 304);
     // The API's 404s stay JSON.
     const missing = await fetch(`${url}/v1/nope`, { headers: { accept: 'text/html' } });

@@ -1,7 +1,7 @@
 //! The web chat at `/`: the app built from `web/` (`web/dist/`, embedded at build time), served with precompressed
-//! brotli/gzip by `Accept-Encoding`, `Cache-Control` (hashed assets immutable, the rest revalidated by ETag) and
-//! `nosniff`. The app and its files need no API key (they are the same for everyone; the app asks for the key
-//! when the API answers 401). A page navigation (`GET`, `Accept: text/html`) to a path that is neither an asset
+//! brotli/gzip by `Accept-Encoding`, `Cache-Control` (hashed assets immutable, the rest revalidated by an ETag per
+//! encoding) and `nosniff`. The app and its files need no API key (they are the same for everyone; the app asks for
+//! the key when the API answers 401). A page navigation (`GET`, `Accept: text/html`) to a path that is neither an asset
 //! nor under an API prefix gets the app too; everything else falls through to the API's JSON 404. `--no-ui` turns
 //! all of it off.
 
@@ -43,22 +43,32 @@ pub fn resolve(method: &Method, path: &str, headers: &HeaderMap) -> Option<&'sta
     None
 }
 
+/// The ETag of one encoding of an asset: each stored encoding is its own representation.
+fn etag(asset: &Asset, enc: encoding::Encoding) -> String {
+    let base = asset.etag.trim_matches('"');
+    match enc.header() {
+        Some(ce) => format!("\"{base}-{ce}\""),
+        None => asset.etag.to_string(),
+    }
+}
+
 /// One asset: 304 when the client's copy is current, else the best stored encoding.
 pub fn respond(asset: &'static Asset, method: &Method, headers: &HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok());
+    let enc = encoding::negotiate(accept, asset.brotli.is_some(), asset.gzip.is_some());
+    let tag = etag(asset, enc);
     let mut builder = Response::builder()
         .header(header::CACHE_CONTROL, assets::cache_control(asset.path))
-        .header(header::ETAG, asset.etag)
+        .header(header::ETAG, &tag)
         .header(header::VARY, "accept-encoding")
         .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff");
     let current = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim().trim_start_matches("W/") == asset.etag));
+        .is_some_and(|v| v.split(',').any(|t| t.trim().trim_start_matches("W/") == tag));
     if current {
         return builder.status(StatusCode::NOT_MODIFIED).body(Body::empty()).unwrap_or_default();
     }
-    let accept = headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok());
-    let enc = encoding::negotiate(accept, asset.brotli.is_some(), asset.gzip.is_some());
     let bytes = match enc {
         encoding::Encoding::Brotli => asset.brotli.unwrap_or(asset.body),
         encoding::Encoding::Gzip => asset.gzip.unwrap_or(asset.body),
