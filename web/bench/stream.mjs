@@ -51,6 +51,8 @@ export async function measureStream(browser, url, send) {
     main_thread_wall_ms: Math.round(busy.wall),
     longest_task_ms: Math.round(busy.longest),
     tasks_over_50ms: busy.over50,
+    longest_task_cpu_ms: Math.round(busy.longestCpu),
+    tasks_over_50ms_cpu: busy.over50Cpu,
     frames: frames.length,
     frames_over_33ms: gaps.filter((g) => g > 33.4).length,
     frames_over_50ms: gaps.filter((g) => g > 50).length,

@@ -27,5 +27,7 @@ export function mainThreadBusy(trace) {
     wall: sum(best, 'wall'),
     longest: Math.max(0, ...best.map((t) => t.wall)),
     over50: best.filter((t) => t.wall > 50).length,
+    longestCpu: Math.max(0, ...best.map((t) => t.cpu)),
+    over50Cpu: best.filter((t) => t.cpu > 50).length,
   };
 }

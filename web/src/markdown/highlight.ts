@@ -2,8 +2,18 @@
 
 import { lazy } from './lazy';
 
-const hljs = lazy(() => import('./languages').then((m) => m.default));
+// The first use of a language compiles its grammar: do it for the commonest ones as the module arrives.
+const hljs = lazy(
+  () => import('./languages').then((m) => m.default),
+  undefined,
+  (h) => ['python', 'javascript', 'typescript', 'rust', 'bash', 'json'].forEach((language) => h.highlight('x', { language })),
+);
 export const codeVersion = hljs.version;
+
+/** Load highlight.js now (when the page is idle), not in the middle of the first reply with code. */
+export function warmHighlight(): void {
+  hljs.get();
+}
 
 export function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (ch) => `&#${ch.charCodeAt(0)};`);

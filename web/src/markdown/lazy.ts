@@ -9,7 +9,8 @@ export interface Lazy<T> {
   version: Signal<number>;
 }
 
-export function lazy<T>(load: () => Promise<T>, onStart?: () => void): Lazy<T> {
+/** `onStart` runs when loading starts; `warm` gets the module first (to compile what its first use would). */
+export function lazy<T>(load: () => Promise<T>, onStart?: () => void, warm?: (m: T) => void): Lazy<T> {
   let value: T | null = null;
   let loading = false;
   const version = signal(0);
@@ -21,6 +22,7 @@ export function lazy<T>(load: () => Promise<T>, onStart?: () => void): Lazy<T> {
         onStart?.();
         load()
           .then((v) => {
+            warm?.(v);
             value = v;
             version.value++;
           })

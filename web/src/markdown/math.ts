@@ -15,8 +15,17 @@ function addStylesheet(): void {
   document.head.append(link);
 }
 
-const katex = lazy(() => import('katex').then((m) => m.default), addStylesheet);
+const katex = lazy(
+  () => import('katex').then((m) => m.default),
+  addStylesheet,
+  (k) => void k.renderToString('x^2', { throwOnError: false }),
+);
 export const mathVersion = katex.version;
+
+/** Load KaTeX now (when the page is idle), not in the middle of the first reply with math. */
+export function warmMath(): void {
+  katex.get();
+}
 
 function render(tex: string, displayMode: boolean): string {
   const k = katex.get();

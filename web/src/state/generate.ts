@@ -1,7 +1,7 @@
 // Sending, stopping, regenerating and editing: one reply streams at a time. Stop aborts the fetch; the server sees
 // the connection close and cancels the request.
 
-import { signal } from '@preact/signals';
+import { batch as together, signal } from '@preact/signals';
 import { call } from '../api/client';
 import { ApiError } from '../api/errors';
 import { sseData } from '../api/sse';
@@ -128,10 +128,15 @@ async function reply(conv: Conversation): Promise<void> {
     Object.assign(msg, { content, stats });
     if (reasoning) msg.reasoning = reasoning;
     if (toolCalls.length) msg.tool_calls = toolCalls;
-    live.value = null;
     // The conversation may have been renamed or re-configured meanwhile (or deleted: then the reply goes too).
+    // The stored reply replaces the streamed one in the same render, so its component (and DOM) stays.
     const latest = conversations.value.find((x) => x.id === conv.id);
-    if (latest) await save({ ...latest, messages: [...latest.messages, msg], updated: Date.now() });
+    let saved: Promise<void> | undefined;
+    together(() => {
+      if (latest) saved = save({ ...latest, messages: [...latest.messages, msg], updated: Date.now() });
+      live.value = null;
+    });
+    await saved;
   }
 }
 
