@@ -3,6 +3,7 @@
 mod generate;
 mod levers;
 mod models;
+mod open;
 mod serve;
 mod tokenize;
 
@@ -71,7 +72,7 @@ enum Command {
     Models,
     /// Print every runtime lever (`HEARTH_*` environment variable): its effective value, default and meaning.
     Levers(levers::LeversArgs),
-    /// Serve the model over OpenAI- and Anthropic-compatible HTTP APIs.
+    /// Serve the model over OpenAI- and Anthropic-compatible HTTP APIs, with a web chat at /.
     Serve(serve::ServeArgs),
 }
 

@@ -1,4 +1,4 @@
-//! `hearth serve`: the HTTP server (OpenAI and Anthropic APIs).
+//! `hearth serve`: the HTTP server (OpenAI and Anthropic APIs, and the web chat at `/`).
 
 use crate::ModelArgs;
 use anyhow::Context;
@@ -94,6 +94,12 @@ pub struct ServeArgs {
     /// `chat_template_kwargs`): on or off; unset, the template's own default.
     #[arg(long, env = "HEARTH_REASONING", value_parser = parse_on_off)]
     pub reasoning: Option<bool>,
+    /// Do not serve the web chat at / (the API alone).
+    #[arg(long, env = "HEARTH_NO_UI")]
+    pub no_ui: bool,
+    /// Open the web chat in the browser once the model is ready ($BROWSER, else the system's opener).
+    #[arg(long, env = "HEARTH_OPEN", conflicts_with = "no_ui")]
+    pub open: bool,
     /// Milliseconds between SSE keep-alive comments while a stream waits for its first token.
     #[arg(long, env = "HEARTH_SSE_KEEPALIVE_MS", default_value_t = 1000, hide = true)]
     pub sse_keepalive_ms: u64,
@@ -174,13 +180,20 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         keepalive: Duration::from_millis(a.sse_keepalive_ms.max(1)),
         response_store_bytes: a.response_store,
         response_store_ttl: Duration::from_secs(a.response_store_ttl),
+        ui: !a.no_ui,
     };
+    let open = a.open;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(hearth_server::run(cfg, move || load_all(&a)))
+    let on_ready = move |url: &str| {
+        if open {
+            crate::open::browser(url);
+        }
+    };
+    rt.block_on(hearth_server::run(cfg, move || load_all(&a), on_ready))
 }
 
 /// Whether `spec` names an embedding model (a sentence-transformers directory: it has `modules.json`).

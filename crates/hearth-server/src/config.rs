@@ -18,6 +18,8 @@ pub struct ServerConfig {
     /// stays.
     pub response_store_bytes: usize,
     pub response_store_ttl: Duration,
+    /// Serve the web chat at `/` (`--no-ui` turns it off).
+    pub ui: bool,
 }
 
 impl Default for ServerConfig {
@@ -30,6 +32,7 @@ impl Default for ServerConfig {
             keepalive: Duration::from_secs(1),
             response_store_bytes: 64 << 20,
             response_store_ttl: Duration::from_secs(3600),
+            ui: true,
         }
     }
 }

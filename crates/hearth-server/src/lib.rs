@@ -20,6 +20,7 @@ pub mod sse;
 pub mod state;
 pub mod stream;
 pub mod tools;
+pub mod ui;
 pub mod wire;
 
 pub use config::{DefaultOverrides, SamplingDefaults, ServerConfig};
@@ -41,7 +42,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 /// Every route, behind these layers (outermost first): request id, tracing span, CORS, compression, JSON errors,
-/// API key, body limit.
+/// API key, body limit. The fallback serves the web chat (`ui`) where it applies, else a JSON 404.
 pub fn router(state: AppState) -> Router {
     let max_body = state.cfg.max_body;
     Router::new()
@@ -62,7 +63,7 @@ pub fn router(state: AppState) -> Router {
         .route("/tokenize", post(admin::tokenize))
         .route("/detokenize", post(admin::detokenize))
         .route("/apply-template", post(admin::apply_template))
-        .fallback(middleware::not_found)
+        .fallback(ui::fallback)
         // Each `Router::layer` wraps what is already there, so these calls read innermost first (the
         // `ServiceBuilder` in the last one reads outermost first).
         // The limit (413 on a too-large Content-Length, or once a streamed body passes it) replaces axum's own.
@@ -91,19 +92,23 @@ pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> anyhow
         .context("the HTTP server failed")
 }
 
-/// Bind, load the models with `load` on a blocking thread, print the ready banner, serve.
-pub async fn run<F>(cfg: ServerConfig, load: F) -> anyhow::Result<()>
+/// Bind, load the models with `load` on a blocking thread, print the ready banner, call `on_ready` with the web
+/// chat's URL (when it is served), serve.
+pub async fn run<F, R>(cfg: ServerConfig, load: F, on_ready: R) -> anyhow::Result<()>
 where
     F: FnOnce() -> anyhow::Result<Loaded> + Send + 'static,
+    R: FnOnce(&str),
 {
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("could not listen on {addr} (is another server using the port? try --port)"))?;
-    let url = match listener.local_addr() {
-        Ok(a) => format!("http://{a}"),
-        Err(_) => format!("http://{addr}"),
+    let local = listener.local_addr().ok();
+    let url = match local {
+        Some(a) => format!("http://{a}"),
+        None => format!("http://{addr}"),
     };
+    let ui = cfg.ui && ui::assets::has_app();
     eprintln!("hearth: listening on {url}, loading the model...");
     let state = AppState::new(cfg);
     let server = tokio::spawn(serve(listener, state.clone()));
@@ -127,12 +132,31 @@ where
         None => state.finish_loading(),
     }
     eprintln!("{banner}");
+    if ui {
+        let chat = match local {
+            Some(a) => chat_url(a),
+            None => format!("{url}/"),
+        };
+        eprintln!("hearth: web chat on {chat}");
+        on_ready(&chat);
+    }
     let served = server.await.context("the HTTP server task panicked")?;
     if let Some(r) = state.get() {
         let engine = r.engine.clone();
         let _ = tokio::task::spawn_blocking(move || flush_on_exit(&engine)).await;
     }
     served
+}
+
+/// The web chat's URL for a browser on this machine: an unspecified listen address (`0.0.0.0`, `::`) is reached
+/// through loopback.
+pub fn chat_url(addr: std::net::SocketAddr) -> String {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}/", std::net::SocketAddr::new(ip, addr.port()))
 }
 
 /// Most time a shutdown waits for the prompt cache to reach the SSD tier.
@@ -171,4 +195,16 @@ async fn shutdown_signal() {
         _ = term => {},
     }
     eprintln!("hearth: shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn chat_url_reaches_unspecified_addresses_through_loopback() {
+        let url = |a: &str| super::chat_url(a.parse().expect("socket address"));
+        assert_eq!(url("127.0.0.1:8080"), "http://127.0.0.1:8080/");
+        assert_eq!(url("0.0.0.0:9000"), "http://127.0.0.1:9000/");
+        assert_eq!(url("[::]:80"), "http://[::1]:80/");
+        assert_eq!(url("192.168.1.5:8080"), "http://192.168.1.5:8080/");
+    }
 }

@@ -28,10 +28,12 @@ const OPEN_PATHS: &[&str] = &["/health"];
 /// The header that carries a request's id.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// With `--api-key`, require `Authorization: Bearer <key>` (or `x-api-key: <key>`) everywhere but `/health`.
+/// With `--api-key`, require `Authorization: Bearer <key>` (or `x-api-key: <key>`) everywhere but `/health` and
+/// the web chat's own files (the app asks for the key when the API answers 401).
 pub async fn require_api_key(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let Some(key) = st.cfg.api_key.as_deref() else { return next.run(req).await };
-    if OPEN_PATHS.contains(&req.uri().path()) {
+    let ui_file = st.cfg.ui && crate::ui::resolve(req.method(), req.uri().path(), req.headers()).is_some();
+    if OPEN_PATHS.contains(&req.uri().path()) || ui_file {
         return next.run(req).await;
     }
     let h = req.headers();

@@ -1,23 +1,13 @@
 //! The router without a model: what a client sees while the model loads, and the layers every route shares
 //! (404 fallback, 405, 413, API key, CORS, request ids, compression), errors all in OpenAI's error shape.
 
-use hearth_server::{AppState, ServerConfig};
+mod common;
+
+use common::start;
+use hearth_server::ServerConfig;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-
-struct Running {
-    port: u16,
-    _rt: tokio::runtime::Runtime,
-}
-
-fn start(cfg: ServerConfig) -> Running {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    rt.spawn(hearth_server::serve(listener, AppState::new(cfg)));
-    Running { port, _rt: rt }
-}
 
 /// (status, headers lowercased, body)
 fn call(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {

@@ -157,6 +157,11 @@ pub fn check_success(route: Route, path: &str, content_type: &str, body: &[u8]) 
             let text = std::str::from_utf8(body).map_err(|e| format!("metrics are not UTF-8: {e}"))?;
             return if text.starts_with("# HELP") { Ok(()) } else { Err(format!("metrics: {text:.200}")) };
         }
+        // The web chat's page.
+        Route::Other if path == "/" => {
+            let page = content_type.starts_with("text/html") && body.starts_with(b"<!doctype html>");
+            return if page { Ok(()) } else { Err(format!("GET / is not the web chat's page: {content_type}")) };
+        }
         _ => {}
     }
     if content_type.starts_with("text/event-stream") {
