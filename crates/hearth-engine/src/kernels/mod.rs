@@ -484,8 +484,7 @@ pub fn act_mul(gu: &Tensor, act: crate::weights::config::Activation) -> Result<O
         let xs = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + rows * two_i];
         act::act_mul(xs, rows, i, act, isa_supported(Isa::Avx2), &mut out);
     }
-    let mut out_dims = dims.clone();
-    *out_dims.last_mut().unwrap_or(&mut 0) = i;
+    let out_dims: Vec<usize> = lead.iter().copied().chain([i]).collect();
     Ok(Some(Tensor::from_vec(out, out_dims, &Device::Cpu)?))
 }
 
