@@ -4,10 +4,13 @@
 Usage (from the repo root, after scripts/fetch-models, bench/setup-llama-cpp.sh and
 `cargo build --release -p hearth-cli`):
     python3 bench/generate_vs_llamacpp.py [--runs 5] [--threads 2] [--gen 128] [--models smollm2-135m,gemma3-270m]
+        [--prompts 1k,4k,0] [--no-kill-switch]
 
-hearth: `hearth generate --raw --prompt-file bench/prompts/long.txt --max-tokens GEN --ignore-eos --json`, RUNS
-times per configuration (default levers, and HEARTH_FAST_QUANT=0 as the kill-switch A/B); its own prefill and
-decode timings. llama.cpp: `llama-bench -p N -n 0` (prefill of N tokens, N = hearth's prompt length) and
+Prompts: `1k` is bench/prompts/long.txt (~950 tokens), `4k` the same text four times (~3,800 tokens), `0` a
+one-line prompt (decode at depth ~0).
+hearth: `hearth generate --raw --prompt-file PROMPT --max-tokens GEN --ignore-eos --json`, RUNS
+times per configuration (default levers, and HEARTH_FAST_QUANT=0 as the kill-switch A/B unless
+--no-kill-switch); its own prefill and decode timings. llama.cpp: `llama-bench -p N -n 0` (prefill of N tokens, N = hearth's prompt length) and
 `llama-bench -p 0 -n GEN -d N` (decode GEN tokens at context depth N), RUNS repetitions each. Medians.
 Prints a markdown table for docs/benchmarks.md. Stdlib only.
 """
@@ -24,12 +27,28 @@ def models_dir():
     return os.environ.get("HEARTH_MODELS") or os.path.expanduser("~/.cache/hearth/models")
 
 
-def hearth_runs(model, runs, threads, gen, env_extra):
+def prompt_file(spec):
+    """The prompt file for a --prompts entry: 1k = long.txt, Nk = it N times, 0 = one short line."""
+    if spec == "1k":
+        return PROMPT
+    path = os.path.join("/tmp", f"hearth-bench-prompt-{spec}.txt")
+    if spec == "0":
+        text = "Once upon a time,"
+    elif spec.endswith("k") and spec[:-1].isdigit():
+        text = "\n\n".join([open(PROMPT).read().strip()] * int(spec[:-1]))
+    else:
+        sys.exit(f"unknown prompt {spec!r}: use 1k, 4k (any Nk) or 0")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def hearth_runs(model, runs, threads, gen, env_extra, prompt):
     env = dict(os.environ, **env_extra)
     out = []
     for _ in range(runs):
         cmd = [HEARTH, "generate", "-m", model, "--device", "cpu", "--threads", str(threads), "--raw",
-               "--prompt-file", PROMPT, "--max-tokens", str(gen), "--ignore-eos", "--json"]
+               "--prompt-file", prompt, "--max-tokens", str(gen), "--ignore-eos", "--json"]
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         out.append(json.loads(r.stdout)["timings"])
     return out
@@ -48,24 +67,31 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--models", default="smollm2-135m,gemma3-270m")
+    ap.add_argument("--prompts", default="1k", help="comma-separated: 1k, 4k (any Nk), 0 (a one-line prompt)")
+    ap.add_argument("--no-kill-switch", action="store_true", help="skip the HEARTH_FAST_QUANT=0 rows")
     a = ap.parse_args()
     for p in (HEARTH, LLAMA_BENCH):
         if not os.path.exists(p):
             sys.exit(f"missing {p}: build it first (see the docstring)")
     print("| model | engine | prompt tokens | prefill tok/s (median) | decode tok/s (median) | runs |")
     print("|---|---|---|---|---|---|")
+    variants = [("hearth", {})]
+    if not a.no_kill_switch:
+        variants.append(("hearth, HEARTH_FAST_QUANT=0", {"HEARTH_FAST_QUANT": "0"}))
     for model in a.models.split(","):
         gguf = os.path.join(models_dir(), MODELS[model])
-        for label, env in (("hearth", {}), ("hearth, HEARTH_FAST_QUANT=0", {"HEARTH_FAST_QUANT": "0"})):
-            t = hearth_runs(model, a.runs, a.threads, a.gen, env)
-            n = t[0]["prompt_tokens"]
-            pf = statistics.median(x["prefill_tok_s"] for x in t)
-            dc = statistics.median(x["decode_tok_s"] for x in t)
-            print(f"| {model} | {label} | {n} | {pf:.1f} | {dc:.1f} | {a.runs} |", flush=True)
-        pp = llama_bench(gguf, a.threads, a.runs, ["-p", str(n), "-n", "0"])
-        tg = llama_bench(gguf, a.threads, a.runs, ["-p", "0", "-n", str(a.gen), "-d", str(n)])
-        print(f"| {model} | llama.cpp llama-bench (vendored in llama-cpp-python 0.3.36) | {n} | {pp['avg_ts']:.1f} | "
-              f"{tg['avg_ts']:.1f} | {a.runs} |", flush=True)
+        for spec in a.prompts.split(","):
+            prompt = prompt_file(spec)
+            for label, env in variants:
+                t = hearth_runs(model, a.runs, a.threads, a.gen, env, prompt)
+                n = t[0]["prompt_tokens"]
+                pf = statistics.median(x["prefill_tok_s"] for x in t)
+                dc = statistics.median(x["decode_tok_s"] for x in t)
+                print(f"| {model} | {label} | {n} | {pf:.1f} | {dc:.1f} | {a.runs} |", flush=True)
+            pp = llama_bench(gguf, a.threads, a.runs, ["-p", str(n), "-n", "0"])
+            tg = llama_bench(gguf, a.threads, a.runs, ["-p", "0", "-n", str(a.gen), "-d", str(n)])
+            print(f"| {model} | llama.cpp llama-bench (vendored in llama-cpp-python 0.3.36) | {n} | "
+                  f"{pp['avg_ts']:.1f} | {tg['avg_ts']:.1f} | {a.runs} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 # build for a before/after A/B); SKIP_LLAMA=1 runs hearth only, SKIP_HEARTH=1 llama-server only; CONC, REQS, MAXTOK
 # set the load.
 # Needs: scripts/fetch-models, bench/setup-llama-cpp.sh, cargo build --release -p hearth-cli.
-# Prints bench/load.py's JSON lines and markdown rows for docs/benchmarks.md.
+# Prints bench/load.py's JSON lines and markdown rows for docs/benchmarks.md, then each server's peak RSS (VmHWM:
+# the most resident memory the process had at any time, loading included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL="${1:-smollm2-135m}"
@@ -20,6 +21,7 @@ case "$MODEL" in
   *) echo "unknown model $MODEL" >&2; exit 2 ;;
 esac
 HPORT=18181; LPORT=18182
+peak_rss() { awk -v who="$2" '/^VmHWM/ {printf "peak RSS %s: %.1f MiB\n", who, $2 / 1024}' "/proc/$1/status"; }
 wait_ready() { for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0; sleep 0.2; done; echo "server on $1 never got ready" >&2; return 1; }
 
 trap '[ -n "${HPID:-}" ] && kill $HPID 2>/dev/null || true; [ -n "${LPID:-}" ] && kill $LPID 2>/dev/null || true' EXIT
@@ -31,6 +33,7 @@ HPID=$!
 wait_ready $HPORT
 python3 bench/load.py --url http://127.0.0.1:$HPORT --concurrency "$CONC" --requests "$REQS" --max-tokens "$MAXTOK" \
   --label "hearth $MODEL${HEARTH_ARGS:+ $HEARTH_ARGS}" --markdown
+peak_rss $HPID hearth
 kill $HPID; wait $HPID 2>/dev/null || true
 fi
 
@@ -42,3 +45,4 @@ LPID=$!
 wait_ready $LPORT
 python3 bench/load.py --url http://127.0.0.1:$LPORT --concurrency "$CONC" --requests "$REQS" --max-tokens "$MAXTOK" \
   --label "llama-server $MODEL" --markdown
+peak_rss $LPID llama-server

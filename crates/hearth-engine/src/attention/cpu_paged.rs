@@ -1,17 +1,20 @@
 //! Attention in place on the CPU: each query token reads its row's keys and values straight from the paged
-//! blocks (no gather, no padded sub-blocks), in f32, with the work split over candle's barrier pool (the threads
-//! the quantized matmuls use, so the two never fight over the cores).
+//! blocks (no gather, no padded sub-blocks), in f32, with the work split over hearth's work pool (the threads the
+//! quantized matmuls use, so the two never fight over the cores).
 //!
-//! A token's arithmetic depends only on its own query and the keys and values at the positions it sees: the keys
-//! are walked in position order, the scores' maximum, exponentials and sum and the weighted sum of values are
-//! computed in one fixed order, whatever the step, batch, piece or prompt-cache hit. A prompt token and the same
-//! token decoded one at a time therefore give bit-identical results (batch invariance for free), and so do the K/V
-//! rows a later prompt-cache hit reuses.
+//! Keys are taken in **chunks** of [`chunk_keys`] positions aligned to absolute positions (a fixed function of
+//! the head size). Per query and chunk the kernel computes a partial softmax — the chunk's maximum score `m`, the
+//! sum `l` of `exp(s − m)` and the unnormalized weighted sum of values — and the partials are folded in chunk
+//! order (online softmax, as flash attention does). A chunk's keys and values are loaded once for all the queries
+//! of a tile of tokens, so they stay in cache while the queries pass over them.
 //!
-//! Per (token, kv head) work item: the scores of the group's query heads against every visible key (one pass over
-//! the keys, each key row loaded once for the whole group), softmax, then the values (one pass per head). The
-//! scores of a token fit a scratch row (4 bytes a key), so no online rescaling is needed: the keys and the values
-//! are each read once per item. AVX2+FMA with a vectorized `exp` where the CPU has them, plain loops otherwise.
+//! A token's arithmetic depends only on its own query and the keys and values at the positions it sees: the
+//! chunk boundaries, the order inside a chunk and the fold are fixed, whatever the step, batch, piece,
+//! prompt-cache hit or thread count. When there are too few (tile, kv head) units to keep every thread busy — one
+//! decoding row at a long context — the chunks of a unit are split over threads and their partials stored, then
+//! folded in the same order: a prompt token and the same token decoded one at a time therefore give
+//! bit-identical results (batch invariance for free), and so do the K/V rows a later prompt-cache hit reuses.
+//! AVX2+FMA with a vectorized `exp` where the CPU has them, plain loops otherwise.
 
 use super::paged_gather::write_row;
 use super::{AttnParams, BatchContext};
@@ -25,6 +28,18 @@ use std::cell::RefCell;
 pub fn supports(dtype: DType, device: &candle_core::Device) -> bool {
     device.is_cpu() && dtype == DType::F32
 }
+
+/// Tokens per tile: their queries share each chunk of keys and values loaded from memory.
+const TILE: usize = 8;
+
+/// Keys per chunk of the online softmax for head size `d`: about 128 KiB of keys (and as much of values), a
+/// multiple of 4. A fixed function of `d`, so results never depend on the machine.
+pub fn chunk_keys(d: usize) -> usize {
+    (32768 / d.max(1)).clamp(64, 512) / 4 * 4
+}
+
+/// Units of work wanted per thread before chunks are split over threads (load balance).
+const UNITS_PER_THREAD: usize = 4;
 
 /// Append this step's k/v of every row of `ctx` at `layer` and attend. `q`: (T, H, D), `k`/`v`: (T, KvH, D).
 pub fn attend(
@@ -68,89 +83,318 @@ pub fn attend(
     if tokens.len() != t {
         return Err(Error::InvalidRequest(format!("{t} queries for {} packed tokens", tokens.len())));
     }
-    let shape = Shape { kv_heads: kvh, dim: d, block_size: bs };
+    let groups = h / kvh;
+    let job = Job {
+        shape: Shape { kv_heads: kvh, dim: d, block_size: bs, groups, heads: h, chunk: chunk_keys(d) },
+        q: &qf,
+        kd,
+        vd,
+        tokens: &tokens,
+        p,
+        fast: fast() && d.is_multiple_of(8),
+    };
+    // Tiles: up to TILE consecutive tokens of one row, each with every kv head.
+    let mut tiles = Vec::new();
+    for row in &ctx.rows {
+        tiles.extend((0..row.len).step_by(TILE).map(|i| (row.start + i, TILE.min(row.len - i))));
+    }
     let mut out = vec![0f32; t * h * d];
     let out_ptr = SharedOut(out.as_mut_ptr());
-    let isa = fast();
-    let groups = h / kvh;
-    // Work items: up to TILE consecutive tokens of one row and one kv head, ordered so that the items sharing a
-    // row's keys and values of one kv head are neighbours (each thread takes a run of items).
-    let mut items = Vec::new();
-    for row in &ctx.rows {
-        for g in 0..kvh {
-            items.extend((0..row.len).step_by(TILE).map(|i| (row.start + i, TILE.min(row.len - i), g)));
-        }
+    let units = tiles.len() * kvh;
+    let threads = candle_core::utils::get_num_threads().max(1);
+    if units >= UNITS_PER_THREAD * threads {
+        // Enough units: each folds its partials as it goes.
+        par_chunks(Pool::Candle, units, 1, |range| {
+            for u in range {
+                let (t0, count) = tiles[u / kvh];
+                job.fold_unit(t0, count, u % kvh, out_ptr);
+            }
+        });
+    } else {
+        job.split(&tiles, threads, out_ptr);
     }
-    par_chunks(Pool::Candle, items.len(), 1, |range| {
-        for &(t0, count, g) in &items[range] {
-            let table = tokens[t0].0;
-            let span = |pos: usize| (p.window.map_or(0, |w| (pos + 1).saturating_sub(w)), pos + 1);
-            let (lo, _) = span(tokens[t0].1);
-            let (_, hi) = span(tokens[t0 + count - 1].1);
-            let keys = Keys { table, lo, hi, g };
-            let tile: Vec<(usize, usize)> = (t0..t0 + count).map(|ti| span(tokens[ti].1)).collect();
-            let q_at = |ti: usize| (ti * h + g * groups) * d;
-            token_tile(&shape, groups, &qf, q_at(t0), h * d, &tile, kd, vd, &keys, p, isa, |i, o| {
-                // SAFETY: item (tokens t0.., kv head g) alone writes heads g*groups..(g+1)*groups of its
-                // tokens: the ranges of different items are disjoint, and `out` outlives the parallel loop.
-                let dst = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(q_at(t0 + i)), groups * d) };
-                dst.copy_from_slice(o);
-            });
-        }
-    });
     drop((ks, vs));
     Ok(Tensor::from_vec(out, (t, h * d), q.device())?.to_dtype(q.dtype())?)
 }
-
-/// Tokens per work item: their queries share each key row loaded from memory.
-const TILE: usize = 4;
 
 struct Shape {
     kv_heads: usize,
     dim: usize,
     block_size: usize,
+    /// Query heads per kv head.
+    groups: usize,
+    heads: usize,
+    /// Keys per chunk.
+    chunk: usize,
 }
 
-/// The keys one work item sees: positions lo..hi of kv head `g` of a row's blocks.
-struct Keys<'a> {
-    table: &'a [u32],
-    lo: usize,
-    hi: usize,
-    g: usize,
+/// One call's inputs, shared by the work units.
+struct Job<'a> {
+    shape: Shape,
+    /// Queries, (T, H, D).
+    q: &'a [f32],
+    kd: &'a [f32],
+    vd: &'a [f32],
+    /// Each packed token's block table and position.
+    tokens: &'a [(&'a [u32], usize)],
+    p: &'a AttnParams,
+    fast: bool,
 }
 
-impl Keys<'_> {
-    /// Offset of position `pos`'s row (kv head `g`) in a layer buffer.
-    #[inline(always)]
-    fn offset(&self, s: &Shape, pos: usize) -> usize {
-        let row = self.table[pos / s.block_size] as usize * s.block_size + pos % s.block_size;
-        (row * s.kv_heads + self.g) * s.dim
+/// One query's partial softmax over one chunk: max score, Σ exp(s − max), and Σ exp(s − max)·v (D values).
+struct Partial<'a> {
+    m: f32,
+    l: f32,
+    acc: &'a [f32],
+}
+
+impl Job<'_> {
+    /// Visible key positions lo..hi of the token at packed index `ti`.
+    fn span(&self, ti: usize) -> (usize, usize) {
+        let pos = self.tokens[ti].1;
+        (self.p.window.map_or(0, |w| (pos + 1).saturating_sub(w)), pos + 1)
+    }
+
+    /// The chunks a tile's tokens see.
+    fn chunks(&self, t0: usize, count: usize) -> std::ops::Range<usize> {
+        let c = self.shape.chunk;
+        (self.span(t0).0 / c)..(self.span(t0 + count - 1).1.div_ceil(c))
+    }
+
+    /// Offset in `out` (and `q`) of token ti's query heads of kv head g.
+    fn q_at(&self, ti: usize, g: usize) -> usize {
+        (ti * self.shape.heads + g * self.shape.groups) * self.shape.dim
+    }
+
+    /// Every partial of a tile (tokens t0..t0+count, kv head g) over `chunks`, chunk by chunk; `sink(i, c, part)`
+    /// gets query i's (token i / groups, head i % groups) partial over chunk c, for every chunk it sees.
+    fn partials(
+        &self,
+        t0: usize,
+        count: usize,
+        g: usize,
+        chunks: std::ops::Range<usize>,
+        mut sink: impl FnMut(usize, usize, Partial),
+    ) {
+        let s = &self.shape;
+        let (d, cl) = (s.dim, s.chunk);
+        let table = self.tokens[t0].0;
+        let (scale, softcap) = (self.p.scale as f32, self.p.softcap.map(|c| c as f32));
+        SCRATCH.with(|sc| {
+            let mut sc = sc.borrow_mut();
+            let Scratch { offsets, queries, spans, scores, acc, res } = &mut *sc;
+            for c in chunks {
+                // this chunk's key positions that any token of the tile sees
+                let (lo, hi) = ((c * cl).max(self.span(t0).0), ((c + 1) * cl).min(self.span(t0 + count - 1).1));
+                if lo >= hi {
+                    continue;
+                }
+                offsets.clear();
+                offsets.extend((lo..hi).map(|pos| {
+                    let row = table[pos / s.block_size] as usize * s.block_size + pos % s.block_size;
+                    (row * s.kv_heads + g) * d
+                }));
+                // the queries that see some of it, with the keys each sees (indices into `offsets`)
+                queries.clear();
+                spans.clear();
+                for i in 0..count {
+                    let (a, b) = self.span(t0 + i);
+                    let (a, b) = (a.max(lo), b.min(hi));
+                    if a < b {
+                        for j in 0..s.groups {
+                            queries.push((i * s.groups + j, self.q_at(t0 + i, g) + j * d));
+                            spans.push((a - lo, b - lo));
+                        }
+                    }
+                }
+                let (nq, n) = (queries.len(), offsets.len());
+                scores.resize(nq * n, 0.0);
+                acc.resize(nq * d, 0.0);
+                res.resize(nq, (0.0, 0.0));
+                let args = Chunk { d, q: self.q, queries, spans, offs: offsets, scale, softcap };
+                #[cfg(target_arch = "x86_64")]
+                if self.fast {
+                    // SAFETY: `fast` is true only where AVX2 and FMA were detected and D is a multiple of 8; every
+                    // offset + D is within kd/vd (`attend` checked the block tables against the buffers), every
+                    // query offset + D within q, and the buffers have the sizes above.
+                    unsafe { x86::chunk(&args, self.kd, self.vd, scores, acc, res) };
+                } else {
+                    portable(&args, self.kd, self.vd, scores, acc, res);
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                portable(&args, self.kd, self.vd, scores, acc, res);
+                for (k, &(qi, _)) in queries.iter().enumerate() {
+                    let (m, l) = res[k];
+                    sink(qi, c, Partial { m, l, acc: &acc[k * d..(k + 1) * d] });
+                }
+            }
+        });
+    }
+
+    /// A whole tile and kv head: fold each query's partials in chunk order, write the normalized outputs.
+    fn fold_unit(&self, t0: usize, count: usize, g: usize, out: SharedOut) {
+        let d = self.shape.dim;
+        let queries = count * self.shape.groups;
+        let mut state = vec![Fold::EMPTY; queries];
+        let mut accs = vec![0f32; queries * d];
+        self.partials(t0, count, g, self.chunks(t0, count), |i, _, part| {
+            state[i].merge(&mut accs[i * d..(i + 1) * d], &part);
+        });
+        self.emit(t0, count, g, &state, &accs, out);
+    }
+
+    /// Write a tile's folded outputs (acc / l) to `out`.
+    fn emit(&self, t0: usize, count: usize, g: usize, state: &[Fold], accs: &[f32], out: SharedOut) {
+        let d = self.shape.dim;
+        for i in 0..count {
+            let dst = self.q_at(t0 + i, g);
+            // SAFETY: (token t0 + i, kv head g) is written by this unit alone: its heads g*groups..(g+1)*groups
+            // are disjoint from every other unit's, and `out` (T·H·D values) outlives the parallel loops.
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.at(dst), self.shape.groups * d) };
+            for (j, o) in dst.chunks_exact_mut(d).enumerate() {
+                let q = i * self.shape.groups + j;
+                state[q].finish(&accs[q * d..(q + 1) * d], o);
+            }
+        }
+    }
+
+    /// Few units: split each tile's chunks over threads, store every partial, then fold them in chunk order.
+    fn split(&self, tiles: &[(usize, usize)], threads: usize, out: SharedOut) {
+        let (d, kvh, groups) = (self.shape.dim, self.shape.kv_heads, self.shape.groups);
+        let stride = d + 2; // m, l, acc
+                            // Per (tile, kv head): its chunk range and the start of its partials in the buffer.
+        let mut base = Vec::with_capacity(tiles.len() * kvh);
+        let mut total = 0;
+        for &(t0, count) in tiles {
+            let chunks = self.chunks(t0, count);
+            for _ in 0..kvh {
+                base.push((chunks.clone(), total));
+                total += count * groups * chunks.len() * stride;
+            }
+        }
+        // A stored partial with l = 0 is a chunk the query does not see (a real one has l >= 1).
+        let mut parts = vec![0f32; total];
+        let parts_ptr = SharedOut(parts.as_mut_ptr());
+        let per_unit = (UNITS_PER_THREAD * threads).div_ceil(base.len()).max(1);
+        let mut jobs = Vec::new();
+        for (u, (chunks, _)) in base.iter().enumerate() {
+            let n = chunks.len();
+            let pieces = per_unit.min(n.max(1));
+            jobs.extend((0..pieces).map(|k| (u, chunks.start + k * n / pieces..chunks.start + (k + 1) * n / pieces)));
+        }
+        par_chunks(Pool::Candle, jobs.len(), 1, |range| {
+            for (u, cs) in &jobs[range] {
+                let (t0, count) = tiles[u / kvh];
+                let (all, at) = &base[*u];
+                self.partials(t0, count, u % kvh, cs.clone(), |i, c, part| {
+                    let at = at + (i * all.len() + c - all.start) * stride;
+                    // SAFETY: each (unit, query, chunk) slot is written by the one job owning that chunk.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(parts_ptr.at(at), stride) };
+                    dst[0] = part.m;
+                    dst[1] = part.l;
+                    dst[2..].copy_from_slice(part.acc);
+                });
+            }
+        });
+        par_chunks(Pool::Candle, base.len(), 1, |range| {
+            for u in range {
+                let (t0, count) = tiles[u / kvh];
+                let (all, at) = &base[u];
+                let queries = count * groups;
+                let mut state = vec![Fold::EMPTY; queries];
+                let mut accs = vec![0f32; queries * d];
+                for (i, st) in state.iter_mut().enumerate() {
+                    for c in 0..all.len() {
+                        let p = &parts[at + (i * all.len() + c) * stride..][..stride];
+                        if p[1] > 0.0 {
+                            st.merge(&mut accs[i * d..(i + 1) * d], &Partial { m: p[0], l: p[1], acc: &p[2..] });
+                        }
+                    }
+                }
+                self.emit(t0, count, u % kvh, &state, &accs, out);
+            }
+        });
     }
 }
 
-/// The output buffer shared by the work items, each writing its own disjoint range.
+/// A query's running softmax: the largest chunk maximum so far and the sum of exponentials scaled to it (its
+/// weighted values live beside it, in the caller's buffer).
+#[derive(Clone, Copy)]
+struct Fold {
+    m: f32,
+    l: f32,
+}
+
+impl Fold {
+    const EMPTY: Fold = Fold { m: f32::NEG_INFINITY, l: 0.0 };
+
+    /// Fold the next chunk's partial in: rescale both sides to the larger maximum (plain f32 ops in a fixed order).
+    fn merge(&mut self, acc: &mut [f32], p: &Partial) {
+        if self.l == 0.0 {
+            *self = Fold { m: p.m, l: p.l };
+            acc.copy_from_slice(p.acc);
+            return;
+        }
+        let m = self.m.max(p.m);
+        let (alpha, beta) = ((self.m - m).exp(), (p.m - m).exp());
+        self.l = self.l * alpha + p.l * beta;
+        self.m = m;
+        for (a, &b) in acc.iter_mut().zip(p.acc) {
+            *a = *a * alpha + b * beta;
+        }
+    }
+
+    /// The normalized output.
+    fn finish(&self, acc: &[f32], out: &mut [f32]) {
+        let inv = 1.0 / self.l;
+        for (o, &a) in out.iter_mut().zip(acc) {
+            *o = a * inv;
+        }
+    }
+}
+
+/// The output buffer shared by the work units, each writing its own disjoint range.
 #[derive(Clone, Copy)]
 struct SharedOut(*mut f32);
-// SAFETY: the items write disjoint ranges (see `attend`).
+// SAFETY: the units write disjoint ranges (see `Job::emit` and `Job::split`).
 unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
 impl SharedOut {
     fn at(self, i: usize) -> *mut f32 {
-        // SAFETY: callers stay within the buffer (`attend` sizes it for every item).
+        // SAFETY: callers stay within the buffer (`attend` and `Job::split` size it for every unit).
         unsafe { self.0.add(i) }
     }
 }
 
-/// Per-thread buffers of a work item: its keys' row offsets, its queries, each query's keys, their scores
-/// (queries × keys) and the outputs.
+/// Per-thread buffers of one chunk: its key row offsets, the queries that see it (index in the tile, offset in
+/// q) and the keys each sees, their scores (queries × keys), weighted values (queries × D) and (max, sum).
 #[derive(Default)]
 struct Scratch {
     offsets: Vec<usize>,
-    queries: Vec<f32>,
+    queries: Vec<(usize, usize)>,
     spans: Vec<(usize, usize)>,
     scores: Vec<f32>,
-    out: Vec<f32>,
+    acc: Vec<f32>,
+    res: Vec<(f32, f32)>,
+}
+
+/// What the kernels need of a chunk: head size, the queries (offsets into `q`), the keys each sees (a range of
+/// `offs`, the key rows' offsets in position order) and the score transforms.
+struct Chunk<'a> {
+    d: usize,
+    q: &'a [f32],
+    queries: &'a [(usize, usize)],
+    spans: &'a [(usize, usize)],
+    offs: &'a [usize],
+    scale: f32,
+    softcap: Option<f32>,
+}
+
+/// Keys per sub-block: about 8 KiB of one kv head's keys (or values), which stay in L1 while every query of the
+/// chunk passes over them. A multiple of 4; it changes no result (scores are per key, sums run in key order).
+fn sub_block(d: usize) -> usize {
+    (2048 / d.max(1)).clamp(4, 64) / 4 * 4
 }
 
 thread_local! {
@@ -170,80 +414,14 @@ fn fast() -> bool {
     }
 }
 
-/// A tile of consecutive tokens of one row (`tile`: each token's visible key positions lo..hi, within `keys`), the
-/// `groups` query heads of kv head `keys.g` each (token i's at `q[q0 + i * stride..]`); `emit(i, out)` receives
-/// token i's groups × D outputs.
-#[allow(clippy::too_many_arguments)]
-fn token_tile(
-    s: &Shape,
-    groups: usize,
-    q: &[f32],
-    q0: usize,
-    stride: usize,
-    tile: &[(usize, usize)],
-    kd: &[f32],
-    vd: &[f32],
-    keys: &Keys,
-    p: &AttnParams,
-    isa: bool,
-    mut emit: impl FnMut(usize, &[f32]),
-) {
-    let d = s.dim;
-    let n = keys.hi - keys.lo;
-    SCRATCH.with(|sc| {
-        let mut sc = sc.borrow_mut();
-        let Scratch { scores, offsets, queries, spans, out } = &mut *sc;
-        offsets.clear();
-        offsets.extend((keys.lo..keys.hi).map(|pos| keys.offset(s, pos)));
-        queries.clear();
-        spans.clear();
-        for (i, &(lo, hi)) in tile.iter().enumerate() {
-            queries.extend_from_slice(&q[q0 + i * stride..q0 + i * stride + groups * d]);
-            spans.extend(std::iter::repeat_n((lo - keys.lo, hi - keys.lo), groups));
-        }
-        scores.clear();
-        scores.resize(spans.len() * n, 0.0);
-        out.clear();
-        out.resize(spans.len() * d, 0.0);
-        let (scale, softcap) = (p.scale as f32, p.softcap.map(|c| c as f32));
-        let args = Tile { d, offs: offsets, spans, scale, softcap };
-        #[cfg(target_arch = "x86_64")]
-        if isa && d.is_multiple_of(8) {
-            // SAFETY: `isa` is true only where AVX2 and FMA were detected; every offset + D is within kd/vd
-            // (`attend` checked the block tables against the buffers), and the buffers have the sizes above.
-            unsafe { x86::tile(&args, queries, kd, vd, scores, out) };
-        } else {
-            portable(&args, queries, kd, vd, scores, out);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = isa;
-            portable(&args, queries, kd, vd, scores, out);
-        }
-        for (i, o) in out.chunks_exact(groups * d).enumerate() {
-            emit(i, o);
-        }
-    });
-}
-
-/// What the kernels need of a tile: head size, the row offset of each key (in position order), each query's
-/// visible keys as a range of those, and the score transforms.
-struct Tile<'a> {
-    d: usize,
-    offs: &'a [usize],
-    spans: &'a [(usize, usize)],
-    scale: f32,
-    softcap: Option<f32>,
-}
-
-/// The plain-loop version of [`x86::tile`] (any CPU, any head size).
-fn portable(t: &Tile, q: &[f32], kd: &[f32], vd: &[f32], sc: &mut [f32], out: &mut [f32]) {
+/// The plain-loop version of [`x86::chunk`] (any CPU, any head size).
+fn portable(t: &Chunk, kd: &[f32], vd: &[f32], sc: &mut [f32], acc: &mut [f32], res: &mut [(f32, f32)]) {
     let (d, n) = (t.d, t.offs.len());
-    for (i, &(a, b)) in t.spans.iter().enumerate() {
-        let qh = &q[i * d..(i + 1) * d];
-        let row = &mut sc[i * n + a..i * n + b];
+    for (k, (&(_, qo), &(a, b))) in t.queries.iter().zip(t.spans).enumerate() {
+        let q = &t.q[qo..qo + d];
+        let row = &mut sc[k * n + a..k * n + b];
         for (x, &o) in row.iter_mut().zip(&t.offs[a..b]) {
-            *x = qh.iter().zip(&kd[o..o + d]).map(|(x, y)| x * y).sum::<f32>() * t.scale;
+            *x = q.iter().zip(&kd[o..o + d]).map(|(x, y)| x * y).sum::<f32>() * t.scale;
             if let Some(cap) = t.softcap {
                 *x = (*x / cap).tanh() * cap;
             }
@@ -254,13 +432,14 @@ fn portable(t: &Tile, q: &[f32], kd: &[f32], vd: &[f32], sc: &mut [f32], out: &m
             *x = (*x - max).exp();
             sum += *x;
         }
-        let o = &mut out[i * d..(i + 1) * d];
+        let o = &mut acc[k * d..(k + 1) * d];
+        o.iter_mut().for_each(|x| *x = 0.0);
         for (&w, &off) in row.iter().zip(&t.offs[a..b]) {
             for (x, y) in o.iter_mut().zip(&vd[off..off + d]) {
                 *x += w * y;
             }
         }
-        o.iter_mut().for_each(|x| *x /= sum);
+        res[k] = (max, sum);
     }
 }
 
@@ -281,68 +460,123 @@ mod x86 {
             }
             c += 8;
         }
-        let h = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+        reduce4(acc)
+    }
+
+    /// The scores of two queries against four key rows (eight independent accumulators), each reduced by the
+    /// same tree as [`dot4`]: a score does not depend on which query it was paired with.
+    #[inline(always)]
+    unsafe fn dot2x4(q: [*const f32; 2], k: [*const f32; 4], d: usize) -> [__m128; 2] {
+        let mut a0 = [_mm256_setzero_ps(); 4];
+        let mut a1 = [_mm256_setzero_ps(); 4];
+        let mut c = 0;
+        while c < d {
+            let (q0, q1) = (_mm256_loadu_ps(q[0].add(c)), _mm256_loadu_ps(q[1].add(c)));
+            for x in 0..4 {
+                let kv = _mm256_loadu_ps(k[x].add(c));
+                a0[x] = _mm256_fmadd_ps(q0, kv, a0[x]);
+                a1[x] = _mm256_fmadd_ps(q1, kv, a1[x]);
+            }
+            c += 8;
+        }
+        [reduce4(a0), reduce4(a1)]
+    }
+
+    /// The four lane sums of four accumulators, by one fixed tree.
+    #[inline(always)]
+    unsafe fn reduce4(a: [__m256; 4]) -> __m128 {
+        let h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
         _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
     }
 
-    /// A tile's queries against their keys in three passes: scores (key rows four at a time, each loaded once
-    /// for every query of the tile that sees one of them), softmax, and the values (64 columns at a time in
-    /// eight accumulators). A key's score is the same whichever four it was computed with (a key past the end
-    /// of the list is a copy of the last one), and each query's softmax and weighted sum run over its own keys
-    /// in position order: a token's result depends on nothing but its inputs.
+    /// Every query of a chunk against the keys it sees, in L1-sized sub-blocks of keys: first the scores (each
+    /// sub-block's keys, four at a time, against the queries two at a time; a key past the end is a copy of the
+    /// last), then per query its max, exp(s − max) and sum over its own keys, then the weighted values (per
+    /// sub-block, each query's accumulators loaded, fed in key order and stored back: 64 columns in eight
+    /// registers at a time, then 8). Every query's arithmetic is the same whichever queries share the chunk.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn tile(t: &super::Tile, q: &[f32], kd: &[f32], vd: &[f32], sc: &mut [f32], out: &mut [f32]) {
-        let (d, n) = (t.d, t.offs.len());
-        let (kp, vp, qp) = (kd.as_ptr(), vd.as_ptr(), q.as_ptr());
+    pub unsafe fn chunk(
+        t: &super::Chunk,
+        kd: &[f32],
+        vd: &[f32],
+        sc: &mut [f32],
+        acc: &mut [f32],
+        res: &mut [(f32, f32)],
+    ) {
+        let (d, n, nq) = (t.d, t.offs.len(), t.queries.len());
+        let (kp, vp, qp) = (kd.as_ptr(), vd.as_ptr(), t.q.as_ptr());
+        let sb = super::sub_block(d);
         let scale = _mm_set1_ps(t.scale);
-        // 1. scores
-        let mut j = 0;
-        while j < n {
-            let at = |x: usize| kp.add(t.offs[(j + x).min(n - 1)]);
-            let k = [at(0), at(1), at(2), at(3)];
+        let put = |sc: &mut [f32], k: usize, j: usize, v: __m128| {
             let mut four = [0f32; 4];
-            for (i, &(a, b)) in t.spans.iter().enumerate() {
-                if j + 4 <= a || j >= b {
-                    continue;
+            _mm_storeu_ps(four.as_mut_ptr(), _mm_mul_ps(v, scale));
+            let to = (j + 4).min(n);
+            sc[k * n + j..k * n + to].copy_from_slice(&four[..to - j]);
+        };
+        // 1. scores of every query against every key of the chunk (the unseen ones are ignored below)
+        let mut s0 = 0;
+        while s0 < n {
+            let s1 = (s0 + sb).min(n);
+            let mut k = 0;
+            while k < nq {
+                let q0 = qp.add(t.queries[k].1);
+                let mut j = s0;
+                while j < s1 {
+                    let at = |x: usize| kp.add(t.offs[(j + x).min(n - 1)]);
+                    let keys = [at(0), at(1), at(2), at(3)];
+                    if k + 1 < nq {
+                        let [v0, v1] = dot2x4([q0, qp.add(t.queries[k + 1].1)], keys, d);
+                        put(sc, k, j, v0);
+                        put(sc, k + 1, j, v1);
+                    } else {
+                        put(sc, k, j, dot4(q0, keys, d));
+                    }
+                    j += 4;
                 }
-                _mm_storeu_ps(four.as_mut_ptr(), _mm_mul_ps(dot4(qp.add(i * d), k, d), scale));
-                let row = &mut sc[i * n..(i + 1) * n];
-                let (from, to) = (j.max(a), (j + 4).min(b));
-                row[from..to].copy_from_slice(&four[from - j..to - j]);
+                k += 2;
             }
-            j += 4;
+            s0 = s1;
         }
-        for (i, &(a, b)) in t.spans.iter().enumerate() {
-            let row = &mut sc[i * n + a..i * n + b];
+        // 2. each query's softmax over its own keys
+        for (k, &(a, b)) in t.spans.iter().enumerate() {
+            let row = &mut sc[k * n + a..k * n + b];
             if let Some(cap) = t.softcap {
                 row.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
             }
-            // 2. softmax
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let inv = _mm256_set1_ps(1.0 / exp_sub_sum(row, max));
-            // 3. values, 64 columns (8 accumulators) at a time, then 8
-            let o = out.as_mut_ptr().add(i * d);
-            let offs = &t.offs[a..b];
-            let mut c = 0;
-            while c + 64 <= d {
-                let acc = values::<8>(row, offs, vp.add(c));
-                for (x, acc) in acc.iter().enumerate() {
-                    _mm256_storeu_ps(o.add(c + 8 * x), _mm256_mul_ps(*acc, inv));
+            res[k] = (max, exp_sub_sum(row, max));
+        }
+        // 3. values
+        acc[..nq * d].iter_mut().for_each(|x| *x = 0.0);
+        let mut s0 = 0;
+        while s0 < n {
+            let s1 = (s0 + sb).min(n);
+            for (k, &(a, b)) in t.spans.iter().enumerate() {
+                let (a, b) = (a.max(s0), b.min(s1));
+                if a >= b {
+                    continue;
                 }
-                c += 64;
+                let (w, offs) = (&sc[k * n + a..k * n + b], &t.offs[a..b]);
+                let o = acc.as_mut_ptr().add(k * d);
+                let mut c = 0;
+                while c + 64 <= d {
+                    values::<8>(w, offs, vp.add(c), o.add(c));
+                    c += 64;
+                }
+                while c < d {
+                    values::<1>(w, offs, vp.add(c), o.add(c));
+                    c += 8;
+                }
             }
-            while c < d {
-                let [acc] = values::<1>(row, offs, vp.add(c));
-                _mm256_storeu_ps(o.add(c), _mm256_mul_ps(acc, inv));
-                c += 8;
-            }
+            s0 = s1;
         }
     }
 
-    /// Σ_j w_j · v_j over 8·W columns starting at `vp` (+ each key's row offset), W accumulators kept in registers.
+    /// `o[..8·W] += Σ_j w_j · v_j` over 8·W columns starting at `vp` (+ each key's row offset), in key order,
+    /// W accumulators kept in registers between the load and the store of `o`.
     #[inline(always)]
-    unsafe fn values<const W: usize>(w: &[f32], offs: &[usize], vp: *const f32) -> [__m256; W] {
-        let mut acc = [_mm256_setzero_ps(); W];
+    unsafe fn values<const W: usize>(w: &[f32], offs: &[usize], vp: *const f32, o: *mut f32) {
+        let mut acc: [__m256; W] = std::array::from_fn(|x| _mm256_loadu_ps(o.add(8 * x)));
         for (&w, &off) in w.iter().zip(offs) {
             let wv = _mm256_set1_ps(w);
             let vr = vp.add(off);
@@ -350,7 +584,9 @@ mod x86 {
                 *acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vr.add(8 * x)), *acc);
             }
         }
-        acc
+        for (x, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(o.add(8 * x), *a);
+        }
     }
 
     /// x ← exp(x - max); returns Σ x (vector lanes, then the tail, in a fixed order).
@@ -412,6 +648,30 @@ mod tests {
                     assert_eq!(run(attend, [&q, &k, &v], &pieces, &p), got, "{pieces:?}");
                 }
             }
+        }
+    }
+
+    /// Past one chunk of keys: the partials folded in chunk order match the gather backend, and a token gets the
+    /// same bits whether its chunks were folded by one unit (a prompt piece) or split over threads and folded
+    /// afterwards (a row decoded alone), with and without a window that starts mid-chunk.
+    #[test]
+    fn chunked_softmax_matches_and_split_folds_are_bit_identical() {
+        let (h, kvh, d) = (4, 2, 8);
+        let n = 2 * chunk_keys(d) + 90;
+        let (q, k, v) = (rnd((n, h, d), 0.7), rnd((n, kvh, d), 0.8), rnd((n, kvh, d), 0.9));
+        for (window, softcap) in [(None, None), (Some(700), None), (None, Some(4.0))] {
+            let p = AttnParams { scale: 0.4, window, softcap };
+            let want = run(paged_gather::attend, [&q, &k, &v], &[(0, n)], &p);
+            let got = run(attend, [&q, &k, &v], &[(0, n)], &p);
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                for (x, y) in a.iter().zip(b) {
+                    assert!((x - y).abs() < 2e-5, "token {i}: {x} vs {y} ({window:?} {softcap:?})");
+                }
+            }
+            // the last 40 tokens decoded one at a time (split path) after a prompt of the rest (fold path)
+            let mut pieces = vec![(0, n - 40)];
+            pieces.extend((n - 40..n).map(|i| (i, 1)));
+            assert_eq!(run(attend, [&q, &k, &v], &pieces, &p), got, "{window:?} {softcap:?}");
         }
     }
 

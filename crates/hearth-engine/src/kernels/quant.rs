@@ -67,8 +67,20 @@ impl XBlockK {
     pub const ZERO: XBlockK = XBlockK { qs: [0; QK_K], bsums: [0; QK_K / 16], d: 0.0 };
 }
 
-/// Quantize `x` (a multiple of 256 values) into `out`: bit-identical to candle's `BlockQ8K::from_float`.
+/// Quantize `x` (a multiple of 256 values) into `out`: bit-identical to candle's `BlockQ8K::from_float` (AVX2
+/// where the CPU has it, plain loops otherwise; the two give the same bits).
 pub fn quantize_row_k(x: &[f32], out: &mut [XBlockK]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::isa_supported(super::Isa::Avx2) {
+        // SAFETY: AVX2+FMA+F16C were detected.
+        unsafe { x86::quantize_row_k_avx2(x, out) };
+        return;
+    }
+    quantize_row_k_scalar(x, out)
+}
+
+/// The plain-loop [`quantize_row_k`].
+pub fn quantize_row_k_scalar(x: &[f32], out: &mut [XBlockK]) {
     debug_assert_eq!(x.len(), out.len() * QK_K);
     for (xs, o) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
         let (mut max, mut amax) = (0f32, 0f32);
@@ -148,6 +160,53 @@ mod x86 {
         let ge_half = _mm256_cmp_ps::<_CMP_GE_OQ>(_mm256_and_ps(frac, absmask), _mm256_set1_ps(0.5));
         let one_signed = _mm256_or_ps(_mm256_andnot_ps(absmask, p), _mm256_set1_ps(1.0));
         _mm256_add_ps(t, _mm256_and_ps(ge_half, one_signed))
+    }
+
+    /// [`super::quantize_row_k_scalar`] with the maximum search and the rounding vectorized: the largest
+    /// magnitude (NaN never wins, as in the scalar comparison), the first value that has it, the same product
+    /// `iscale·v` per value, rounded half away from zero exactly; a NaN product becomes 0 as Rust's `as i8` makes it.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn quantize_row_k_avx2(x: &[f32], out: &mut [XBlockK]) {
+        debug_assert_eq!(x.len(), out.len() * QK_K);
+        let absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for (xs, o) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
+            let p = xs.as_ptr();
+            let mut mx = _mm256_setzero_ps();
+            for i in (0..QK_K).step_by(8) {
+                // max(a, b) returns b when either is NaN: a NaN value never replaces the running maximum
+                mx = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(p.add(i)), absmask), mx);
+            }
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps::<1>(mx));
+            let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+            if amax == 0.0 {
+                *o = XBlockK::ZERO;
+                continue;
+            }
+            let Some(&max) = xs.iter().find(|v| v.abs() == amax) else {
+                *o = XBlockK::ZERO; // unreachable: amax is one of the values' magnitudes
+                continue;
+            };
+            let iscale = -127f32 / max;
+            let iv = _mm256_set1_ps(iscale);
+            let (lo, hi) = (_mm256_set1_ps(-128.0), _mm256_set1_ps(127.0));
+            for i in (0..QK_K).step_by(32) {
+                let q: [__m256i; 4] = std::array::from_fn(|j| {
+                    let y = _mm256_mul_ps(iv, _mm256_loadu_ps(p.add(i + 8 * j)));
+                    let y = _mm256_and_ps(y, _mm256_cmp_ps::<_CMP_ORD_Q>(y, y)); // NaN -> 0
+                    _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(round_away(y), lo), hi))
+                });
+                let a = _mm256_packs_epi32(q[0], q[1]);
+                let b = _mm256_packs_epi32(q[2], q[3]);
+                let q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b), perm);
+                _mm256_storeu_si256(o.qs.as_mut_ptr().add(i) as *mut __m256i, q8);
+            }
+            for (s, qs) in o.bsums.iter_mut().zip(o.qs.chunks_exact(16)) {
+                *s = qs.iter().map(|&q| q as i16).sum();
+            }
+            o.d = 1.0 / iscale;
+        }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]

@@ -234,6 +234,29 @@ fn k_quant_activation_quantization_is_bit_identical_to_candle() {
     assert_eq!(ours[2].qs[9], -127); // the largest magnitude, -50, maps to -127 (iscale = -127 / max)
 }
 
+/// The vectorized Q8_K quantization gives the plain loop's bits, on ties (x.5 products), values that reach
+/// ±127 exactly, a repeated largest magnitude of either sign, NaN and zero blocks.
+#[test]
+fn k_quant_activation_quantization_simd_matches_scalar() {
+    let k = 5 * QK_K;
+    let mut xs = values(k, 23);
+    // block 0: every product iscale·v lands on a tie (max = -127 -> iscale = 1)
+    for (i, v) in xs[..QK_K].iter_mut().enumerate() {
+        *v = (i as f32 - 128.0) * 0.5;
+    }
+    xs[7] = -127.0;
+    xs[QK_K + 3] = 9.0; // block 1: the largest magnitude twice, positive first
+    xs[QK_K + 40] = -9.0;
+    xs[2 * QK_K + 5] = f32::NAN; // block 2: a NaN value
+    xs[3 * QK_K..4 * QK_K].iter_mut().for_each(|v| *v = 0.0); // block 3: zeros
+    let (mut a, mut b) = (vec![XBlockK::ZERO; k / QK_K], vec![XBlockK::ZERO; k / QK_K]);
+    quantize_row_k(&xs, &mut a);
+    super::quant::quantize_row_k_scalar(&xs, &mut b);
+    for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+        assert_eq!((a.d.to_bits(), &a.qs[..], &a.bsums[..]), (b.d.to_bits(), &b.qs[..], &b.bsums[..]), "block {i}");
+    }
+}
+
 #[test]
 fn k_quant_decode_matches_candle_qmatmul() {
     assert!(isa_supported(Isa::Avx2), "these tests need an AVX2 CPU");
