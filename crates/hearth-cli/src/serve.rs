@@ -34,7 +34,7 @@ pub struct ServeArgs {
     #[arg(long, env = "HEARTH_PREFILL_CHUNK")]
     pub prefill_chunk: Option<usize>,
     /// Most tokens of one prompt an engine step computes while streams are decoding: bounds their inter-token
-    /// latency during a long prefill (default: 64 on the CPU, 2048 on a GPU).
+    /// latency during a long prefill (default: 32 on the CPU, 2048 on a GPU).
     #[arg(long, env = "HEARTH_PREFILL_CHUNK_DECODING")]
     pub prefill_chunk_decoding: Option<usize>,
     /// Most prompts one engine step prefills (0: no limit; default: 2 on the CPU, no limit on a GPU).
@@ -260,7 +260,7 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     // Per-step prompt budgets: measured defaults per device class (docs/benchmarks.md).
     let gpu = !m.device.is_cpu();
     let step_tokens = a.prefill_chunk.unwrap_or(if gpu { 8192 } else { 256 });
-    let step_tokens_decoding = a.prefill_chunk_decoding.unwrap_or(if gpu { 2048 } else { 64 });
+    let step_tokens_decoding = a.prefill_chunk_decoding.unwrap_or(if gpu { 2048 } else { 32 });
     let max_prefill_rows = a.prefill_seqs.unwrap_or(if gpu { 0 } else { CPU_PREFILL_SEQS });
     let cache = CacheConfig {
         max_blocks: match a.prompt_cache {
