@@ -52,7 +52,7 @@ describe('rendering', () => {
     assert.equal(await reasoning.getAttribute('open'), null, 'reasoning is folded once the answer is there');
     assert.match(await reasoning.innerText(), /Reasoning/);
     await reasoning.locator('summary').click();
-    assert.match(await reasoning.innerText(), /The user wants a demo\./);
+    await reasoning.getByText('The user wants a demo.').waitFor();
     const card = page.getByTestId('tool-call');
     assert.match(await card.innerText(), /get_weather/);
     assert.match(await card.innerText(), /"city": "Paris"/);
