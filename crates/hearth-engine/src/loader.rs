@@ -49,6 +49,8 @@ pub fn load_with(spec: &str, device: &Device, chat_template: Option<&Path>, opts
         tokenizer.chat_template = Some(ChatTemplate::from_file(path, &tokenizer.bos_token(), &tokenizer.eos_token())?);
     }
     let model = load_model(&weights, &cfg, device, opts)?;
+    drop(weights);
+    crate::malloc::release_free();
     let fingerprint = fingerprint(&location, &tokenizer, &format!("{cfg:?}/{opts:?}"))?;
     Ok(LoadedModel {
         model,

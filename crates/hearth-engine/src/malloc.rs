@@ -16,3 +16,14 @@ pub fn tune() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
     }
 }
+
+/// Hand freed heap memory back to the system now (glibc's `malloc_trim`). The thresholds `tune` sets keep freed
+/// memory for reuse, which a model load (every weight read, then copies such as the fused projections' stacks) and
+/// the grammar compiler's vocabulary index leave behind by the hundred MiB: call this after such one-off work.
+pub fn release_free() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of glibc's arenas to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

@@ -282,8 +282,9 @@ impl LayerNorm {
 /// Rotary embedding tables for one base frequency, indexed by absolute position.
 #[derive(Clone)]
 pub struct Rope {
-    cos: Tensor,
-    sin: Tensor,
+    /// (1, D/2) inverse frequencies.
+    inv: Tensor,
+    max_pos: usize,
     interleaved: bool,
 }
 
@@ -328,22 +329,20 @@ impl Rope {
         let inv = inv_freqs(dim, base, scaling);
         let half = inv.len();
         let inv = Tensor::from_vec(inv, (1, half), device)?;
-        let pos = Tensor::arange(0u32, max_pos as u32, device)?.to_dtype(DType::F32)?.reshape((max_pos, 1))?;
-        let freqs = pos.broadcast_mul(&inv)?;
-        Ok(Self { cos: freqs.cos()?, sin: freqs.sin()?, interleaved })
+        Ok(Self { inv, max_pos, interleaved })
     }
 
     pub fn max_positions(&self) -> usize {
-        self.cos.dim(0).unwrap_or(0)
+        self.max_pos
     }
 
-    /// The tables at this batch's positions, gathered once per forward and shared by every layer.
+    /// The tables at this batch's positions, computed once per forward and shared by every layer: `cos` and `sin`
+    /// of `position · inv_freq`, the same f32 operations a precomputed `(max_pos, D/2)` table would hold (that
+    /// table cost 2 × 16 MiB per rotary base at Gemma 3's 32k positions).
     pub fn at(&self, positions: &Tensor) -> Result<RopeAt> {
-        Ok(RopeAt {
-            cos: self.cos.index_select(positions, 0)?,
-            sin: self.sin.index_select(positions, 0)?,
-            interleaved: self.interleaved,
-        })
+        let t = positions.dim(0)?;
+        let freqs = positions.to_dtype(DType::F32)?.reshape((t, 1))?.broadcast_mul(&self.inv)?;
+        Ok(RopeAt { cos: freqs.cos()?, sin: freqs.sin()?, interleaved: self.interleaved })
     }
 }
 

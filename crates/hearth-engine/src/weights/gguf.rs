@@ -30,6 +30,7 @@ pub const SUPPORTED_DTYPES: &[GgmlDType] = &[
 pub struct GgufFile {
     pub path: PathBuf,
     mmap: memmap2::Mmap,
+    file: std::fs::File,
     pub content: gguf_file::Content,
 }
 
@@ -42,7 +43,7 @@ impl GgufFile {
         let mut cursor = std::io::Cursor::new(&mmap[..]);
         let content = gguf_file::Content::read(&mut cursor)
             .map_err(|e| Error::InvalidModel(format!("{}: not a readable GGUF v2/v3 file: {e}", path.display())))?;
-        Ok(Self { path: path.to_path_buf(), mmap, content })
+        Ok(Self { path: path.to_path_buf(), mmap, file, content })
     }
 
     pub fn metadata(&self) -> &HashMap<String, gguf_file::Value> {
@@ -126,13 +127,83 @@ impl GgufFile {
                     self.mmap.len()
                 ))
             })?;
+        if device.is_cpu() {
+            if let Some(t) = self.read_cpu(info.ggml_dtype, start, info.shape.dims())? {
+                return Ok(t);
+            }
+        }
         let data = &self.mmap[start..start + size];
-        Ok(candle_core::quantized::ggml_file::qtensor_from_ggml(
+        let t = candle_core::quantized::ggml_file::qtensor_from_ggml(
             info.ggml_dtype,
             data,
             info.shape.dims().to_vec(),
             device,
-        )?)
+        )?;
+        self.release(start, size);
+        Ok(t)
+    }
+
+    /// A CPU tensor read from the file straight into its typed block storage (one copy, no mapped pages in this
+    /// process: copying out of the map held the file's pages and the copy resident at once, which for Gemma 3's
+    /// 178 MB embedding table set the load's peak memory). `None` for a type read through the map instead.
+    fn read_cpu(&self, dtype: GgmlDType, start: usize, dims: &[usize]) -> Result<Option<QTensor>> {
+        use candle_core::quantized::k_quants as k;
+        let elems: usize = dims.iter().product();
+        let storage = match dtype {
+            GgmlDType::Q4_0 => self.read_blocks::<k::BlockQ4_0>(start, elems)?,
+            GgmlDType::Q4_1 => self.read_blocks::<k::BlockQ4_1>(start, elems)?,
+            GgmlDType::Q5_0 => self.read_blocks::<k::BlockQ5_0>(start, elems)?,
+            GgmlDType::Q5_1 => self.read_blocks::<k::BlockQ5_1>(start, elems)?,
+            GgmlDType::Q8_0 => self.read_blocks::<k::BlockQ8_0>(start, elems)?,
+            GgmlDType::Q2K => self.read_blocks::<k::BlockQ2K>(start, elems)?,
+            GgmlDType::Q3K => self.read_blocks::<k::BlockQ3K>(start, elems)?,
+            GgmlDType::Q4K => self.read_blocks::<k::BlockQ4K>(start, elems)?,
+            GgmlDType::Q5K => self.read_blocks::<k::BlockQ5K>(start, elems)?,
+            GgmlDType::Q6K => self.read_blocks::<k::BlockQ6K>(start, elems)?,
+            _ => return Ok(None),
+        };
+        Ok(Some(QTensor::new(storage, dims.to_vec())?))
+    }
+
+    /// `elems / T::BLCK_SIZE` blocks of `T` read from byte `start` of the file (bounds checked by the caller).
+    fn read_blocks<T: candle_core::quantized::k_quants::GgmlType + 'static>(
+        &self,
+        start: usize,
+        elems: usize,
+    ) -> Result<candle_core::quantized::QStorage> {
+        let n = elems / T::BLCK_SIZE;
+        let mut blocks: Vec<T> = vec![T::zeros(); n];
+        let bytes = std::mem::size_of_val(blocks.as_slice());
+        // SAFETY: the block types are plain old data (f16 scales and integer arrays, `#[repr(C)]`, no padding
+        // beyond what GGML's layout has, every bit pattern valid), so their storage may be filled from bytes.
+        let buf = unsafe { std::slice::from_raw_parts_mut(blocks.as_mut_ptr() as *mut u8, bytes) };
+        read_at(&self.file, buf, start as u64)
+            .map_err(|e| Error::io(format!("reading {} at byte {start}", self.path.display()), e))?;
+        Ok(candle_core::quantized::QStorage::Cpu(Box::new(blocks)))
+    }
+
+    /// Drop the mapped file pages of bytes `start..start + len` from this process once they are copied: the map
+    /// would otherwise hold a second resident copy of every weight until the file is closed (the load's peak
+    /// memory was the file plus its copies). The pages stay in the page cache, so a later read of the same bytes
+    /// (a tensor read twice, a neighbour sharing an edge page) costs a page-cache hit, not a disk read.
+    fn release(&self, start: usize, len: usize) {
+        #[cfg(unix)]
+        {
+            const PAGE: usize = 4096;
+            let lo = start / PAGE * PAGE;
+            let hi = (start + len).min(self.mmap.len());
+            if hi <= lo {
+                return;
+            }
+            // SAFETY: the map is a read-only private file mapping that nothing borrows across this call
+            // (`qtensor` copied the bytes); MADV_DONTNEED on it only evicts pages, which fault back from the file.
+            let r = unsafe { self.mmap.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, lo, hi - lo) };
+            if let Err(e) = r {
+                tracing::debug!("madvise(DONTNEED) on the weights map: {e}");
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (start, len);
     }
 
     /// Load one tensor by its GGUF name, dequantized to f32.
@@ -152,6 +223,26 @@ impl GgufFile {
         }
         counts.sort_by_key(|c| std::cmp::Reverse(c.1));
         counts.iter().map(|(n, c)| format!("{n}×{c}")).collect::<Vec<_>>().join(" ")
+    }
+}
+
+/// Fill `buf` from byte `offset` of `file`.
+fn read_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+    }
+    #[cfg(windows)]
+    {
+        let mut done = 0;
+        while done < buf.len() {
+            let n = std::os::windows::fs::FileExt::seek_read(file, &mut buf[done..], offset + done as u64)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            done += n;
+        }
+        Ok(())
     }
 }
 
