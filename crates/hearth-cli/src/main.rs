@@ -74,6 +74,9 @@ enum Command {
     Levers(levers::LeversArgs),
     /// Serve the model over OpenAI- and Anthropic-compatible HTTP APIs, with a web chat at /.
     Serve(serve::ServeArgs),
+    /// The engine process of `serve --isolate` (started by the server, not by hand).
+    #[command(name = "engine-child", hide = true)]
+    EngineChild(serve::EngineChildArgs),
 }
 
 fn main() {
@@ -94,6 +97,7 @@ fn main() {
         Command::Models => models::run(),
         Command::Levers(a) => levers::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::EngineChild(a) => serve::run_engine_child(a),
     };
     if let Err(e) = result {
         eprintln!("hearth: error: {e:#}");

@@ -7,6 +7,7 @@ use hearth_engine::embed::{Embedder, EmbedderOptions};
 use hearth_engine::engine::{blocks_for_budget, CacheConfig, EngineConfig, SsdSettings};
 use hearth_engine::sampling::grammar::Grammars;
 use hearth_engine::weights::resolve::ModelLocation;
+use hearth_server::isolate::{ChildCommand, Engine, Supervisor};
 use hearth_server::{DefaultOverrides, Embedding, Loaded, Ready, SamplingDefaults, ServerConfig};
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,6 +95,15 @@ pub struct ServeArgs {
     /// `chat_template_kwargs`): on or off; unset, the template's own default.
     #[arg(long, env = "HEARTH_REASONING", value_parser = parse_on_off)]
     pub reasoning: Option<bool>,
+    /// Run the engine in a child process: a crash of the model (a kernel fault, out of memory) ends only the
+    /// requests it was running (502 `engine_unavailable`), and the server respawns the engine with backoff while it
+    /// keeps answering /health (`degraded`), /v1/models, /stats and the web chat.
+    #[arg(long, env = "HEARTH_ISOLATE")]
+    pub isolate: bool,
+    /// With --isolate: the most seconds to wait before respawning a crashed engine (the wait starts at 0.1 s and
+    /// doubles per crash in a row; a child that stayed up 30 s resets it).
+    #[arg(long, env = "HEARTH_ISOLATE_BACKOFF_MAX", default_value_t = 10.0)]
+    pub isolate_backoff_max: f64,
     /// Do not serve the web chat at / (the API alone).
     #[arg(long, env = "HEARTH_NO_UI")]
     pub no_ui: bool,
@@ -167,6 +177,10 @@ fn check(a: &ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.top_p.is_none_or(|p| p > 0.0 && p <= 1.0), "--top-p must be in (0, 1]");
     anyhow::ensure!(a.max_tokens.is_none_or(|m| m >= 1), "--max-tokens must be at least 1");
     anyhow::ensure!(a.api_key.as_deref().is_none_or(|k| !k.trim().is_empty()), "--api-key must not be empty");
+    anyhow::ensure!(
+        a.isolate_backoff_max.is_finite() && (0.0..=3600.0).contains(&a.isolate_backoff_max),
+        "--isolate-backoff-max must be a number of seconds from 0 to 3600"
+    );
     Ok(())
 }
 
@@ -211,7 +225,7 @@ fn load_all(a: &ServeArgs) -> anyhow::Result<Loaded> {
         );
         (None, Some(a.model.model.clone()))
     } else {
-        (Some(load(a)?), a.embedding_model.clone())
+        (Some(if a.isolate { load_isolated(a)? } else { load(a)? }), a.embedding_model.clone())
     };
     let embedding = embedding_spec.map(|spec| load_embedding(a, &spec)).transpose()?;
     Ok(Loaded { ready, embedding })
@@ -252,9 +266,7 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let cap = a.batch * (m.model.max_positions().div_ceil(bs) + 1);
     let kv_blocks = blocks_for_budget(m.model.as_ref(), budget, bs).min(cap);
     anyhow::ensure!(kv_blocks >= 2, "--kv-budget is too small to hold even one block of {bs} tokens; raise it");
-    let flags =
-        DefaultOverrides { temperature: a.temperature, top_p: a.top_p, top_k: a.top_k, max_tokens: a.max_tokens };
-    let defaults = SamplingDefaults::resolve(m.generation_config.as_ref(), &flags);
+    let defaults = sampling_defaults(a, m.generation_config.as_ref());
     let device = hearth_engine::device::describe(&m.device);
     let eos = m.tokenizer.eos_ids().to_vec();
     // Per-step prompt budgets: measured defaults per device class (docs/benchmarks.md).
@@ -291,18 +303,9 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let width = m.model.config().vocab_size;
     let engine = hearth_engine::engine::start(m.model, m.device, ecfg, eos).context("starting the engine")?;
     let tokenizer = Arc::new(m.tokenizer);
-    let grammars = Arc::new(Grammars::new(tokenizer.clone(), width));
-    {
-        // The grammar compiler's vocabulary index takes 0.15 s (49k tokens) to 1.7 s (262k): build it now, not in the
-        // first request.
-        let g = grammars.clone();
-        let _ = std::thread::Builder::new().name("hearth-grammars".into()).spawn(move || {
-            g.warm();
-            hearth_engine::malloc::release_free();
-        });
-    }
+    let grammars = warm_grammars(&tokenizer, width);
     Ok(Ready {
-        engine,
+        engine: Engine::Local(Box::new(engine)),
         tokenizer,
         grammars,
         reasoning: a.reasoning,
@@ -313,9 +316,112 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     })
 }
 
+/// The server's sampling defaults: the flags over the model's generation config.
+fn sampling_defaults(a: &ServeArgs, generation_config: Option<&serde_json::Value>) -> SamplingDefaults {
+    let flags =
+        DefaultOverrides { temperature: a.temperature, top_p: a.top_p, top_k: a.top_k, max_tokens: a.max_tokens };
+    SamplingDefaults::resolve(generation_config, &flags)
+}
+
+/// The grammar compiler, its vocabulary index built on a thread of its own: 0.15 s (49k tokens) to 1.7 s (262k),
+/// now rather than in the first request.
+fn warm_grammars(tokenizer: &Arc<hearth_engine::tokenizer::Tokenizer>, width: usize) -> Arc<Grammars> {
+    let grammars = Arc::new(Grammars::new(tokenizer.clone(), width));
+    let g = grammars.clone();
+    let _ = std::thread::Builder::new().name("hearth-grammars".into()).spawn(move || {
+        g.warm();
+        hearth_engine::malloc::release_free();
+    });
+    grammars
+}
+
+/// `--isolate`: this process keeps the tokenizer and chat template (requests are parsed and rendered here); the
+/// engine runs in a supervised child, this binary's hidden `engine-child` subcommand with the same flags.
+fn load_isolated(a: &ServeArgs) -> anyhow::Result<Ready> {
+    let side = hearth_engine::loader::load_text_side(&a.model.model, a.model.chat_template.as_deref())?;
+    let program = std::env::current_exe().context("finding this program to start the engine process")?;
+    let cmd = ChildCommand {
+        program,
+        args: child_args(std::env::args_os().skip(1)),
+        backoff_max: Duration::from_secs_f64(a.isolate_backoff_max),
+    };
+    let sup = tokio::runtime::Handle::current()
+        .block_on(Supervisor::start(cmd))
+        .map_err(|e| anyhow::anyhow!("starting the engine process: {e}"))?;
+    let tokenizer = Arc::new(side.tokenizer);
+    let grammars = warm_grammars(&tokenizer, side.config.vocab_size);
+    Ok(Ready {
+        device: format!("{} (isolated engine, pid {})", sup.device(), sup.status().pid.unwrap_or(0)),
+        engine: Engine::Isolated(sup),
+        tokenizer,
+        grammars,
+        reasoning: a.reasoning,
+        model_id: a.model.model.clone(),
+        defaults: sampling_defaults(a, side.generation_config.as_ref()),
+        created: hearth_server::state::unix_now(),
+    })
+}
+
+/// The child's command line: this one's, with `serve` replaced by the hidden subcommand and `--isolate` dropped.
+fn child_args(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::new();
+    let mut replaced = false;
+    for arg in args {
+        if !replaced && arg == "serve" {
+            out.push(ENGINE_CHILD.into());
+            replaced = true;
+        } else if arg != "--isolate" {
+            out.push(arg);
+        }
+    }
+    out
+}
+
+/// The hidden subcommand an isolated server starts its engine with.
+pub const ENGINE_CHILD: &str = "engine-child";
+
+#[derive(Args)]
+pub struct EngineChildArgs {
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// The parent's UNIX socket.
+    #[arg(long)]
+    pub socket: std::path::PathBuf,
+}
+
+/// The engine child: load the model and engine as `serve` does, then serve the parent's connection; exit when it
+/// closes, which is also what happens when the parent dies (the kernel closes its end). PR_SET_PDEATHSIG is not
+/// used: it fires when the spawning *thread* ends, and the parent spawns from pooled threads.
+pub fn run_engine_child(a: EngineChildArgs) -> anyhow::Result<()> {
+    check(&a.serve)?;
+    let ready = load(&a.serve)?;
+    let Engine::Local(handle) = ready.engine else { anyhow::bail!("the engine child has no local engine") };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        let stream = tokio::net::UnixStream::connect(&a.socket)
+            .await
+            .with_context(|| format!("connecting to the server at {}", a.socket.display()))?;
+        hearth_server::isolate::child::serve(stream, *handle, ready.grammars, ready.device).await?;
+        anyhow::Ok(())
+    })?;
+    // The engine thread and its rows go with the process.
+    std::process::exit(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse_size;
+
+    #[test]
+    fn child_command_line() {
+        let args = ["serve", "-m", "serve", "--isolate", "--port", "0"].map(std::ffi::OsString::from);
+        let got = super::child_args(args.into_iter());
+        assert_eq!(got, ["engine-child", "-m", "serve", "--port", "0"].map(std::ffi::OsString::from));
+    }
 
     #[test]
     fn sizes() {

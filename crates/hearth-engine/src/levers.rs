@@ -226,6 +226,7 @@ levers! {
     cuda_step_timing: bool = switch, "HEARTH_CUDA_STEP_TIMING", Diagnostic, true, "off", "CUDA events around every step: device time and inter-step gaps in /stats";
     cuda_diag_skip_attn: bool = switch, "HEARTH_CUDA_DIAG_SKIP_ATTN", Diagnostic, true, "off", "paged attention returns zeros without launching (outputs are wrong): what attention costs in a step";
     cuda_profile: Option<ProfileSpec> = profile, "HEARTH_CUDA_PROFILE", Diagnostic, true, "off", "ROWS:STEPS or prefill:STEPS: cuProfilerStart/Stop around those steps, for ncu";
+    fault_panic_at_token: usize = count, "HEARTH_FAULT_PANIC_AT_TOKEN", Diagnostic, false, "0", "fault injection for tests: one panic inside the engine step in which a running row first holds this many generated tokens (0: never)";
 }
 
 impl Default for Levers {

@@ -29,9 +29,24 @@ pub fn load(spec: &str, device: &Device, chat_template: Option<&Path>) -> Result
     load_with(spec, device, chat_template, &LoadOptions::default())
 }
 
-pub fn load_with(spec: &str, device: &Device, chat_template: Option<&Path>, opts: &LoadOptions) -> Result<LoadedModel> {
-    let t0 = Instant::now();
+/// A model's text side without its weights: what a server whose engine runs in another process needs.
+pub struct TextSide {
+    pub tokenizer: Tokenizer,
+    pub config: ModelConfig,
+    pub location: ModelLocation,
+    pub generation_config: Option<serde_json::Value>,
+}
+
+/// Resolve `spec` and load its tokenizer and chat template (`chat_template` overrides the model's own), reading the
+/// weights' metadata but not the weights.
+pub fn load_text_side(spec: &str, chat_template: Option<&Path>) -> Result<TextSide> {
     let location = resolve(spec)?;
+    let (_, config, side) = open_text_side(location, chat_template)?;
+    Ok(TextSide { config, ..side })
+}
+
+/// Open the weights and build the text side on them.
+fn open_text_side(location: ModelLocation, chat_template: Option<&Path>) -> Result<(Weights, ModelConfig, TextSide)> {
     let (weights, mut cfg) = open_weights(&location)?;
     let generation_config = read_generation_config(&location);
     if let Some(g) = &generation_config {
@@ -48,6 +63,14 @@ pub fn load_with(spec: &str, device: &Device, chat_template: Option<&Path>, opts
     if let Some(path) = chat_template {
         tokenizer.chat_template = Some(ChatTemplate::from_file(path, &tokenizer.bos_token(), &tokenizer.eos_token())?);
     }
+    let side = TextSide { tokenizer, config: cfg.clone(), location, generation_config };
+    Ok((weights, cfg, side))
+}
+
+pub fn load_with(spec: &str, device: &Device, chat_template: Option<&Path>, opts: &LoadOptions) -> Result<LoadedModel> {
+    let t0 = Instant::now();
+    let (weights, cfg, side) = open_text_side(resolve(spec)?, chat_template)?;
+    let TextSide { tokenizer, location, generation_config, .. } = side;
     let model = load_model(&weights, &cfg, device, opts)?;
     drop(weights);
     crate::malloc::release_free();

@@ -29,7 +29,7 @@ pub struct EngineRequest {
     pub constraint: Option<crate::sampling::grammar::Constraint>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum FinishReason {
     /// An EOS or stop token (not included in the output).
     Stop,
@@ -49,7 +49,7 @@ impl FinishReason {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
@@ -57,7 +57,7 @@ pub struct Usage {
     pub cached_tokens: usize,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum EngineEvent {
     /// One generated token of choice `choice`.
     Token { choice: usize, id: u32, logprob: Option<f32>, top: Vec<TopLogprob> },
@@ -67,7 +67,7 @@ pub enum EngineEvent {
     Error { message: String },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum SubmitError {
     /// The waiting queue is full (HTTP 429).
     #[error("the server is busy: {waiting} requests are already waiting (limit {limit}); retry later")]
@@ -105,6 +105,12 @@ impl RequestStream {
         Self { rx, cancel: (0..choices.max(1)).map(|_| Arc::new(AtomicBool::new(false))).collect() }
     }
 
+    /// The per-choice cancel flags (set by `cancel`, `cancel_choice` and drop), for a caller that forwards
+    /// cancellation to an engine in another process.
+    pub fn cancel_flags(&self) -> &[Arc<AtomicBool>] {
+        &self.cancel
+    }
+
     /// Cancel every choice.
     pub fn cancel(&self) {
         for c in &self.cancel {
@@ -127,7 +133,7 @@ impl Drop for RequestStream {
 }
 
 /// A snapshot for `/stats`.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct EngineStats {
     pub rows_running: usize,
     pub rows_waiting: usize,
@@ -188,7 +194,7 @@ impl EngineStats {
 }
 
 /// The prompt cache in `/stats`.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct PromptCacheStats {
     pub enabled: bool,
     /// KV blocks registered under a content address (shared by running rows or parked for reuse).
@@ -276,7 +282,7 @@ pub fn blocks_to_admit(tokens: usize, extra_choices: usize, block_size: usize) -
 
 /// Facts about the served model and engine the server needs without touching the engine thread, and the
 /// validation every caller (server, CLI, engine) applies to a request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EngineInfo {
     pub vocab_size: usize,
     pub max_positions: usize,

@@ -6,8 +6,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::openai::messages;
 use crate::state::AppState;
 use crate::wire::admin::{
-    ApplyTemplateResponse, CacheFlushResponse, DetokenizeRequest, DetokenizeResponse, Health, Piece, Stats,
-    TokenizeRequest, TokenizeResponse, Tokens,
+    ApplyTemplateResponse, CacheFlushResponse, DetokenizeRequest, DetokenizeResponse, EngineReport, Health, Piece,
+    PoolEntry, Stats, TokenizeRequest, TokenizeResponse, Tokens,
 };
 use crate::wire::chat::Conversation;
 use axum::extract::State;
@@ -31,6 +31,7 @@ pub const ENDPOINTS: &[(&str, &str, &str)] = &[
     ("GET", "/metrics", "Prometheus metrics"),
     ("GET", "/health", "liveness and readiness"),
     ("GET", "/stats", "engine counters (JSON)"),
+    ("GET", "/engine", "where the engine runs (in process or an isolated child), its restarts"),
     ("POST", "/admin/cache/flush", "write the prompt cache to the SSD tier"),
     ("POST", "/tokenize", "text to token ids"),
     ("POST", "/detokenize", "token ids to text"),
@@ -46,26 +47,75 @@ pub async fn index() -> Json<serde_json::Value> {
     Json(serde_json::json!({"object": "list", "data": data}))
 }
 
-/// 200 `{"status":"ok"}` when serving, 503 `{"status":"loading"}` while the model loads, 503 `{"status":"error"}`
-/// if the engine thread has stopped.
+/// 200 `{"status":"ok"}` when serving, 503 `{"status":"loading"}` while the model loads, 503
+/// `{"status":"degraded"}` while an isolated engine's process restarts, 503 `{"status":"error"}` if the engine
+/// thread has stopped.
 pub async fn health(State(st): State<AppState>) -> Response {
     if !st.is_loaded() {
         return (StatusCode::SERVICE_UNAVAILABLE, Json(Health { status: "loading", message: None })).into_response();
+    }
+    if let Some(s) = st.get().and_then(|r| r.engine.status()) {
+        if s.state != crate::isolate::EngineState::Up {
+            let why = format!("the engine process is restarting (restarts so far: {})", s.restarts);
+            let body = Health { status: "degraded", message: Some(why.into()) };
+            return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+        }
     }
     let engine_down = st.get().is_some_and(|r| !r.engine.is_alive());
     let embedder_down = st.get_embedding().is_some_and(|e| !e.handle.is_alive());
     if engine_down || embedder_down {
         let what = if engine_down { "the engine thread has stopped" } else { "the embedding worker has stopped" };
-        let body = Health { status: "error", message: Some(what) };
+        let body = Health { status: "error", message: Some(what.into()) };
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
     Json(Health { status: "ok", message: None }).into_response()
 }
 
+/// `GET /engine`: whether the engine is isolated, its process, state and restarts.
+pub async fn engine(State(st): State<AppState>) -> ApiResult<Json<EngineReport>> {
+    let r = st.ready()?;
+    let report = match r.engine.status() {
+        Some(s) => {
+            let state = match s.state {
+                crate::isolate::EngineState::Starting => "starting",
+                crate::isolate::EngineState::Up => "up",
+                crate::isolate::EngineState::Restarting => "restarting",
+            };
+            EngineReport {
+                isolated: true,
+                pid: s.pid,
+                restarts: s.restarts,
+                state,
+                last_exit: s.last_exit,
+                last_restart_ms: s.last_restart_ms,
+                restart_ms_p50: s.restart_ms_p50,
+                restart_ms_p95: s.restart_ms_p95,
+                pool: vec![PoolEntry { model: r.model_id.clone(), loaded: s.pid.is_some(), state, pid: s.pid }],
+            }
+        }
+        None => {
+            let state = if r.engine.is_alive() { "up" } else { "stopped" };
+            let pid = Some(std::process::id());
+            EngineReport {
+                isolated: false,
+                pid,
+                restarts: 0,
+                state,
+                last_exit: None,
+                last_restart_ms: None,
+                restart_ms_p50: None,
+                restart_ms_p95: None,
+                pool: vec![PoolEntry { model: r.model_id.clone(), loaded: true, state, pid }],
+            }
+        }
+    };
+    Ok(Json(report))
+}
+
 /// The engine's counters plus what the server was started with.
 pub async fn stats(State(st): State<AppState>) -> ApiResult<Json<Stats>> {
     let r = st.ready()?;
-    let info = &r.engine.info;
+    let info = r.engine.info();
     Ok(Json(Stats {
         engine: r.engine.stats(),
         model: r.model_id.clone(),
@@ -81,25 +131,16 @@ pub async fn stats(State(st): State<AppState>) -> ApiResult<Json<Stats>> {
     }))
 }
 
-/// Most time a flush may take before the request gives up (the writes go on).
-const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
-
 /// `POST /admin/cache/flush`: write every cached KV block to the SSD tier; 200 once all of it is durable.
 pub async fn cache_flush(State(st): State<AppState>) -> ApiResult<Json<CacheFlushResponse>> {
     let r = st.ready()?;
-    let engine = r.engine.clone();
-    let done = tokio::task::spawn_blocking(move || match engine.flush_cache() {
-        Ok(Some(rx)) => rx.recv_timeout(FLUSH_TIMEOUT).map(|_| true).map_err(|e| match e {
-            std::sync::mpsc::RecvTimeoutError::Timeout => {
-                ApiError::internal("the SSD tier did not finish writing in time; the writes go on")
-            }
-            std::sync::mpsc::RecvTimeoutError::Disconnected => ApiError::internal("the SSD writer stopped"),
-        }),
-        Ok(None) => Ok(false),
-        Err(e) => Err(ApiError::from_status(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("flush task failed: {e}")))??;
+    let done = r.engine.flush().await.map_err(|e| {
+        if r.engine.is_alive() {
+            ApiError::internal(e)
+        } else {
+            ApiError::from_status(StatusCode::SERVICE_UNAVAILABLE, e)
+        }
+    })?;
     if !done {
         return Err(ApiError::bad_request("there is no SSD tier to flush to: start the server with --ssd-cache DIR"));
     }

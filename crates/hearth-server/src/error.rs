@@ -65,11 +65,16 @@ impl ApiError {
     }
 
     /// An error the engine reported for a request: a constraint that this model's tokens cannot continue is the
-    /// request's fault (400 `constraint_unsatisfiable`); anything else is the server's.
+    /// request's fault (400 `constraint_unsatisfiable`); an isolated engine's process that died under it is a 502
+    /// `engine_unavailable`; anything else is the server's.
     pub fn engine(message: impl Into<String>) -> Self {
         let message = message.into();
         if message.starts_with(hearth_engine::sampling::grammar::GRAMMAR_FAILED) {
             return Self::bad_request(message).with_code("constraint_unsatisfiable");
+        }
+        if message.starts_with(crate::isolate::ENGINE_UNAVAILABLE) {
+            // The engine process died under the request (`--isolate`); the server itself is fine.
+            return Self::new(StatusCode::BAD_GATEWAY, "engine_unavailable", message).with_code("engine_unavailable");
         }
         Self::internal(message)
     }

@@ -11,6 +11,7 @@ pub mod config;
 pub mod embeddings;
 pub mod error;
 pub mod generation;
+pub mod isolate;
 pub mod metrics;
 pub mod middleware;
 pub mod openai;
@@ -59,6 +60,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::handler))
         .route("/health", get(admin::health))
         .route("/stats", get(admin::stats))
+        .route("/engine", get(admin::engine))
         .route("/admin/cache/flush", post(admin::cache_flush))
         .route("/tokenize", post(admin::tokenize))
         .route("/detokenize", post(admin::detokenize))
@@ -117,7 +119,10 @@ where
     if let Some(r) = &loaded.ready {
         banner += &format!(
             " | model {} | device {} | KV cache {} tokens | batch {}",
-            r.model_id, r.device, r.engine.info.kv_capacity_tokens, r.engine.info.max_batch
+            r.model_id,
+            r.device,
+            r.engine.info().kv_capacity_tokens,
+            r.engine.info().max_batch
         );
     }
     if let Some(e) = loaded.embedding {
@@ -142,8 +147,7 @@ where
     }
     let served = server.await.context("the HTTP server task panicked")?;
     if let Some(r) = state.get() {
-        let engine = r.engine.clone();
-        let _ = tokio::task::spawn_blocking(move || flush_on_exit(&engine)).await;
+        flush_on_exit(&r.engine).await;
     }
     served
 }
@@ -163,14 +167,17 @@ pub fn chat_url(addr: std::net::SocketAddr) -> String {
 const EXIT_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// On shutdown, write the cached KV blocks to the SSD tier (when there is one) so a restart finds them.
-fn flush_on_exit(engine: &hearth_engine::engine::EngineHandle) {
-    let Ok(Some(done)) = engine.flush_cache() else { return };
+async fn flush_on_exit(engine: &isolate::Engine) {
+    if engine.stats().ssd_cache.is_none() || !engine.is_alive() {
+        return;
+    }
     eprintln!("hearth: writing the prompt cache to the SSD tier...");
-    match done.recv_timeout(EXIT_FLUSH_TIMEOUT) {
-        Ok(()) => {
+    match tokio::time::timeout(EXIT_FLUSH_TIMEOUT, engine.flush()).await {
+        Ok(Ok(_)) => {
             let s = engine.stats().ssd_cache.unwrap_or_default();
             eprintln!("hearth: SSD tier holds {} blocks ({:.1} MiB)", s.files, s.bytes as f64 / (1 << 20) as f64);
         }
+        Ok(Err(e)) => eprintln!("hearth: writing the prompt cache failed: {e}"),
         Err(_) => eprintln!("hearth: gave up waiting for the SSD tier; some cached blocks were not written"),
     }
 }

@@ -5,14 +5,13 @@ use crate::config::{SamplingDefaults, ServerConfig};
 use crate::error::{ApiError, ApiResult};
 use crate::responses::store::ResponseStore;
 use hearth_engine::embed::EmbedderHandle;
-use hearth_engine::engine::EngineHandle;
 use hearth_engine::sampling::grammar::Grammars;
 use hearth_engine::tokenizer::Tokenizer;
 use std::sync::{Arc, OnceLock};
 
 /// Everything a request needs once the model is loaded.
 pub struct Ready {
-    pub engine: EngineHandle,
+    pub engine: crate::isolate::Engine,
     pub tokenizer: Arc<Tokenizer>,
     /// Compiles the output constraints of requests (`response_format`, `structured_outputs`, `grammar`, ...).
     pub grammars: Arc<Grammars>,
@@ -30,7 +29,7 @@ pub struct Ready {
 impl Ready {
     /// Most tokens (prompt + completion) one request can ever hold.
     pub fn max_request_tokens(&self) -> usize {
-        self.engine.info.max_request_tokens
+        self.engine.info().max_request_tokens
     }
 }
 

@@ -15,6 +15,14 @@ pub(crate) enum Command {
     Flush(mpsc::Sender<Option<mpsc::Receiver<()>>>),
 }
 
+/// `HEARTH_FAULT_PANIC_AT_TOKEN`: whether this step is the one to panic (once per process, when a running row first
+/// holds that many generated tokens): how the tests stand in for a kernel or model bug.
+fn injected_fault_due(most_generated: usize) -> bool {
+    static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let at = crate::levers::get().fault_panic_at_token;
+    at > 0 && most_generated >= at && !FIRED.swap(true, Ordering::Relaxed)
+}
+
 /// Blocks a flush reads out of the pool at once.
 const FLUSH_CHUNK: usize = 64;
 
@@ -86,6 +94,9 @@ impl<R: Runner> EngineCore<R> {
             }
         };
         let out = if plan.rows.is_empty() { Ok(StepOutput::Logits(Vec::new())) } else { self.run_with_masks(&plan) };
+        if injected_fault_due(self.scheduler.most_generated()) {
+            panic!("injected fault (HEARTH_FAULT_PANIC_AT_TOKEN)");
+        }
         match out {
             Ok(out) => {
                 let t = Instant::now();
@@ -203,7 +214,7 @@ impl<R: Runner> EngineCore<R> {
                         }
                     }
                 }
-                Err(_) => self.fail_all("engine step panicked; the requests in flight were failed"),
+                Err(_) => self.fail_all("engine step panicked; the requests it was running were failed"),
             }
             queued.store(self.scheduler.waiting_rows(), Ordering::Relaxed);
             if let Ok(mut s) = stats.lock() {

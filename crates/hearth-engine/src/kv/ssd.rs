@@ -69,7 +69,7 @@ pub struct BlockRecord {
     pub data: Vec<u8>,
 }
 
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct SsdStats {
     pub dir: String,
     pub files: usize,

@@ -19,8 +19,15 @@ use std::time::Instant;
 /// request's error: a constraint this model's tokens cannot continue).
 pub const GRAMMAR_FAILED: &str = "the output grammar failed";
 
+/// A constraint as a request states it: its specification, and the marker it waits for (if any).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ConstraintSource {
+    pub spec: ConstraintSpec,
+    pub after_marker: Option<String>,
+}
+
 /// What a request constrains its output to.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum ConstraintSpec {
     /// A JSON schema (`response_format` `json_schema`, vLLM's `json`, llama.cpp's `json_schema`).
     JsonSchema(serde_json::Value),
@@ -125,6 +132,15 @@ impl Grammars {
         self.factory.get_or_init(|| build_factory(&self.tokenizer, self.logits_width)).clone()
     }
 
+    /// Compile a constraint from what another process compiled it from ([`Constraint::source`]).
+    pub fn compile_source(&self, source: &ConstraintSource) -> Result<Constraint, String> {
+        let c = self.compile(&source.spec)?;
+        Ok(match &source.after_marker {
+            Some(m) => c.after_marker(m),
+            None => c,
+        })
+    }
+
     /// Compile `spec`; the error names what is wrong with it (an invalid schema, regex or grammar).
     pub fn compile(&self, spec: &ConstraintSpec) -> Result<Constraint, String> {
         let factory = self.factory()?;
@@ -137,7 +153,8 @@ impl Grammars {
         }
         // The first mask now: a grammar this vocabulary cannot start (a character no token spells, say) is the
         // request's error, not a failure mid-generation; and the mask is ready for the first sample.
-        let mut c = Constraint { matcher, mask: None, width: self.logits_width, dormant: None };
+        let source = ConstraintSource { spec: spec.clone(), after_marker: None };
+        let mut c = Constraint { matcher, source, mask: None, width: self.logits_width, dormant: None };
         c.prepare().map_err(|e| format!("it cannot start: {e}"))?;
         tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "compiled a grammar");
         Ok(c)
@@ -190,6 +207,8 @@ pub const NONE_ALLOWED: u32 = u32::MAX;
 #[derive(Clone)]
 pub struct Constraint {
     matcher: Matcher,
+    /// What it was compiled from, for a process that compiles it again (an isolated engine).
+    source: ConstraintSource,
     /// The mask for the next token (None: not computed since the last commit).
     mask: Option<SimpleVob>,
     width: usize,
@@ -214,8 +233,14 @@ impl Constraint {
     /// Leave the output free until it contains `marker` (a thought's end, for a prompt that opened one): the
     /// grammar applies to what follows.
     pub fn after_marker(mut self, marker: &str) -> Self {
+        self.source.after_marker = Some(marker.to_string());
         self.dormant = Some(Dormant { marker: marker.as_bytes().to_vec(), tail: Vec::new() });
         self
+    }
+
+    /// What this constraint was compiled from ([`Grammars::compile_source`] builds it again).
+    pub fn source(&self) -> &ConstraintSource {
+        &self.source
     }
 
     /// Whether the grammar is still waiting for its marker.

@@ -2,7 +2,7 @@
 
 use crate::{Error, Result};
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SamplingParams {
     /// 0 = greedy.
     pub temperature: f32,

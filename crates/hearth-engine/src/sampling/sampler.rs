@@ -6,7 +6,7 @@ use super::processors::{apply_logit_bias, apply_penalties};
 use super::rng::Rng;
 use super::SamplingParams;
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TopLogprob {
     pub id: u32,
     pub logprob: f32,

@@ -231,9 +231,20 @@ impl Scheduler {
         self.refresh_stats();
     }
 
-    /// Fail everything (an unrecoverable error, e.g. a panic mid-step).
+    /// The most generated tokens any running row holds.
+    pub fn most_generated(&self) -> usize {
+        self.running.iter().map(|s| s.generated()).max().unwrap_or(0)
+    }
+
+    /// Fail every row a panic mid-step may have touched: the running rows, and waiting ones that hold blocks or
+    /// computed KV (preempted, restoring). Waiting rows that never started keep their place: the pool is rebuilt
+    /// under them and they run as if nothing happened.
     pub fn fail_all(&mut self, message: &str) {
-        let all: Vec<Sequence> = self.running.drain(..).chain(self.waiting.drain(..)).collect();
+        let (untouched, touched): (Vec<Sequence>, Vec<Sequence>) = self
+            .waiting
+            .drain(..)
+            .partition(|s| s.blocks.is_empty() && s.restoring.is_none() && s.computed == 0 && s.siblings.is_empty());
+        let all: Vec<Sequence> = self.running.drain(..).chain(touched).collect();
         for mut s in all {
             for sib in std::mem::take(&mut s.siblings) {
                 sib.emit(EngineEvent::Error { message: message.to_string() });
@@ -248,6 +259,11 @@ impl Scheduler {
         self.restores.clear();
         self.inflight.clear();
         self.resolved.clear();
+        for mut s in untouched {
+            s.cached = 0;
+            s.hashes.clear();
+            self.waiting.push_back(s);
+        }
         self.refresh_stats();
     }
 

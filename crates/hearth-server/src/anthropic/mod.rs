@@ -37,7 +37,7 @@ pub async fn messages(State(st): State<AppState>, body: Bytes) -> ApiResult<Resp
 async fn run(st: AppState, body: Bytes, id: String) -> ApiResult<Response> {
     let t = request::translate(&parse_object(&body)?, false)?;
     let ready = st.ready()?;
-    let sub = submit_translated(&ready, &t.chat, t.stream)?;
+    let sub = submit_translated(&ready, &t.chat, t.stream).await?;
     let (shape, model) = (sub.shape, ready.model_id.clone());
     if t.stream {
         let fmt = events::MessageEvents::new(id, model, sub.prompt_tokens, shape);

@@ -52,7 +52,7 @@ pub(crate) fn prepare(ready: &Ready, req: ChatCompletionRequest) -> ApiResult<Pr
         Some(m) => ("max_completion_tokens", Some(m)),
         None => ("max_tokens", p.max_tokens),
     };
-    let mut g = params::resolve(&p, &ready.defaults, ready.engine.info.vocab_size, max_tokens)?;
+    let mut g = params::resolve(&p, &ready.defaults, ready.engine.info().vocab_size, max_tokens)?;
     let want_logprobs = options.logprobs.unwrap_or(false);
     let top = params::top_count("top_logprobs", options.top_logprobs)?;
     if top.is_some_and(|k| k > 0) && !want_logprobs {
@@ -105,12 +105,12 @@ pub(crate) struct Submitted {
     pub prompt_tokens: usize,
 }
 
-pub(crate) fn submit_translated(ready: &Ready, chat: &serde_json::Value, stream: bool) -> ApiResult<Submitted> {
+pub(crate) async fn submit_translated(ready: &Ready, chat: &serde_json::Value, stream: bool) -> ApiResult<Submitted> {
     let chat = ChatCompletionRequest::from_body(chat)?;
     let Prepared { req, g, shape, .. } = prepare(ready, chat)?;
     let prompt_tokens = req.prompt.len();
     tracing::info!(prompt_tokens, max_tokens = req.max_tokens, stream, "accepted");
-    let rs = ready.engine.submit(req)?;
+    let rs = ready.engine.submit(req).await?;
     Ok(Submitted {
         jobs: vec![Job { stream: rs, prompt_tokens, n: 1 }],
         text: g.text_options(true),
@@ -141,7 +141,7 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
     let Prepared { req, g, shape, want_logprobs } = prepare(&ready, req)?;
     let prompt_tokens = req.prompt.len();
     tracing::info!(prompt_tokens, max_tokens = req.max_tokens, n = g.n, stream = g.stream, "accepted");
-    let stream = ready.engine.submit(req)?;
+    let stream = ready.engine.submit(req).await?;
     let jobs = vec![Job { stream, prompt_tokens, n: g.n }];
     let text = g.text_options(true);
     let meta = ResponseMeta { id, created: unix_now(), model: ready.model_id.clone() };

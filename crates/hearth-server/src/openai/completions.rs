@@ -65,7 +65,7 @@ fn tokens_and_text(ready: &Ready, prompt: PromptInput) -> ApiResult<(Vec<u32>, S
 async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Response> {
     let ready = st.ready()?;
     let CompletionRequest { params: p, options: o } = req;
-    let mut g = params::resolve(&p, &ready.defaults, ready.engine.info.vocab_size, ("max_tokens", p.max_tokens))?;
+    let mut g = params::resolve(&p, &ready.defaults, ready.engine.info().vocab_size, ("max_tokens", p.max_tokens))?;
     let want = params::top_count("logprobs", o.logprobs)?;
     g.sampling.logprobs = want;
     let echo = o.echo.unwrap_or(false);
@@ -81,7 +81,7 @@ async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Resp
     if params::int_in("best_of", o.best_of, 1, params::MAX_N)?.is_some_and(|b| b as usize != g.n) {
         return Err(ApiError::param("best_of", "`best_of` other than `n` is not supported"));
     }
-    let prompts = checked_prompts(o.prompt, ready.engine.info.vocab_size)?;
+    let prompts = checked_prompts(o.prompt, ready.engine.info().vocab_size)?;
     let mut jobs = Vec::with_capacity(prompts.len());
     let mut echoes = Vec::with_capacity(prompts.len());
     for prompt in prompts {
@@ -90,7 +90,7 @@ async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Resp
         let prompt_tokens = req.prompt.len();
         tracing::info!(prompt_tokens, max_tokens = req.max_tokens, n = g.n, stream = g.stream, "accepted");
         // On an error here the streams already submitted are dropped, which cancels them.
-        jobs.push(Job { stream: ready.engine.submit(req)?, prompt_tokens, n: g.n });
+        jobs.push(Job { stream: ready.engine.submit(req).await?, prompt_tokens, n: g.n });
         for _ in 0..g.n {
             echoes.push(if echo { text.clone() } else { String::new() });
         }

@@ -12,7 +12,7 @@ fn model_object(r: &Ready) -> ModelObject {
         object: "model",
         created: r.created,
         owned_by: "hearth",
-        max_model_len: r.engine.info.max_positions,
+        max_model_len: r.engine.info().max_positions,
     }
 }
 

@@ -156,7 +156,7 @@ impl GenParams {
 
     pub fn engine_request(&self, prompt: Vec<u32>, ready: &Ready) -> ApiResult<EngineRequest> {
         // The engine's own prompt rule (context and KV pool), as a 400 `context_length_exceeded`.
-        ready.engine.info.check_prompt(prompt.len())?;
+        ready.engine.info().check_prompt(prompt.len())?;
         let limit = ready.max_request_tokens();
         let room = limit - prompt.len();
         let max_tokens = match self.max_tokens {

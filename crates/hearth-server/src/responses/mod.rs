@@ -62,7 +62,7 @@ async fn run(st: AppState, body: Bytes, id: String) -> ApiResult<Response> {
     };
     let t = request::translate(&body, previous)?;
     let ready = st.ready()?;
-    let sub = submit_translated(&ready, &t.chat, t.stream)?;
+    let sub = submit_translated(&ready, &t.chat, t.stream).await?;
     let shape = sub.shape;
     let echo = Echo {
         id,

@@ -67,12 +67,44 @@ pub struct ApplyTemplateResponse {
     pub prompt: String,
 }
 
-/// `/health`: `ok`, `loading` or `error` (with a message).
+/// `/health`: `ok`, `loading`, `degraded` (an isolated engine is restarting) or `error` (with a message).
 #[derive(Debug, Serialize)]
 pub struct Health {
     pub status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<&'static str>,
+    pub message: Option<std::borrow::Cow<'static, str>>,
+}
+
+/// `GET /engine`: where the engine runs and how it fares.
+#[derive(Debug, Serialize)]
+pub struct EngineReport {
+    /// Whether the engine runs in a child process (`--isolate`).
+    pub isolated: bool,
+    /// The engine process: the child's while one is up, this process's without isolation.
+    pub pid: Option<u32>,
+    pub restarts: u64,
+    /// `starting`, `up` or `restarting` (`up` or `stopped` without isolation).
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<String>,
+    /// Milliseconds from a crash to the new child's readiness: the last restart's, and the median and 95th
+    /// percentile of all of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_restart_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart_ms_p50: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart_ms_p95: Option<f64>,
+    /// The engines of this server and their models (one: model pools are not built yet).
+    pub pool: Vec<PoolEntry>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PoolEntry {
+    pub model: String,
+    pub loaded: bool,
+    pub state: &'static str,
+    pub pid: Option<u32>,
 }
 
 /// `/stats`: the engine's counters plus what the server was started with.
