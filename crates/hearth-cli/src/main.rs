@@ -73,7 +73,7 @@ enum Command {
     /// Print every runtime lever (`HEARTH_*` environment variable): its effective value, default and meaning.
     Levers(levers::LeversArgs),
     /// Serve the model over OpenAI- and Anthropic-compatible HTTP APIs, with a web chat at /.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
 }
 
 fn main() {
@@ -93,7 +93,7 @@ fn main() {
         Command::Tokenize(a) => tokenize::run(a),
         Command::Models => models::run(),
         Command::Levers(a) => levers::run(a),
-        Command::Serve(a) => serve::run(a),
+        Command::Serve(a) => serve::run(*a),
     };
     if let Err(e) = result {
         eprintln!("hearth: error: {e:#}");

@@ -4,7 +4,7 @@
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::openai::messages;
-use crate::state::AppState;
+use crate::state::{AppState, Ready};
 use crate::wire::admin::{
     ApplyTemplateResponse, CacheFlushResponse, DetokenizeRequest, DetokenizeResponse, Health, Piece, Stats,
     TokenizeRequest, TokenizeResponse, Tokens,
@@ -32,6 +32,8 @@ pub const ENDPOINTS: &[(&str, &str, &str)] = &[
     ("GET", "/health", "liveness and readiness"),
     ("GET", "/stats", "engine counters (JSON)"),
     ("POST", "/admin/cache/flush", "write the prompt cache to the SSD tier"),
+    ("POST", "/admin/drain", "stop admitting generation, finish what runs, flush the cache"),
+    ("POST", "/admin/undrain", "admit generation requests again"),
     ("POST", "/tokenize", "text to token ids"),
     ("POST", "/detokenize", "token ids to text"),
     ("POST", "/apply-template", "messages to the chat template's prompt"),
@@ -46,11 +48,15 @@ pub async fn index() -> Json<serde_json::Value> {
     Json(serde_json::json!({"object": "list", "data": data}))
 }
 
-/// 200 `{"status":"ok"}` when serving, 503 `{"status":"loading"}` while the model loads, 503 `{"status":"error"}`
-/// if the engine thread has stopped.
+/// 200 `{"status":"ok"}` when serving, 503 `{"status":"loading"}` while the model loads, 503
+/// `{"status":"draining"}` after `POST /admin/drain`, 503 `{"status":"error"}` if the engine thread has stopped.
 pub async fn health(State(st): State<AppState>) -> Response {
     if !st.is_loaded() {
         return (StatusCode::SERVICE_UNAVAILABLE, Json(Health { status: "loading", message: None })).into_response();
+    }
+    if st.drain.is_draining() {
+        let body = Health { status: "draining", message: Some("draining: POST /admin/undrain admits requests again") };
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
     let engine_down = st.get().is_some_and(|r| !r.engine.is_alive());
     let embedder_down = st.get_embedding().is_some_and(|e| !e.handle.is_alive());
@@ -84,11 +90,10 @@ pub async fn stats(State(st): State<AppState>) -> ApiResult<Json<Stats>> {
 /// Most time a flush may take before the request gives up (the writes go on).
 const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// `POST /admin/cache/flush`: write every cached KV block to the SSD tier; 200 once all of it is durable.
-pub async fn cache_flush(State(st): State<AppState>) -> ApiResult<Json<CacheFlushResponse>> {
-    let r = st.ready()?;
+/// Write every cached KV block to the SSD tier and wait until it is durable; false when there is no SSD tier.
+pub async fn flush_ssd(r: &Ready) -> ApiResult<bool> {
     let engine = r.engine.clone();
-    let done = tokio::task::spawn_blocking(move || match engine.flush_cache() {
+    tokio::task::spawn_blocking(move || match engine.flush_cache() {
         Ok(Some(rx)) => rx.recv_timeout(FLUSH_TIMEOUT).map(|_| true).map_err(|e| match e {
             std::sync::mpsc::RecvTimeoutError::Timeout => {
                 ApiError::internal("the SSD tier did not finish writing in time; the writes go on")
@@ -99,8 +104,13 @@ pub async fn cache_flush(State(st): State<AppState>) -> ApiResult<Json<CacheFlus
         Err(e) => Err(ApiError::from_status(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
     })
     .await
-    .map_err(|e| ApiError::internal(format!("flush task failed: {e}")))??;
-    if !done {
+    .map_err(|e| ApiError::internal(format!("flush task failed: {e}")))?
+}
+
+/// `POST /admin/cache/flush`: write every cached KV block to the SSD tier; 200 once all of it is durable.
+pub async fn cache_flush(State(st): State<AppState>) -> ApiResult<Json<CacheFlushResponse>> {
+    let r = st.ready()?;
+    if !flush_ssd(&r).await? {
         return Err(ApiError::bad_request("there is no SSD tier to flush to: start the server with --ssd-cache DIR"));
     }
     let ssd = r.engine.stats().ssd_cache.unwrap_or_default();
@@ -114,10 +124,12 @@ pub async fn tokenize(
 ) -> ApiResult<Json<TokenizeResponse>> {
     let r = st.ready()?;
     let content = req.content.ok_or_else(|| ApiError::param("content", "`content` is required"))?;
-    let ids = r
-        .tokenizer
-        .encode(&content, req.add_special.unwrap_or(false))
-        .map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")))?;
+    let tok = r.tokenizer.clone();
+    let add_special = req.add_special.unwrap_or(false);
+    let ids = crate::offload::run(move || {
+        tok.encode(&content, add_special).map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")))
+    })
+    .await?;
     let tokens = if req.with_pieces.unwrap_or(false) {
         let piece = |id: u32| String::from_utf8_lossy(r.tokenizer.token_bytes(id)).into_owned();
         Tokens::Pieces(ids.into_iter().map(|id| Piece { id, piece: piece(id) }).collect())
@@ -148,5 +160,6 @@ pub async fn apply_template(
     // The same prompt a chat request with these tools would get.
     let template = r.tokenizer.chat_template.as_ref().map(|t| t.source.as_str()).unwrap_or("");
     let tools = crate::tools::Tools::resolve(&conversation, template)?;
-    Ok(Json(ApplyTemplateResponse { prompt: messages::render(&r, &conversation, tools.as_ref())? }))
+    let prompt = crate::offload::run(move || messages::render(&r, &conversation, tools.as_ref())).await?;
+    Ok(Json(ApplyTemplateResponse { prompt }))
 }
