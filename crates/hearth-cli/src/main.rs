@@ -73,10 +73,10 @@ enum Command {
     /// Print every runtime lever (`HEARTH_*` environment variable): its effective value, default and meaning.
     Levers(levers::LeversArgs),
     /// Serve the model over OpenAI- and Anthropic-compatible HTTP APIs, with a web chat at /.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// The engine process of `serve --isolate` (started by the server, not by hand).
     #[command(name = "engine-child", hide = true)]
-    EngineChild(serve::EngineChildArgs),
+    EngineChild(Box<serve::EngineChildArgs>),
 }
 
 fn main() {
@@ -96,8 +96,8 @@ fn main() {
         Command::Tokenize(a) => tokenize::run(a),
         Command::Models => models::run(),
         Command::Levers(a) => levers::run(a),
-        Command::Serve(a) => serve::run(a),
-        Command::EngineChild(a) => serve::run_engine_child(a),
+        Command::Serve(a) => serve::run(*a),
+        Command::EngineChild(a) => serve::run_engine_child(*a),
     };
     if let Err(e) = result {
         eprintln!("hearth: error: {e:#}");

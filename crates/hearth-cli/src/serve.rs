@@ -8,6 +8,7 @@ use hearth_engine::engine::{blocks_for_budget, CacheConfig, EngineConfig, SsdSet
 use hearth_engine::sampling::grammar::Grammars;
 use hearth_engine::weights::resolve::ModelLocation;
 use hearth_server::isolate::{ChildCommand, Engine, Supervisor};
+use hearth_server::origin::AllowList;
 use hearth_server::{DefaultOverrides, Embedding, Loaded, Ready, SamplingDefaults, ServerConfig};
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,6 +111,28 @@ pub struct ServeArgs {
     /// Open the web chat in the browser once the model is ready ($BROWSER, else the system's opener).
     #[arg(long, env = "HEARTH_OPEN", conflicts_with = "no_ui")]
     pub open: bool,
+    /// Seconds a request's body may take to arrive (408 after it).
+    #[arg(long, env = "HEARTH_TIMEOUT", default_value_t = 600)]
+    pub timeout: u64,
+    /// Seconds a connection has to send a request's head; also how long an idle keep-alive connection stays open.
+    #[arg(long, env = "HEARTH_HEADER_TIMEOUT", default_value_t = 20)]
+    pub header_timeout: u64,
+    /// On SIGTERM / SIGINT, seconds the requests in flight get to finish before they are ended (a stream with an
+    /// error event); a second signal exits at once.
+    #[arg(long, env = "HEARTH_SHUTDOWN_GRACE", default_value_t = 30)]
+    pub shutdown_grace: u64,
+    /// Most open connections; at the cap a new one replaces the oldest idle one, or gets 503 when every one is
+    /// serving a request (default: the open-file limit less 128).
+    #[arg(long, env = "HEARTH_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Web origins (comma-separated, e.g. `https://app.example`, or `*` for any) that may call the server from a
+    /// browser, besides its own origin and loopback origins.
+    #[arg(long, env = "HEARTH_ALLOWED_ORIGINS", default_value = "")]
+    pub allowed_origins: String,
+    /// Host names (comma-separated, or `*`) the server answers without --api-key, besides loopback names, IP
+    /// addresses and --host: a guard against DNS rebinding.
+    #[arg(long, env = "HEARTH_ALLOWED_HOSTS", default_value = "")]
+    pub allowed_hosts: String,
     /// Milliseconds between SSE keep-alive comments while a stream waits for its first token.
     #[arg(long, env = "HEARTH_SSE_KEEPALIVE_MS", default_value_t = 1000, hide = true)]
     pub sse_keepalive_ms: u64,
@@ -176,6 +199,9 @@ fn check(a: &ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.temperature.is_none_or(|t| t.is_finite() && t >= 0.0), "--temperature must be >= 0");
     anyhow::ensure!(a.top_p.is_none_or(|p| p > 0.0 && p <= 1.0), "--top-p must be in (0, 1]");
     anyhow::ensure!(a.max_tokens.is_none_or(|m| m >= 1), "--max-tokens must be at least 1");
+    anyhow::ensure!(a.timeout >= 1, "--timeout must be at least 1 second");
+    anyhow::ensure!(a.header_timeout >= 1, "--header-timeout must be at least 1 second");
+    anyhow::ensure!(a.max_connections.is_none_or(|m| m >= 1), "--max-connections must be at least 1");
     anyhow::ensure!(a.api_key.as_deref().is_none_or(|k| !k.trim().is_empty()), "--api-key must not be empty");
     anyhow::ensure!(
         a.isolate_backoff_max.is_finite() && (0.0..=3600.0).contains(&a.isolate_backoff_max),
@@ -195,6 +221,12 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         response_store_bytes: a.response_store,
         response_store_ttl: Duration::from_secs(a.response_store_ttl),
         ui: !a.no_ui,
+        header_timeout: Duration::from_secs(a.header_timeout),
+        timeout: Duration::from_secs(a.timeout),
+        shutdown_grace: Duration::from_secs(a.shutdown_grace),
+        max_connections: a.max_connections,
+        allowed_origins: AllowList::parse(&a.allowed_origins),
+        allowed_hosts: AllowList::parse(&a.allowed_hosts),
     };
     let open = a.open;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -207,7 +239,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             crate::open::browser(url);
         }
     };
-    rt.block_on(hearth_server::run(cfg, move || load_all(&a), on_ready))
+    let served = rt.block_on(hearth_server::run(cfg, move || load_all(&a), on_ready));
+    // Work the shutdown left behind (a prompt still tokenizing on the blocking pool) does not hold the exit up.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    served
 }
 
 /// Whether `spec` names an embedding model (a sentence-transformers directory: it has `modules.json`).

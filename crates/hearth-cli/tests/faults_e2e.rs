@@ -267,3 +267,39 @@ fn a_panic_in_the_engine_ends_only_the_rows_it_was_running() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["usage"]["completion_tokens"], 10);
 }
+
+#[test]
+fn sigterm_with_an_isolated_engine_ends_every_stream_exits_0_and_takes_the_child_along() {
+    let mut s = Server::start_direct("true", &["--isolate", "--shutdown-grace", "1"], &[]);
+    let child = engine(&s)["pid"].as_u64().expect("the child's pid");
+    let (tx, rx) = mpsc::channel();
+    let port = s.port;
+    let streams: Vec<_> = (0..3)
+        .map(|_| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let body =
+                    json!({"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": true, "stream": true});
+                stream_text(port, &body, Some(tx))
+            })
+        })
+        .collect();
+    for _ in 0..3 {
+        rx.recv_timeout(Duration::from_secs(60)).expect("a stream never started");
+    }
+    s.signal("TERM");
+    let st = s.wait_exit(Duration::from_secs(60)).expect("the server still runs 60 s after SIGTERM (grace 1 s)");
+    assert_eq!(st.code(), Some(0), "{st:?}");
+    for t in streams {
+        let (text, error) = t.join().expect("stream thread");
+        assert!(!text.is_empty());
+        // 4000 tokens do not fit in the grace period: the shutdown ended the stream, with an error event.
+        let e = error.expect("the stream ended without its error event");
+        assert_eq!(e["code"], "server_shutting_down", "{e}");
+    }
+    let t0 = Instant::now();
+    while std::path::Path::new(&format!("/proc/{child}")).exists() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the engine process {child} outlived its server");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -69,9 +69,12 @@ pub enum EngineEvent {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum SubmitError {
-    /// The waiting queue is full (HTTP 429).
-    #[error("the server is busy: {waiting} requests are already waiting (limit {limit}); retry later")]
-    QueueFull { waiting: usize, limit: usize },
+    /// The waiting queue has no room for the request's rows now (HTTP 429).
+    #[error("the server is busy: {waiting} sequences are already waiting and this request needs {rows} more (limit {limit}, --max-queue); retry later")]
+    QueueFull { waiting: usize, rows: usize, limit: usize },
+    /// The request has more rows (prompts × `n`) than the waiting queue can ever hold (HTTP 400).
+    #[error("this request needs {rows} sequences (prompts × n) but the server queues at most {limit} (--max-queue); lower n or send fewer prompts")]
+    NeverQueues { rows: usize, limit: usize },
     /// prompt + max_tokens can never fit in the KV cache or the context (HTTP 400).
     #[error("{0}")]
     TooLong(String),
@@ -379,6 +382,12 @@ impl EngineInfo {
             )));
         }
         if blocks_to_admit(total, req.n - 1, self.kv_block_size) > self.kv_blocks {
+            if req.n > 1 && blocks_to_admit(total, 0, self.kv_block_size) <= self.kv_blocks {
+                return Err(SubmitError::TooLong(format!(
+                    "n = {} choices of prompt + max_tokens = {total} tokens each can never fit in the KV cache ({} tokens) together; lower n or max_tokens, or raise --kv-budget",
+                    req.n, self.kv_capacity_tokens
+                )));
+            }
             return Err(SubmitError::TooLong(format!(
                 "prompt + max_tokens = {total} tokens can never fit in the KV cache ({} tokens); lower max_tokens or raise --kv-budget",
                 self.kv_capacity_tokens
@@ -449,6 +458,7 @@ mod tests {
         // Each extra choice needs two more blocks.
         let i = info(6);
         assert!(i.validate(&req(16, 16, 2)).is_ok());
-        assert!(matches!(i.validate(&req(16, 16, 3)), Err(SubmitError::TooLong(_))));
+        // ...and the message says it is the choices that do not fit.
+        assert!(matches!(i.validate(&req(16, 16, 3)), Err(SubmitError::TooLong(m)) if m.contains("n = 3")));
     }
 }

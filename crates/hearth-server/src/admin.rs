@@ -4,7 +4,7 @@
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::openai::messages;
-use crate::state::AppState;
+use crate::state::{AppState, Ready};
 use crate::wire::admin::{
     ApplyTemplateResponse, CacheFlushResponse, DetokenizeRequest, DetokenizeResponse, EngineReport, Health, Piece,
     PoolEntry, Stats, TokenizeRequest, TokenizeResponse, Tokens,
@@ -33,6 +33,8 @@ pub const ENDPOINTS: &[(&str, &str, &str)] = &[
     ("GET", "/stats", "engine counters (JSON)"),
     ("GET", "/engine", "where the engine runs (in process or an isolated child), its restarts"),
     ("POST", "/admin/cache/flush", "write the prompt cache to the SSD tier"),
+    ("POST", "/admin/drain", "stop admitting generation, finish what runs, flush the cache"),
+    ("POST", "/admin/undrain", "admit generation requests again"),
     ("POST", "/tokenize", "text to token ids"),
     ("POST", "/detokenize", "token ids to text"),
     ("POST", "/apply-template", "messages to the chat template's prompt"),
@@ -48,8 +50,8 @@ pub async fn index() -> Json<serde_json::Value> {
 }
 
 /// 200 `{"status":"ok"}` when serving, 503 `{"status":"loading"}` while the model loads, 503
-/// `{"status":"degraded"}` while an isolated engine's process restarts, 503 `{"status":"error"}` if the engine
-/// thread has stopped.
+/// `{"status":"degraded"}` while an isolated engine's process restarts, 503 `{"status":"draining"}` after
+/// `POST /admin/drain`, 503 `{"status":"error"}` if the engine thread has stopped.
 pub async fn health(State(st): State<AppState>) -> Response {
     if !st.is_loaded() {
         return (StatusCode::SERVICE_UNAVAILABLE, Json(Health { status: "loading", message: None })).into_response();
@@ -60,6 +62,11 @@ pub async fn health(State(st): State<AppState>) -> Response {
             let body = Health { status: "degraded", message: Some(why.into()) };
             return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
         }
+    }
+    if st.drain.is_draining() {
+        let body =
+            Health { status: "draining", message: Some("draining: POST /admin/undrain admits requests again".into()) };
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
     let engine_down = st.get().is_some_and(|r| !r.engine.is_alive());
     let embedder_down = st.get_embedding().is_some_and(|e| !e.handle.is_alive());
@@ -131,17 +138,21 @@ pub async fn stats(State(st): State<AppState>) -> ApiResult<Json<Stats>> {
     }))
 }
 
-/// `POST /admin/cache/flush`: write every cached KV block to the SSD tier; 200 once all of it is durable.
-pub async fn cache_flush(State(st): State<AppState>) -> ApiResult<Json<CacheFlushResponse>> {
-    let r = st.ready()?;
-    let done = r.engine.flush().await.map_err(|e| {
+/// Write every cached KV block to the SSD tier and wait until it is durable; false when there is no SSD tier.
+pub async fn flush_ssd(r: &Ready) -> ApiResult<bool> {
+    r.engine.flush().await.map_err(|e| {
         if r.engine.is_alive() {
             ApiError::internal(e)
         } else {
             ApiError::from_status(StatusCode::SERVICE_UNAVAILABLE, e)
         }
-    })?;
-    if !done {
+    })
+}
+
+/// `POST /admin/cache/flush`: write every cached KV block to the SSD tier; 200 once all of it is durable.
+pub async fn cache_flush(State(st): State<AppState>) -> ApiResult<Json<CacheFlushResponse>> {
+    let r = st.ready()?;
+    if !flush_ssd(&r).await? {
         return Err(ApiError::bad_request("there is no SSD tier to flush to: start the server with --ssd-cache DIR"));
     }
     let ssd = r.engine.stats().ssd_cache.unwrap_or_default();
@@ -155,10 +166,12 @@ pub async fn tokenize(
 ) -> ApiResult<Json<TokenizeResponse>> {
     let r = st.ready()?;
     let content = req.content.ok_or_else(|| ApiError::param("content", "`content` is required"))?;
-    let ids = r
-        .tokenizer
-        .encode(&content, req.add_special.unwrap_or(false))
-        .map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")))?;
+    let tok = r.tokenizer.clone();
+    let add_special = req.add_special.unwrap_or(false);
+    let ids = crate::offload::run(move || {
+        tok.encode(&content, add_special).map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")))
+    })
+    .await?;
     let tokens = if req.with_pieces.unwrap_or(false) {
         let piece = |id: u32| String::from_utf8_lossy(r.tokenizer.token_bytes(id)).into_owned();
         Tokens::Pieces(ids.into_iter().map(|id| Piece { id, piece: piece(id) }).collect())
@@ -189,5 +202,6 @@ pub async fn apply_template(
     // The same prompt a chat request with these tools would get.
     let template = r.tokenizer.chat_template.as_ref().map(|t| t.source.as_str()).unwrap_or("");
     let tools = crate::tools::Tools::resolve(&conversation, template)?;
-    Ok(Json(ApplyTemplateResponse { prompt: messages::render(&r, &conversation, tools.as_ref())? }))
+    let prompt = crate::offload::run(move || messages::render(&r, &conversation, tools.as_ref())).await?;
+    Ok(Json(ApplyTemplateResponse { prompt }))
 }

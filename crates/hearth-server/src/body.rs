@@ -16,7 +16,10 @@ pub struct JsonBody<T>(pub T);
 /// The message for a body over `--max-body`, whoever noticed (the length limit layer or the body reader).
 pub const TOO_LARGE: &str = "the request body is larger than the server's limit (--max-body)";
 
-impl<S: Send + Sync, T: RequestBody> FromRequest<S> for JsonBody<T> {
+/// Bodies larger than this are parsed on the blocking pool (`offload`).
+const OFFLOAD_BYTES: usize = 256 << 10;
+
+impl<S: Send + Sync, T: RequestBody + Send + 'static> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
@@ -28,8 +31,12 @@ impl<S: Send + Sync, T: RequestBody> FromRequest<S> for JsonBody<T> {
                 ApiError::from_status(status, format!("could not read the request body: {}", r.body_text()))
             }
         })?;
-        let object = Value::Object(parse_object(&bytes)?);
-        T::from_body(&object).map(JsonBody)
+        let big = bytes.len() > OFFLOAD_BYTES;
+        let parse = move || T::from_body(&Value::Object(parse_object(&bytes)?));
+        if big {
+            return crate::offload::run(parse).await.map(JsonBody);
+        }
+        parse().map(JsonBody)
     }
 }
 
@@ -40,10 +47,41 @@ pub fn parse_object(bytes: &[u8]) -> ApiResult<Map<String, Value>> {
             Err(ApiError::bad_request(format!("the request body must be a JSON object, got {}", kind(&other)))
                 .with_code("invalid_json"))
         }
+        // A number too large for a float (`1e999`, which some clients write for infinity): name its field.
+        Err(e) if e.to_string().starts_with("number out of range") => match key_at(bytes, e.line(), e.column()) {
+            Some(key) => Err(ApiError::param(&key, format!("`{key}` must be a finite number: {e}"))),
+            None => Err(ApiError::bad_request(format!("the request body has a number that is not finite: {e}"))
+                .with_code("invalid_value")),
+        },
         Err(e) => {
             Err(ApiError::bad_request(format!("the request body is not valid JSON: {e}")).with_code("invalid_json"))
         }
     }
+}
+
+/// The object key whose value is at (1-based) `line` and `column` of `bytes`: `"key": <value here>`.
+fn key_at(bytes: &[u8], line: usize, column: usize) -> Option<String> {
+    let start: usize = bytes.split(|&b| b == b'\n').take(line.saturating_sub(1)).map(|l| l.len() + 1).sum();
+    let at = (start + column).min(bytes.len());
+    let before = &bytes[..at];
+    // Back over the number, then whitespace, the colon, whitespace, to the key's closing quote.
+    let mut i = before.iter().rposition(|b| !(b.is_ascii_digit() || b"+-.eE".contains(b)))?;
+    let skip_ws = |mut i: usize| {
+        while i > 0 && before[i].is_ascii_whitespace() {
+            i -= 1;
+        }
+        i
+    };
+    i = skip_ws(i);
+    if before[i] != b':' {
+        return None;
+    }
+    i = skip_ws(i.checked_sub(1)?);
+    if before[i] != b'"' {
+        return None;
+    }
+    let open = before[..i].iter().rposition(|&b| b == b'"')?;
+    String::from_utf8(before[open + 1..i].to_vec()).ok()
 }
 
 #[cfg(test)]
@@ -55,5 +93,14 @@ mod tests {
         assert!(parse_object(b"{\"a\":1}").is_ok());
         assert!(parse_object(b"[1]").is_err_and(|e| e.message.contains("JSON object")));
         assert!(parse_object(b"{nope").is_err_and(|e| e.message.contains("not valid JSON")));
+    }
+
+    #[test]
+    fn an_infinite_number_names_its_field() {
+        let e = parse_object(b"{\"model\": \"x\",\n  \"temperature\": 1e999, \"top_p\": 1}").err();
+        assert_eq!(e.and_then(|e| e.param), Some("temperature".to_string()));
+        let e = parse_object(b"{\"top_p\":-2e400}").err();
+        assert_eq!(e.and_then(|e| e.param), Some("top_p".to_string()));
+        assert!(parse_object(b"[1e999]").is_err_and(|e| e.param.is_none() && e.message.contains("finite")));
     }
 }

@@ -1,6 +1,7 @@
 //! Server configuration and the sampling defaults a request falls back to (request > flags > the model's
 //! `generation_config.json` > built-in greedy).
 
+use crate::origin::AllowList;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -20,6 +21,19 @@ pub struct ServerConfig {
     pub response_store_ttl: Duration,
     /// Serve the web chat at `/` (`--no-ui` turns it off).
     pub ui: bool,
+    /// Most time a connection has to send a request's head; also how long an idle keep-alive connection stays.
+    pub header_timeout: Duration,
+    /// Most time a request's body may take to arrive (`--timeout`; 408 after it).
+    pub timeout: Duration,
+    /// On shutdown, how long requests in flight get to finish.
+    pub shutdown_grace: Duration,
+    /// Most open connections (None: from the open-file limit, see `conns::default_max_connections`).
+    pub max_connections: Option<usize>,
+    /// Web origins that may call the server besides its own and loopback ones (`--allowed-origins`).
+    pub allowed_origins: AllowList,
+    /// `Host` names answered without an API key besides loopback names, IP addresses and `host`
+    /// (`--allowed-hosts`).
+    pub allowed_hosts: AllowList,
 }
 
 impl Default for ServerConfig {
@@ -33,6 +47,12 @@ impl Default for ServerConfig {
             response_store_bytes: 64 << 20,
             response_store_ttl: Duration::from_secs(3600),
             ui: true,
+            header_timeout: Duration::from_secs(20),
+            timeout: Duration::from_secs(600),
+            shutdown_grace: Duration::from_secs(30),
+            max_connections: None,
+            allowed_origins: AllowList::default(),
+            allowed_hosts: AllowList::default(),
         }
     }
 }

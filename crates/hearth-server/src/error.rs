@@ -60,15 +60,28 @@ impl ApiError {
         .with_code("model_loading")
     }
 
+    pub fn draining() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable_error",
+            "the server is draining and admits no new generation requests; retry later or on another server",
+        )
+        .with_code("draining")
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
 
     /// An error the engine reported for a request: a constraint that this model's tokens cannot continue is the
-    /// request's fault (400 `constraint_unsatisfiable`); an isolated engine's process that died under it is a 502
-    /// `engine_unavailable`; anything else is the server's.
+    /// request's fault (400 `constraint_unsatisfiable`); a request ended by the shutdown is a 503
+    /// `server_shutting_down`; an isolated engine's process that died under it is a 502 `engine_unavailable`;
+    /// anything else is the server's.
     pub fn engine(message: impl Into<String>) -> Self {
         let message = message.into();
+        if message == crate::shutdown::SHUTTING_DOWN {
+            return Self::from_status(StatusCode::SERVICE_UNAVAILABLE, message).with_code("server_shutting_down");
+        }
         if message.starts_with(hearth_engine::sampling::grammar::GRAMMAR_FAILED) {
             return Self::bad_request(message).with_code("constraint_unsatisfiable");
         }
@@ -111,12 +124,27 @@ impl From<SubmitError> for ApiError {
         let msg = e.to_string();
         match e {
             SubmitError::QueueFull { .. } => ApiError::from_status(StatusCode::TOO_MANY_REQUESTS, msg),
+            SubmitError::NeverQueues { .. } => ApiError::param("n", msg),
             SubmitError::TooLong(_) => ApiError::bad_request(msg).with_code("context_length_exceeded"),
             SubmitError::Invalid(_) => ApiError::bad_request(msg).with_code("invalid_value"),
             SubmitError::Unavailable => {
                 ApiError::from_status(StatusCode::SERVICE_UNAVAILABLE, msg).with_code("engine_stopped")
             }
         }
+    }
+}
+
+/// Seconds a client should wait before retrying a 429 (the queue moves within seconds) and a 503 (loading,
+/// draining, shutting down).
+const RETRY_AFTER_BUSY: &str = "1";
+const RETRY_AFTER_UNAVAILABLE: &str = "5";
+
+/// The `Retry-After` a response of this status carries, if any.
+pub fn retry_after(status: StatusCode) -> Option<axum::http::HeaderValue> {
+    match status {
+        StatusCode::TOO_MANY_REQUESTS => Some(axum::http::HeaderValue::from_static(RETRY_AFTER_BUSY)),
+        StatusCode::SERVICE_UNAVAILABLE => Some(axum::http::HeaderValue::from_static(RETRY_AFTER_UNAVAILABLE)),
+        _ => None,
     }
 }
 
@@ -127,7 +155,11 @@ impl IntoResponse for ApiError {
         } else {
             tracing::debug!(status = self.status.as_u16(), "{}", self.message);
         }
-        (self.status, axum::Json(self.body())).into_response()
+        let mut r = (self.status, axum::Json(self.body())).into_response();
+        if let Some(v) = retry_after(self.status) {
+            r.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+        }
+        r
     }
 }
 
@@ -144,10 +176,11 @@ mod tests {
         assert_eq!(b["error"]["type"], "invalid_request_error");
         assert_eq!(b["error"]["code"], "invalid_value");
         assert_eq!(b["error"]["message"], "temperature must be >= 0");
-        assert_eq!(
-            ApiError::from(SubmitError::QueueFull { waiting: 1, limit: 1 }).status,
-            StatusCode::TOO_MANY_REQUESTS
-        );
+        let busy = ApiError::from(SubmitError::QueueFull { waiting: 1, rows: 1, limit: 1 });
+        assert_eq!(busy.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(busy.into_response().headers().get("retry-after").map(|v| v.as_bytes()), Some(&b"1"[..]));
+        let never = ApiError::from(SubmitError::NeverQueues { rows: 9, limit: 8 });
+        assert_eq!((never.status, never.param.as_deref()), (StatusCode::BAD_REQUEST, Some("n")));
         assert_eq!(ApiError::from(SubmitError::TooLong("x".into())).code, Some("context_length_exceeded"));
         assert_eq!(ApiError::from(SubmitError::Unavailable).status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(ApiError::from_status(StatusCode::PAYLOAD_TOO_LARGE, "big").code, Some("body_too_large"));

@@ -130,8 +130,19 @@ impl<'a> Generation<'a> {
             if self.failed || self.jobs.iter().all(|j| j.stream.is_none()) {
                 return None;
             }
-            let (job, ev) = self.recv().await;
-            self.handle(job, ev);
+            // The shutdown's grace period being over ends the request like an engine error.
+            let got = tokio::select! {
+                biased;
+                got = self.recv() => Some(got),
+                _ = crate::shutdown::generation_ended() => None,
+            };
+            match got {
+                Some((job, ev)) => self.handle(job, ev),
+                None => {
+                    self.failed = true;
+                    return Some(Event::Error(crate::shutdown::SHUTTING_DOWN.into()));
+                }
+            }
         }
     }
 

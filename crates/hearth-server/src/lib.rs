@@ -1,22 +1,27 @@
 //! hearth-server: the HTTP side. Routes and wire types over `hearth_engine::engine`; no tensor code.
 //!
 //! `run` binds the port first, loads the model in a blocking task (`/health` says `loading` meanwhile), then
-//! serves until Ctrl-C / SIGTERM.
+//! serves until SIGINT / SIGTERM (`conns` holds the accept loop and the shutdown's phases, `shutdown` the signals).
 
 pub mod admin;
 pub mod answer;
 pub mod anthropic;
 pub mod body;
 pub mod config;
+pub mod conns;
+pub mod drain;
 pub mod embeddings;
 pub mod error;
 pub mod generation;
 pub mod isolate;
 pub mod metrics;
 pub mod middleware;
+pub mod offload;
 pub mod openai;
+pub mod origin;
 pub mod reasoning;
 pub mod responses;
+pub mod shutdown;
 pub mod sse;
 pub mod state;
 pub mod stream;
@@ -43,7 +48,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 /// Every route, behind these layers (outermost first): request id, tracing span, CORS, compression, JSON errors,
-/// API key, body limit. The fallback serves the web chat (`ui`) where it applies, else a JSON 404.
+/// the browser guard (`origin`: Host, Origin, Content-Type), API key, body limit, body read deadline. The fallback serves the web chat (`ui`) where it applies, else a JSON 404.
 pub fn router(state: AppState) -> Router {
     let max_body = state.cfg.max_body;
     Router::new()
@@ -62,16 +67,21 @@ pub fn router(state: AppState) -> Router {
         .route("/stats", get(admin::stats))
         .route("/engine", get(admin::engine))
         .route("/admin/cache/flush", post(admin::cache_flush))
+        .route("/admin/drain", post(drain::drain))
+        .route("/admin/undrain", post(drain::undrain))
         .route("/tokenize", post(admin::tokenize))
         .route("/detokenize", post(admin::detokenize))
         .route("/apply-template", post(admin::apply_template))
         .fallback(ui::fallback)
         // Each `Router::layer` wraps what is already there, so these calls read innermost first (the
         // `ServiceBuilder` in the last one reads outermost first).
+        // The body arrives whole within `--timeout` (408), before any handler runs.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::read_body))
         // The limit (413 on a too-large Content-Length, or once a streamed body passes it) replaces axum's own.
         .layer(RequestBodyLimitLayer::new(max_body))
         .layer(DefaultBodyLimit::disable())
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::require_api_key))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), origin::guard))
         .layer(axum::middleware::from_fn(middleware::json_errors))
         .layer(
             ServiceBuilder::new()
@@ -80,18 +90,22 @@ pub fn router(state: AppState) -> Router {
                     DefaultOnResponse::new().level(tracing::Level::INFO).latency_unit(tower_http::LatencyUnit::Millis),
                 ))
                 .layer(PropagateRequestIdLayer::new(middleware::REQUEST_ID))
-                .layer(middleware::cors())
+                .layer(middleware::cors(state.cfg.allowed_origins.clone()))
                 .layer(middleware::compression()),
         )
         .with_state(state)
 }
 
-/// Serve on an already-bound listener until Ctrl-C / SIGTERM.
+/// Serve on an already-bound listener until SIGINT / SIGTERM, then shut down gracefully (`conns::serve`).
 pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> anyhow::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("the HTTP server failed")
+    let cfg = &state.cfg;
+    let limits = conns::Limits {
+        header_timeout: cfg.header_timeout,
+        max_connections: cfg.max_connections.unwrap_or_else(conns::default_max_connections),
+        grace: cfg.shutdown_grace,
+    };
+    conns::serve(listener, router(state), limits, shutdown::signal()).await;
+    Ok(())
 }
 
 /// Bind, load the models with `load` on a blocking thread, print the ready banner, call `on_ready` with the web
@@ -180,28 +194,6 @@ async fn flush_on_exit(engine: &isolate::Engine) {
         Ok(Err(e)) => eprintln!("hearth: writing the prompt cache failed: {e}"),
         Err(_) => eprintln!("hearth: gave up waiting for the SSD tier; some cached blocks were not written"),
     }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
-    eprintln!("hearth: shutting down");
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use std::time::Duration;
 use tower_http::compression::predicate::DefaultPredicate;
 use tower_http::compression::CompressionLayer;
-use tower_http::cors::{Any, CorsLayer};
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::MakeSpan;
 
 /// Routes that never need the API key.
@@ -52,10 +52,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Any origin may call (a local server used from browser apps on other ports); preflights need no API key.
-pub fn cors() -> CorsLayer {
+/// The server's own origin, loopback origins and `--allowed-origins` may call (`origin::cors_origin`);
+/// preflights need no API key.
+pub fn cors(allowed: crate::origin::AllowList) -> CorsLayer {
+    let origin = if allowed.any { AllowOrigin::any() } else { crate::origin::cors_origin(allowed) };
     CorsLayer::new()
-        .allow_origin(Any)
+        .allow_origin(origin)
         .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
         .allow_headers([
             header::AUTHORIZATION,
@@ -111,7 +113,7 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
         // An OpenAI-shaped error from a handler, on an Anthropic path.
         let body: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
         let message = body.pointer("/error/message").and_then(|m| m.as_str()).unwrap_or("request failed");
-        return (status, axum::Json(crate::anthropic::error_body(status, message))).into_response();
+        return anthropic_error(status, message);
     }
     let message = match status {
         StatusCode::METHOD_NOT_ALLOWED => format!("{method} is not allowed on {path}"),
@@ -121,12 +123,48 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
         s => s.canonical_reason().unwrap_or("request failed").to_string(),
     };
     let mut r = if anthropic {
-        (status, axum::Json(crate::anthropic::error_body(status, &message))).into_response()
+        anthropic_error(status, &message)
     } else {
         ApiError::from_status(status, message).into_response()
     };
     if let Some(a) = allow {
         r.headers_mut().insert(header::ALLOW, a);
+    }
+    r
+}
+
+/// Read the whole request body within `--timeout` (`cfg.timeout`) and hand it on buffered: a client that sends
+/// its body too slowly gets a 408 instead of holding the request open, and one over `--max-body` (a chunked body,
+/// whose length was not announced) a 413.
+pub async fn read_body(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    let bytes = match tokio::time::timeout(st.cfg.timeout, to_bytes(body, usize::MAX)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
+            let too_large = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+                || e.to_string().contains("length limit");
+            return if too_large {
+                ApiError::from_status(StatusCode::PAYLOAD_TOO_LARGE, TOO_LARGE).into_response()
+            } else {
+                ApiError::bad_request(format!("could not read the request body: {e}")).into_response()
+            };
+        }
+        Err(_) => {
+            let message =
+                format!("the request body did not arrive within {} s (--timeout)", st.cfg.timeout.as_secs_f64());
+            return ApiError::new(StatusCode::REQUEST_TIMEOUT, "invalid_request_error", message)
+                .with_code("request_timeout")
+                .into_response();
+        }
+    };
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
+}
+
+/// An error in Anthropic's shape (with `Retry-After` on a 429 or 503, as the OpenAI-shaped one has).
+fn anthropic_error(status: StatusCode, message: &str) -> Response {
+    let mut r = (status, axum::Json(crate::anthropic::error_body(status, message))).into_response();
+    if let Some(v) = crate::error::retry_after(status) {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
     }
     r
 }

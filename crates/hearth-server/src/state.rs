@@ -2,6 +2,7 @@
 //! 503 and `/health` says `loading`.
 
 use crate::config::{SamplingDefaults, ServerConfig};
+use crate::drain::{Admitted, Drain};
 use crate::error::{ApiError, ApiResult};
 use crate::responses::store::ResponseStore;
 use hearth_engine::embed::EmbedderHandle;
@@ -50,6 +51,8 @@ pub struct AppState {
     pub cfg: Arc<ServerConfig>,
     /// Stored responses of the Responses API.
     pub responses: Arc<ResponseStore>,
+    /// `POST /admin/drain`'s switch.
+    pub drain: Arc<Drain>,
 }
 
 impl AppState {
@@ -61,6 +64,7 @@ impl AppState {
             loaded: Arc::new(OnceLock::new()),
             cfg: Arc::new(cfg),
             responses,
+            drain: Arc::new(Drain::default()),
         }
     }
 
@@ -104,6 +108,14 @@ impl AppState {
             .with_code("model_not_generative")),
             _ => Err(ApiError::loading()),
         }
+    }
+
+    /// The generative model for a request that generates, with its admission (hold it until the request is
+    /// queued in the engine); 503 `draining` after `POST /admin/drain`.
+    pub fn generator(&self) -> ApiResult<(Arc<Ready>, Admitted)> {
+        let ready = self.ready()?;
+        let admitted = self.drain.admit().ok_or_else(ApiError::draining)?;
+        Ok((ready, admitted))
     }
 
     /// The embedding model, 503 while loading, or a 400 when the server has none.

@@ -3,30 +3,11 @@
 
 mod common;
 
-use common::start;
+use common::{call, read_response, start};
 use hearth_server::ServerConfig;
 use serde_json::Value;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
-
-/// (status, headers lowercased, body)
-fn call(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    let mut head =
-        format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    let _ = s.write_all(head.as_bytes());
-    let _ = s.write_all(body);
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (h, b) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = h.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, h.to_ascii_lowercase(), b.to_string())
-}
 
 fn error(body: &str) -> Value {
     let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
@@ -79,17 +60,13 @@ fn not_found_method_not_allowed_and_body_limit_are_openai_errors() {
 /// POST `body` as one chunk of a chunked upload (no Content-Length).
 fn call_chunked(port: u16, path: &str, body: &[u8]) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n");
+    let head =
+        format!("POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n");
     let _ = s.write_all(head.as_bytes());
     let _ = s.write_all(format!("{:x}\r\n", body.len()).as_bytes());
     let _ = s.write_all(body);
     let _ = s.write_all(b"\r\n0\r\n\r\n");
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (h, b) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = h.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, h.to_ascii_lowercase(), b.to_string())
+    read_response(s)
 }
 
 #[test]
@@ -111,16 +88,16 @@ fn api_key_and_cors() {
         s.port,
         "OPTIONS",
         "/v1/chat/completions",
-        &[("Origin", "http://a"), ("Access-Control-Request-Method", "POST")],
+        &[("Origin", "http://localhost:3000"), ("Access-Control-Request-Method", "POST")],
         b"",
     );
     assert_eq!(st, 200);
-    assert!(headers.contains("access-control-allow-origin: *"), "{headers}");
+    assert!(headers.contains("access-control-allow-origin: http://localhost:3000"), "{headers}");
     assert!(headers.contains("access-control-allow-methods: get,post,options"), "{headers}");
     assert!(headers.contains("access-control-max-age: 86400"), "{headers}");
     // Errors carry it too.
-    let (_, headers, _) = call(s.port, "GET", "/v1/models", &[("Origin", "http://a")], b"");
-    assert!(headers.contains("access-control-allow-origin: *"), "{headers}");
+    let (_, headers, _) = call(s.port, "GET", "/v1/models", &[("Origin", "http://localhost:3000")], b"");
+    assert!(headers.contains("access-control-allow-origin: http://localhost:3000"), "{headers}");
 }
 
 fn header<'a>(headers: &'a str, name: &str) -> Option<&'a str> {

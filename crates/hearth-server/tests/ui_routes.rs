@@ -26,7 +26,7 @@ impl Resp {
 
 fn get(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }

@@ -42,7 +42,9 @@ describe('conversations', () => {
     await idle(page);
     assert.equal(await list.getByTestId('conversation').count(), 2);
 
-    // Search (Ctrl+K focuses it) looks through every message.
+    // Search (Ctrl+K focuses it) looks through every message. The new conversation's id (given with its first
+    // message) focuses the composer: let that happen before Ctrl+K, or it can take the focus back.
+    await page.waitForFunction(() => document.activeElement?.getAttribute('data-testid') === 'composer');
     await page.keyboard.press('Control+k');
     assert.equal(await page.evaluate(() => document.activeElement?.getAttribute('data-testid')), 'search');
     await page.keyboard.type('zebras');

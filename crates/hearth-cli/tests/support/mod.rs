@@ -23,6 +23,19 @@ impl Server {
     /// Start with the default model and a small KV cache; `args` and `env` are added.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
         let script = r#""$0" "$@" & p=$!; read _; kill -9 $p 2>/dev/null; wait $p"#;
+        Self::spawn(script, args, env)
+    }
+
+    /// Start `hearth serve` as the child itself (`exec`, after `prelude`, a shell command such as `ulimit -n 256`),
+    /// so that a test can signal it and see its exit status. `Drop` kills it.
+    pub fn start_direct(prelude: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let script = format!(r#"{prelude}; exec "$0" "$@""#);
+        let mut s = Self::spawn(&script, args, env);
+        drop(s.stdin.take());
+        s
+    }
+
+    fn spawn(script: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new("sh");
         cmd.arg("-c").arg(script).arg(env!("CARGO_BIN_EXE_hearth"));
         cmd.args(["serve", "--port", "0", "--kv-budget", "0.25", "--threads", "2"]).args(args);
@@ -64,11 +77,38 @@ impl Server {
     pub fn post(&self, path: &str, body: &Value) -> Resp {
         request(self.port, "POST", path, &[], Some(body.to_string().as_bytes()))
     }
+
+    /// Send a signal (`TERM`, `INT`, ...) to a server started with `start_direct`.
+    pub fn signal(&self, name: &str) {
+        let st = Command::new("kill").arg(format!("-{name}")).arg(self.child.id().to_string()).status();
+        assert!(st.is_ok_and(|s| s.success()), "kill -{name} failed");
+    }
+
+    /// The exit status of a server started with `start_direct`, once it exits; None if it is still running after
+    /// `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Some(st);
+            }
+            if t0.elapsed() > limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        drop(self.stdin.take());
+        match self.stdin.take() {
+            Some(stdin) => drop(stdin),
+            // Started with `start_direct`: the child is the server.
+            None => {
+                let _ = self.child.kill();
+            }
+        }
         let _ = self.child.wait();
     }
 }

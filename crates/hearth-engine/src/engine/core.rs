@@ -33,6 +33,10 @@ pub struct EngineCore<R: Runner> {
     pub(crate) scheduler: Scheduler,
     pub(crate) runner: R,
     sample_ms: f64,
+    /// Rows received from submitters, and how many of them this thread has taken off the shared queue count (rows
+    /// that left the waiting queue: admitted, cancelled or failed).
+    received_rows: usize,
+    left_rows: usize,
 }
 
 /// The constraints of a step's sampled rows after their masks were computed, and each one's milliseconds.
@@ -40,7 +44,7 @@ type Prepared = (Vec<(usize, crate::sampling::grammar::Constraint)>, Vec<f64>);
 
 impl<R: Runner> EngineCore<R> {
     pub fn new(scheduler: Scheduler, runner: R) -> Self {
-        Self { scheduler, runner, sample_ms: 0.0 }
+        Self { scheduler, runner, sample_ms: 0.0, received_rows: 0, left_rows: 0 }
     }
 
     pub fn scheduler(&self) -> &Scheduler {
@@ -53,7 +57,10 @@ impl<R: Runner> EngineCore<R> {
 
     fn command(&mut self, c: Command) {
         match c {
-            Command::Submit(seq) => self.enqueue(*seq),
+            Command::Submit(seq) => {
+                self.received_rows += 1 + seq.siblings.len();
+                self.enqueue(*seq);
+            }
             Command::Flush(reply) => {
                 let _ = reply.send(self.flush());
             }
@@ -168,6 +175,18 @@ impl<R: Runner> EngineCore<R> {
         out
     }
 
+    /// Take the rows that left the waiting queue off the shared count (and put preempted rows that came back on
+    /// it). Submitters add their rows before sending, so the count never misses a request in the channel.
+    fn account_queue(&mut self, queued: &AtomicUsize) {
+        let left = self.received_rows.saturating_sub(self.scheduler.waiting_rows());
+        if left > self.left_rows {
+            queued.fetch_sub(left - self.left_rows, Ordering::AcqRel);
+        } else if left < self.left_rows {
+            queued.fetch_add(self.left_rows - left, Ordering::AcqRel);
+        }
+        self.left_rows = left;
+    }
+
     /// Fail everything in flight (after a panic inside a step).
     pub fn fail_all(&mut self, message: &str) {
         self.scheduler.fail_all(message);
@@ -216,10 +235,11 @@ impl<R: Runner> EngineCore<R> {
                 }
                 Err(_) => self.fail_all("engine step panicked; the requests it was running were failed"),
             }
-            queued.store(self.scheduler.waiting_rows(), Ordering::Relaxed);
+            // Stats first: whoever sees the queue count drop also sees the rows that left it running.
             if let Ok(mut s) = stats.lock() {
                 *s = self.stats();
             }
+            self.account_queue(queued);
         }
     }
 }

@@ -12,7 +12,8 @@ use std::sync::{mpsc, Arc, Mutex};
 pub struct EngineHandle {
     pub(super) tx: mpsc::Sender<Command>,
     pub(super) stats: Arc<Mutex<EngineStats>>,
-    /// Requests submitted but not yet seen by the engine thread, plus its waiting queue (for 429s).
+    /// Rows reserved by submitters and not yet admitted by the engine thread: those in the channel plus its waiting
+    /// queue (for 429s). Submitters add, the engine thread takes off what left its queue.
     pub(super) queued: Arc<AtomicUsize>,
     pub(super) next_slot: Arc<AtomicU64>,
     pub(super) alive: Arc<AtomicBool>,
@@ -27,6 +28,11 @@ impl EngineHandle {
         let mut s = self.stats.lock().map(|s| s.clone()).unwrap_or_default();
         s.ssd_cache = self.ssd.as_ref().map(|c| c.stats());
         s
+    }
+
+    /// Rows submitted and not yet admitted to the batch (in the channel or the waiting queue).
+    pub fn queued_rows(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
     }
 
     pub fn is_alive(&self) -> bool {
@@ -44,20 +50,48 @@ impl EngineHandle {
 
     /// Validate and queue a request; the stream yields its events.
     pub fn submit(&self, req: EngineRequest) -> Result<RequestStream, SubmitError> {
+        let mut streams = self.submit_all(vec![req])?;
+        streams.pop().ok_or(SubmitError::Unavailable)
+    }
+
+    /// Validate and queue requests as one: every one is queued, or none (the queue's room is reserved for all
+    /// their rows at once, so a burst never takes the waiting count past `max_queue`).
+    pub fn submit_all(&self, reqs: Vec<EngineRequest>) -> Result<Vec<RequestStream>, SubmitError> {
         if !self.is_alive() {
             return Err(SubmitError::Unavailable);
         }
-        self.info.validate(&req)?;
-        let waiting = self.queued.fetch_add(req.n, Ordering::Relaxed);
-        if waiting >= self.cfg.max_queue {
-            self.queued.fetch_sub(req.n, Ordering::Relaxed);
-            return Err(SubmitError::QueueFull { waiting, limit: self.cfg.max_queue });
+        for r in &reqs {
+            self.info.validate(r)?;
         }
-        let (first, stream) = Sequence::for_request(&req, || self.next_slot.fetch_add(1, Ordering::Relaxed) as usize);
-        if self.tx.send(Command::Submit(Box::new(first))).is_err() {
-            self.queued.fetch_sub(req.n, Ordering::Relaxed);
-            return Err(SubmitError::Unavailable);
+        let rows: usize = reqs.iter().map(|r| r.n).sum();
+        self.reserve(rows)?;
+        let mut streams = Vec::with_capacity(reqs.len());
+        let mut sent = 0;
+        for req in &reqs {
+            let (first, stream) =
+                Sequence::for_request(req, || self.next_slot.fetch_add(1, Ordering::Relaxed) as usize);
+            if self.tx.send(Command::Submit(Box::new(first))).is_err() {
+                // The engine is gone: give back the room of what was not sent (the streams sent are dropped).
+                self.queued.fetch_sub(rows - sent, Ordering::AcqRel);
+                return Err(SubmitError::Unavailable);
+            }
+            sent += req.n;
+            streams.push(stream);
         }
-        Ok(stream)
+        Ok(streams)
+    }
+
+    /// Take room for `rows` in the waiting queue, all or nothing.
+    fn reserve(&self, rows: usize) -> Result<(), SubmitError> {
+        let limit = self.cfg.max_queue;
+        // `--max-queue 0` refuses everything for now (429), as a switch; a positive limit below the request's
+        // rows refuses it for good (400).
+        if rows > limit && limit > 0 {
+            return Err(SubmitError::NeverQueues { rows, limit });
+        }
+        self.queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w + rows <= limit).then_some(w + rows))
+            .map(|_| ())
+            .map_err(|waiting| SubmitError::QueueFull { waiting, rows, limit })
     }
 }

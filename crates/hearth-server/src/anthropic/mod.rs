@@ -36,8 +36,8 @@ pub async fn messages(State(st): State<AppState>, body: Bytes) -> ApiResult<Resp
 
 async fn run(st: AppState, body: Bytes, id: String) -> ApiResult<Response> {
     let t = request::translate(&parse_object(&body)?, false)?;
-    let ready = st.ready()?;
-    let sub = submit_translated(&ready, &t.chat, t.stream).await?;
+    let (ready, _admitted) = st.generator()?;
+    let sub = submit_translated(&ready, t.chat, t.stream).await?;
     let (shape, model) = (sub.shape, ready.model_id.clone());
     if t.stream {
         let fmt = events::MessageEvents::new(id, model, sub.prompt_tokens, shape);
@@ -75,7 +75,7 @@ pub async fn count_tokens(State(st): State<AppState>, body: Bytes) -> ApiResult<
     t.chat["max_tokens"] = json!(1);
     let chat = ChatCompletionRequest::from_body(&t.chat)?;
     let ready = st.ready()?;
-    let Prepared { req, .. } = prepare(&ready, chat)?;
+    let Prepared { req, .. } = crate::offload::run(move || prepare(&ready, chat)).await?;
     Ok(Json(TokenCount { input_tokens: req.prompt.len() }).into_response())
 }
 

@@ -48,6 +48,30 @@ impl Engine {
         }
     }
 
+    /// Validate and queue requests as one: every one is queued, or none. An isolated engine takes them one by one;
+    /// when one is refused, the streams of those before it are dropped, which cancels them.
+    pub async fn submit_all(&self, reqs: Vec<EngineRequest>) -> Result<Vec<RequestStream>, SubmitError> {
+        match self {
+            Engine::Local(h) => h.submit_all(reqs),
+            Engine::Isolated(s) => {
+                let mut streams = Vec::with_capacity(reqs.len());
+                for req in reqs {
+                    streams.push(s.submit(req).await?);
+                }
+                Ok(streams)
+            }
+        }
+    }
+
+    /// Rows submitted and not yet admitted to the batch; for an isolated engine, every request still open (its
+    /// process's own counts reach this one with the stats, up to a quarter second late).
+    pub fn queued_rows(&self) -> usize {
+        match self {
+            Engine::Local(h) => h.queued_rows(),
+            Engine::Isolated(s) => s.open_requests(),
+        }
+    }
+
     /// A snapshot for `/stats` (an isolated engine's is at most a quarter second old).
     pub fn stats(&self) -> EngineStats {
         match self {

@@ -220,7 +220,7 @@ mod tests {
                 },
             },
             ToParent::Event { id: 5, event: EngineEvent::Error { message: "boom".into() } },
-            ToParent::Refused { id: 6, error: SubmitError::QueueFull { waiting: 3, limit: 3 } },
+            ToParent::Refused { id: 6, error: SubmitError::QueueFull { rows: 2, waiting: 3, limit: 4 } },
             ToParent::Stats { query: 3, stats: serde_json::json!({"rows_running": 1}) },
             ToParent::Flushed { query: 4, result: Ok(false) },
             ToParent::Flushed { query: 5, result: Err("the SSD writer stopped".into()) },

@@ -159,6 +159,11 @@ impl Supervisor {
         }
     }
 
+    /// Requests sent to the child that have not ended yet.
+    pub fn open_requests(&self) -> usize {
+        self.conn().map_or(0, |c| lock_table(&c.table).requests.len())
+    }
+
     /// The last statistics the child reported (refreshed every `STATS_POLL`).
     pub fn stats(&self) -> EngineStats {
         self.stats.lock().map(|s| s.clone()).unwrap_or_default()

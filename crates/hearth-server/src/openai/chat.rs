@@ -21,6 +21,7 @@ use axum::Json;
 use hearth_engine::engine::EngineRequest;
 use hearth_engine::sampling::grammar::ConstraintSpec;
 use hearth_engine::tokenizer::Tokenizer;
+use std::sync::Arc;
 use tracing::Instrument;
 
 const OBJECT: &str = "chat.completion";
@@ -48,6 +49,7 @@ pub(crate) struct Prepared {
 /// grammar or the request's own constraint, and the reasoning split.
 pub(crate) fn prepare(ready: &Ready, req: ChatCompletionRequest) -> ApiResult<Prepared> {
     let ChatCompletionRequest { params: p, options, conversation } = req;
+    crate::offload::check_text_fits(ready, messages::text_bytes(&conversation), "messages")?;
     let max_tokens = match options.max_completion_tokens {
         Some(m) => ("max_completion_tokens", Some(m)),
         None => ("max_tokens", p.max_tokens),
@@ -105,9 +107,14 @@ pub(crate) struct Submitted {
     pub prompt_tokens: usize,
 }
 
-pub(crate) async fn submit_translated(ready: &Ready, chat: &serde_json::Value, stream: bool) -> ApiResult<Submitted> {
-    let chat = ChatCompletionRequest::from_body(chat)?;
-    let Prepared { req, g, shape, .. } = prepare(ready, chat)?;
+pub(crate) async fn submit_translated(
+    ready: &Arc<Ready>,
+    chat: serde_json::Value,
+    stream: bool,
+) -> ApiResult<Submitted> {
+    let r = ready.clone();
+    let Prepared { req, g, shape, .. } =
+        crate::offload::run(move || prepare(&r, ChatCompletionRequest::from_body(&chat)?)).await?;
     let prompt_tokens = req.prompt.len();
     tracing::info!(prompt_tokens, max_tokens = req.max_tokens, stream, "accepted");
     let rs = ready.engine.submit(req).await?;
@@ -137,8 +144,9 @@ impl Submitted {
 }
 
 async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<Response> {
-    let ready = st.ready()?;
-    let Prepared { req, g, shape, want_logprobs } = prepare(&ready, req)?;
+    let (ready, _admitted) = st.generator()?;
+    let r = ready.clone();
+    let Prepared { req, g, shape, want_logprobs } = crate::offload::run(move || prepare(&r, req)).await?;
     let prompt_tokens = req.prompt.len();
     tracing::info!(prompt_tokens, max_tokens = req.max_tokens, n = g.n, stream = g.stream, "accepted");
     let stream = ready.engine.submit(req).await?;

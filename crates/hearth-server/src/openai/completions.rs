@@ -46,6 +46,7 @@ pub async fn handler(State(st): State<AppState>, JsonBody(req): JsonBody<Complet
 fn tokens_and_text(ready: &Ready, prompt: PromptInput) -> ApiResult<(Vec<u32>, String)> {
     match prompt {
         PromptInput::Text(t) => {
+            crate::offload::check_text_fits(ready, t.len(), "prompt")?;
             let ids = ready
                 .tokenizer
                 .encode(&t, true)
@@ -63,7 +64,7 @@ fn tokens_and_text(ready: &Ready, prompt: PromptInput) -> ApiResult<(Vec<u32>, S
 }
 
 async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Response> {
-    let ready = st.ready()?;
+    let (ready, _admitted) = st.generator()?;
     let CompletionRequest { params: p, options: o } = req;
     let mut g = params::resolve(&p, &ready.defaults, ready.engine.info().vocab_size, ("max_tokens", p.max_tokens))?;
     let want = params::top_count("logprobs", o.logprobs)?;
@@ -82,15 +83,27 @@ async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Resp
         return Err(ApiError::param("best_of", "`best_of` other than `n` is not supported"));
     }
     let prompts = checked_prompts(o.prompt, ready.engine.info().vocab_size)?;
-    let mut jobs = Vec::with_capacity(prompts.len());
-    let mut echoes = Vec::with_capacity(prompts.len());
-    for prompt in prompts {
-        let (ids, text) = tokens_and_text(&ready, prompt)?;
-        let req = g.engine_request(ids, &ready)?;
-        let prompt_tokens = req.prompt.len();
-        tracing::info!(prompt_tokens, max_tokens = req.max_tokens, n = g.n, stream = g.stream, "accepted");
-        // On an error here the streams already submitted are dropped, which cancels them.
-        jobs.push(Job { stream: ready.engine.submit(req).await?, prompt_tokens, n: g.n });
+    let r = ready.clone();
+    let (g, prepared) = crate::offload::run(move || {
+        let reqs = prompts
+            .into_iter()
+            .map(|p| {
+                let (ids, text) = tokens_and_text(&r, p)?;
+                Ok((g.engine_request(ids, &r)?, text))
+            })
+            .collect::<ApiResult<Vec<_>>>()?;
+        Ok((g, reqs))
+    })
+    .await?;
+    let (reqs, texts): (Vec<_>, Vec<_>) = prepared.into_iter().unzip();
+    let prompt_tokens: Vec<usize> = reqs.iter().map(|r| r.prompt.len()).collect();
+    // Every prompt is queued, or none.
+    let streams = ready.engine.submit_all(reqs).await?;
+    let mut jobs = Vec::with_capacity(streams.len());
+    let mut echoes = Vec::with_capacity(streams.len() * g.n);
+    for ((stream, prompt_tokens), text) in streams.into_iter().zip(prompt_tokens).zip(texts) {
+        tracing::info!(prompt_tokens, n = g.n, stream = g.stream, "accepted");
+        jobs.push(Job { stream, prompt_tokens, n: g.n });
         for _ in 0..g.n {
             echoes.push(if echo { text.clone() } else { String::new() });
         }

@@ -23,6 +23,18 @@ pub fn normalize(c: &Conversation) -> ApiResult<Value> {
     msgs.iter().enumerate().map(|(i, m)| message(i, m)).collect::<ApiResult<Vec<_>>>().map(Value::Array)
 }
 
+/// Bytes of message text (content strings and text parts, without their surrounding whitespace, which a template
+/// may trim): what the prompt holds at the least.
+pub fn text_bytes(c: &Conversation) -> usize {
+    let text = |v: &Value| v.as_str().map_or(0, |s| s.trim().len());
+    let content = |m: &Value| match m.get("content") {
+        Some(Value::Array(parts)) => parts.iter().map(|p| p.get("text").map_or(0, text)).sum(),
+        Some(v) => text(v),
+        None => 0,
+    };
+    c.messages.as_deref().unwrap_or_default().iter().map(content).sum()
+}
+
 fn message(i: usize, m: &Value) -> ApiResult<Value> {
     let at = format!("messages[{i}]");
     let Some(obj) = m.as_object() else {

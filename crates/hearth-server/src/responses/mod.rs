@@ -61,8 +61,8 @@ async fn run(st: AppState, body: Bytes, id: String) -> ApiResult<Response> {
         Some(_) => return Err(ApiError::param("previous_response_id", "`previous_response_id` must be a string")),
     };
     let t = request::translate(&body, previous)?;
-    let ready = st.ready()?;
-    let sub = submit_translated(&ready, &t.chat, t.stream).await?;
+    let (ready, _admitted) = st.generator()?;
+    let sub = submit_translated(&ready, t.chat, t.stream).await?;
     let shape = sub.shape;
     let echo = Echo {
         id,
