@@ -20,8 +20,10 @@ struct Cli {
 #[derive(Args, Clone)]
 pub struct ModelArgs {
     /// A .gguf file, a Hugging Face model directory, an HF id in the local HF cache, or an alias (`hearth models`).
-    #[arg(long, short = 'm', env = "HEARTH_MODEL", default_value = hearth_engine::weights::resolve::DEFAULT_MODEL)]
-    pub model: String,
+    /// `serve` takes several (repeat the flag): a model pool, one engine process per model.
+    #[arg(long, short = 'm', env = "HEARTH_MODEL", default_value = hearth_engine::weights::resolve::DEFAULT_MODEL,
+          action = clap::ArgAction::Append)]
+    pub model: Vec<String>,
     /// auto | cpu | cuda | cuda:N
     #[arg(long, env = "HEARTH_DEVICE", default_value = "auto")]
     pub device: String,
@@ -42,7 +44,17 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     /// Load the model; `batch_invariant` for the serving engine (see `LoadOptions::batch_invariant`).
+    /// The model (the first, where `serve` was given several).
+    pub fn spec(&self) -> &str {
+        self.model.first().map(String::as_str).unwrap_or(hearth_engine::weights::resolve::DEFAULT_MODEL)
+    }
+
     pub fn load(&self, batch_invariant: bool) -> anyhow::Result<hearth_engine::loader::LoadedModel> {
+        anyhow::ensure!(
+            self.model.len() == 1,
+            "--model is given {} times: only `hearth serve` takes several (a model pool)",
+            self.model.len()
+        );
         hearth_engine::device::set_cpu_threads(self.threads)?;
         let device = hearth_engine::device::select_device(&self.device)?;
         let opts = hearth_engine::models::LoadOptions {
@@ -50,7 +62,7 @@ impl ModelArgs {
             dtype: hearth_engine::models::parse_dtype(&self.dtype)?,
             batch_invariant,
         };
-        let m = hearth_engine::loader::load_with(&self.model, &device, self.chat_template.as_deref(), &opts)?;
+        let m = hearth_engine::loader::load_with(self.spec(), &device, self.chat_template.as_deref(), &opts)?;
         tracing::info!(
             model = %m.location.path().display(),
             config = %m.model.config().describe(),

@@ -7,6 +7,7 @@ use hearth_engine::embed::{Embedder, EmbedderOptions};
 use hearth_engine::engine::{blocks_for_budget, CacheConfig, EngineConfig, SsdSettings};
 use hearth_engine::sampling::grammar::Grammars;
 use hearth_engine::weights::resolve::ModelLocation;
+use hearth_server::isolate::pool::{ModelPool, PoolModel};
 use hearth_server::isolate::{ChildCommand, Engine, Supervisor};
 use hearth_server::origin::AllowList;
 use hearth_server::{DefaultOverrides, Embedding, Loaded, Ready, SamplingDefaults, ServerConfig};
@@ -105,6 +106,14 @@ pub struct ServeArgs {
     /// doubles per crash in a row; a child that stayed up 30 s resets it).
     #[arg(long, env = "HEARTH_ISOLATE_BACKOFF_MAX", default_value_t = 10.0)]
     pub isolate_backoff_max: f64,
+    /// With several --model: at most this many engines resident at once (each model's engine is a child process,
+    /// as with --isolate); a request's `model` picks one, the least recently used is evicted.
+    #[arg(long, env = "HEARTH_MODEL_POOL", default_value_t = 1)]
+    pub model_pool: usize,
+    /// Start a model's engine while the resident ones keep serving, then evict (on); or evict first (off: for a
+    /// machine with no room for one more engine).
+    #[arg(long, env = "HEARTH_MODEL_POOL_OVERLAP", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+    pub model_pool_overlap: bool,
     /// Do not serve the web chat at / (the API alone).
     #[arg(long, env = "HEARTH_NO_UI")]
     pub no_ui: bool,
@@ -207,6 +216,11 @@ fn check(a: &ServeArgs) -> anyhow::Result<()> {
         a.isolate_backoff_max.is_finite() && (0.0..=3600.0).contains(&a.isolate_backoff_max),
         "--isolate-backoff-max must be a number of seconds from 0 to 3600"
     );
+    anyhow::ensure!(a.model_pool >= 1, "--model-pool must be at least 1");
+    let mut seen = std::collections::HashSet::new();
+    for m in &a.model.model {
+        anyhow::ensure!(seen.insert(m.as_str()), "--model {m} is given twice");
+    }
     Ok(())
 }
 
@@ -250,20 +264,25 @@ fn is_embedding_model(spec: &str) -> bool {
     matches!(hearth_engine::weights::resolve::resolve(spec), Ok(ModelLocation::HfDir(d)) if d.join("modules.json").is_file())
 }
 
-/// The chat model (unless --model is an embedding model) and the embedding model (--embedding-model, or --model).
+/// The chat model (unless --model is an embedding model) and the embedding model (--embedding-model, or --model);
+/// with several --model, a model pool.
 fn load_all(a: &ServeArgs) -> anyhow::Result<Loaded> {
-    let (ready, embedding_spec) = if is_embedding_model(&a.model.model) {
+    if a.model.model.len() > 1 {
+        let embedding = a.embedding_model.as_deref().map(|spec| load_embedding(a, spec)).transpose()?;
+        return Ok(Loaded { ready: None, embedding, pool: Some(load_pool(a)?) });
+    }
+    let (ready, embedding_spec) = if is_embedding_model(a.model.spec()) {
         anyhow::ensure!(
             a.embedding_model.is_none(),
             "--model {} is an embedding model; give a chat model with --model to serve it beside --embedding-model",
-            a.model.model
+            a.model.spec()
         );
-        (None, Some(a.model.model.clone()))
+        (None, Some(a.model.spec().to_string()))
     } else {
         (Some(if a.isolate { load_isolated(a)? } else { load(a)? }), a.embedding_model.clone())
     };
     let embedding = embedding_spec.map(|spec| load_embedding(a, &spec)).transpose()?;
-    Ok(Loaded { ready, embedding })
+    Ok(Loaded { ready, embedding, pool: None })
 }
 
 fn load_embedding(a: &ServeArgs, spec: &str) -> anyhow::Result<Embedding> {
@@ -344,7 +363,7 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
         tokenizer,
         grammars,
         reasoning: a.reasoning,
-        model_id: a.model.model.clone(),
+        model_id: a.model.spec().to_string(),
         device,
         defaults,
         created: hearth_server::state::unix_now(),
@@ -373,7 +392,7 @@ fn warm_grammars(tokenizer: &Arc<hearth_engine::tokenizer::Tokenizer>, width: us
 /// `--isolate`: this process keeps the tokenizer and chat template (requests are parsed and rendered here); the
 /// engine runs in a supervised child, this binary's hidden `engine-child` subcommand with the same flags.
 fn load_isolated(a: &ServeArgs) -> anyhow::Result<Ready> {
-    let side = hearth_engine::loader::load_text_side(&a.model.model, a.model.chat_template.as_deref())?;
+    let side = hearth_engine::loader::load_text_side(a.model.spec(), a.model.chat_template.as_deref())?;
     let program = std::env::current_exe().context("finding this program to start the engine process")?;
     let cmd = ChildCommand {
         program,
@@ -391,10 +410,60 @@ fn load_isolated(a: &ServeArgs) -> anyhow::Result<Ready> {
         tokenizer,
         grammars,
         reasoning: a.reasoning,
-        model_id: a.model.model.clone(),
+        model_id: a.model.spec().to_string(),
         defaults: sampling_defaults(a, side.generation_config.as_ref()),
         created: hearth_server::state::unix_now(),
     })
+}
+
+/// A model pool of every --model: their tokenizers and templates here, the first one's engine started.
+fn load_pool(a: &ServeArgs) -> anyhow::Result<Arc<ModelPool>> {
+    let program = std::env::current_exe().context("finding this program to start the engine processes")?;
+    let mut models = Vec::new();
+    for spec in &a.model.model {
+        anyhow::ensure!(
+            !is_embedding_model(spec),
+            "--model {spec} is an embedding model: give it with --embedding-model"
+        );
+        let side = hearth_engine::loader::load_text_side(spec, a.model.chat_template.as_deref())
+            .with_context(|| format!("loading the tokenizer of {spec}"))?;
+        let tokenizer = Arc::new(side.tokenizer);
+        models.push(PoolModel {
+            id: spec.clone(),
+            grammars: warm_grammars(&tokenizer, side.config.vocab_size),
+            tokenizer,
+            defaults: sampling_defaults(a, side.generation_config.as_ref()),
+            reasoning: a.reasoning,
+            max_positions: side.config.max_position_embeddings,
+            cmd: ChildCommand {
+                program: program.clone(),
+                args: pool_child_args(std::env::args_os().skip(1), spec),
+                backoff_max: Duration::from_secs_f64(a.isolate_backoff_max),
+            },
+        });
+    }
+    tokio::runtime::Handle::current()
+        .block_on(ModelPool::start(models, a.model_pool, a.model_pool_overlap))
+        .map_err(|e| anyhow::anyhow!("starting the first model's engine: {e}"))
+}
+
+/// A pool child's command line: [`child_args`] without the pool's models and flags, with `-m spec`.
+fn pool_child_args(args: impl Iterator<Item = std::ffi::OsString>, spec: &str) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::new();
+    let mut skip_value = false;
+    for arg in child_args(args) {
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        let s = arg.to_string_lossy();
+        if ["-m", "--model", "--model-pool", "--model-pool-overlap"].contains(&s.as_ref()) {
+            skip_value = true;
+        } else if !["--model=", "-m=", "--model-pool=", "--model-pool-overlap="].iter().any(|p| s.starts_with(p)) {
+            out.push(arg);
+        }
+    }
+    out.extend(["-m".into(), spec.into()]);
+    out
 }
 
 /// The child's command line: this one's, with `serve` replaced by the hidden subcommand and `--isolate` dropped.
@@ -450,6 +519,13 @@ pub fn run_engine_child(a: EngineChildArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::parse_size;
+
+    #[test]
+    fn pool_child_command_line() {
+        let args = ["serve", "-m", "a", "--model=b", "--model-pool", "2", "--port", "0", "--model", "c"];
+        let got = super::pool_child_args(args.map(std::ffi::OsString::from).into_iter(), "b");
+        assert_eq!(got, ["engine-child", "--port", "0", "-m", "b"].map(std::ffi::OsString::from));
+    }
 
     #[test]
     fn child_command_line() {

@@ -81,12 +81,13 @@ pub async fn health(State(st): State<AppState>) -> Response {
 /// `GET /engine`: whether the engine is isolated, its process, state and restarts.
 pub async fn engine(State(st): State<AppState>) -> ApiResult<Json<EngineReport>> {
     let r = st.ready()?;
-    let report = match r.engine.status() {
+    let mut report = match r.engine.status() {
         Some(s) => {
             let state = match s.state {
                 crate::isolate::EngineState::Starting => "starting",
                 crate::isolate::EngineState::Up => "up",
                 crate::isolate::EngineState::Restarting => "restarting",
+                crate::isolate::EngineState::Retired => "retired",
             };
             EngineReport {
                 isolated: true,
@@ -116,6 +117,22 @@ pub async fn engine(State(st): State<AppState>) -> ApiResult<Json<EngineReport>>
             }
         }
     };
+    if let Some(p) = st.pool() {
+        // The engine above is the most recently used one; the pool lists every model.
+        report.pool = p
+            .states()
+            .into_iter()
+            .map(|s| {
+                let status = s.ready.as_ref().and_then(|r| r.engine.status());
+                PoolEntry {
+                    model: s.model,
+                    loaded: s.ready.is_some(),
+                    state: if s.ready.is_some() { "up" } else { "not_loaded" },
+                    pid: status.and_then(|st| st.pid),
+                }
+            })
+            .collect();
+    }
     Ok(Json(report))
 }
 

@@ -36,12 +36,15 @@ pub use state::{AppState, Embedding, Ready};
 pub struct Loaded {
     pub ready: Option<Ready>,
     pub embedding: Option<Embedding>,
+    /// A model pool (several `--model`s), instead of `ready`.
+    pub pool: Option<Arc<isolate::pool::ModelPool>>,
 }
 
 use anyhow::Context;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
+use std::sync::Arc;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -130,6 +133,10 @@ where
     let server = tokio::spawn(serve(listener, state.clone()));
     let loaded = tokio::task::spawn_blocking(load).await.context("the model loading task panicked")??;
     let mut banner = format!("hearth: ready on {url}");
+    if let Some(p) = &loaded.pool {
+        let ids: Vec<String> = p.states().into_iter().map(|s| s.model).collect();
+        banner += &format!(" | model pool {} (the first is up)", ids.join(", "));
+    }
     if let Some(r) = &loaded.ready {
         banner += &format!(
             " | model {} | device {} | KV cache {} tokens | batch {}",
@@ -143,6 +150,9 @@ where
         let i = e.handle.info();
         banner += &format!(" | embeddings {} ({} dimensions, {} tokens)", e.model_id, i.dimensions, i.max_input_tokens);
         state.set_embedding(e);
+    }
+    if let Some(p) = loaded.pool {
+        state.set_pool(p);
     }
     match loaded.ready {
         Some(r) => {

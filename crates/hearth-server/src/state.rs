@@ -53,6 +53,8 @@ pub struct AppState {
     pub responses: Arc<ResponseStore>,
     /// `POST /admin/drain`'s switch.
     pub drain: Arc<Drain>,
+    /// The model pool, when the server has several models.
+    pool: Arc<OnceLock<Arc<crate::isolate::pool::ModelPool>>>,
 }
 
 impl AppState {
@@ -65,7 +67,18 @@ impl AppState {
             cfg: Arc::new(cfg),
             responses,
             drain: Arc::new(Drain::default()),
+            pool: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Install a model pool (once); loading is then finished.
+    pub fn set_pool(&self, pool: Arc<crate::isolate::pool::ModelPool>) {
+        let _ = self.pool.set(pool);
+        self.finish_loading();
+    }
+
+    pub fn pool(&self) -> Option<&Arc<crate::isolate::pool::ModelPool>> {
+        self.pool.get()
     }
 
     /// Install the loaded model (once; later calls are ignored); loading is then finished.
@@ -89,8 +102,12 @@ impl AppState {
         self.loaded.get().is_some()
     }
 
+    /// The generative model; with a model pool, its most recently used resident engine.
     pub fn get(&self) -> Option<Arc<Ready>> {
-        self.ready.get().cloned()
+        match self.pool.get() {
+            Some(p) => p.latest(),
+            None => self.ready.get().cloned(),
+        }
     }
 
     pub fn get_embedding(&self) -> Option<Arc<Embedding>> {
@@ -115,6 +132,15 @@ impl AppState {
     pub fn generator(&self) -> ApiResult<(Arc<Ready>, Admitted)> {
         let ready = self.ready()?;
         let admitted = self.drain.admit().ok_or_else(ApiError::draining)?;
+        Ok((ready, admitted))
+    }
+
+    /// [`generator`](Self::generator) for the request's `model`: with a model pool, that model's engine (started
+    /// if it is not resident; an unknown model is a 404); without one, the server's model whatever the name.
+    pub async fn generator_for(&self, model: Option<&str>) -> ApiResult<(Arc<Ready>, Admitted)> {
+        let Some(pool) = self.pool.get() else { return self.generator() };
+        let admitted = self.drain.admit().ok_or_else(ApiError::draining)?;
+        let ready = pool.ready(model).await?;
         Ok((ready, admitted))
     }
 

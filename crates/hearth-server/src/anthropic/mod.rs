@@ -35,8 +35,9 @@ pub async fn messages(State(st): State<AppState>, body: Bytes) -> ApiResult<Resp
 }
 
 async fn run(st: AppState, body: Bytes, id: String) -> ApiResult<Response> {
-    let t = request::translate(&parse_object(&body)?, false)?;
-    let (ready, _admitted) = st.generator()?;
+    let body = parse_object(&body)?;
+    let t = request::translate(&body, false)?;
+    let (ready, _admitted) = st.generator_for(body.get("model").and_then(serde_json::Value::as_str)).await?;
     let sub = submit_translated(&ready, t.chat, t.stream).await?;
     let (shape, model) = (sub.shape, ready.model_id.clone());
     if t.stream {

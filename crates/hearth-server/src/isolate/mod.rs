@@ -4,6 +4,7 @@
 //! Design: docs/design/0012-isolation.md.
 
 pub mod child;
+pub mod pool;
 pub mod proto;
 pub mod supervisor;
 

@@ -48,6 +48,8 @@ pub enum EngineState {
     Up,
     /// The child died; a new one is on its way.
     Restarting,
+    /// Evicted from a model pool: its process has ended and none follows.
+    Retired,
 }
 
 /// What `GET /engine` reports of an isolated engine.
@@ -100,6 +102,8 @@ pub struct Supervisor {
     status: Mutex<Status>,
     stats: Mutex<EngineStats>,
     next_id: AtomicU64,
+    /// Retired (evicted from a model pool): refuses new requests and is not respawned.
+    retired: AtomicBool,
 }
 
 impl Supervisor {
@@ -122,6 +126,7 @@ impl Supervisor {
             }),
             stats: Mutex::new(EngineStats::default()),
             next_id: AtomicU64::new(1),
+            retired: AtomicBool::new(false),
         });
         let (child, conn_rd) = sup.spawn_and_connect().await?;
         tokio::spawn(sup.clone().supervise(child, conn_rd));
@@ -177,8 +182,30 @@ impl Supervisor {
         self.lock().conn.clone()
     }
 
+    /// Retire this engine (a model pool evicts it): refuse new requests, let the open ones finish (at most
+    /// `grace`), write the prompt cache to the SSD tier, then end the child for good. Returns the requests the
+    /// grace cut short.
+    pub async fn retire(&self, grace: Duration) -> usize {
+        self.retired.store(true, Ordering::Release);
+        let t0 = Instant::now();
+        while self.open_requests() > 0 && t0.elapsed() < grace {
+            tokio::time::sleep(CANCEL_POLL).await;
+        }
+        let cut = self.open_requests();
+        if let Err(e) = self.flush().await {
+            tracing::warn!("retiring an engine: its prompt cache was not written: {e}");
+        }
+        if let Some(conn) = self.conn() {
+            let _ = conn.tx.send(ToChild::Shutdown);
+        }
+        cut
+    }
+
     /// Validate `req`, send it to the child and wait for its admission.
     pub async fn submit(&self, req: EngineRequest) -> Result<RequestStream, SubmitError> {
+        if self.retired.load(Ordering::Acquire) {
+            return Err(SubmitError::Unavailable);
+        }
         self.info().validate(&req)?;
         let conn = self.conn().ok_or(SubmitError::Unavailable)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -281,6 +308,17 @@ impl Supervisor {
                 s = child.wait() => format!("it exited ({})", describe_exit(s)),
             };
             let died = Instant::now();
+            if self.retired.load(Ordering::Acquire) {
+                // Asked to end: give it a moment to exit on its own, then make sure.
+                let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                fail_open(&table, "the engine was retired from the model pool");
+                let mut s = self.lock();
+                s.conn = None;
+                s.state = EngineState::Retired;
+                return;
+            }
             let _ = child.start_kill();
             let exit = describe_exit(child.wait().await);
             let why = format!("{why}; {exit}");

@@ -144,7 +144,7 @@ impl Submitted {
 }
 
 async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<Response> {
-    let (ready, _admitted) = st.generator()?;
+    let (ready, _admitted) = st.generator_for(req.params.model.as_deref()).await?;
     let r = ready.clone();
     let Prepared { req, g, shape, want_logprobs } = crate::offload::run(move || prepare(&r, req)).await?;
     let prompt_tokens = req.prompt.len();

@@ -64,7 +64,7 @@ fn tokens_and_text(ready: &Ready, prompt: PromptInput) -> ApiResult<(Vec<u32>, S
 }
 
 async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Response> {
-    let (ready, _admitted) = st.generator()?;
+    let (ready, _admitted) = st.generator_for(req.params.model.as_deref()).await?;
     let CompletionRequest { params: p, options: o } = req;
     let mut g = params::resolve(&p, &ready.defaults, ready.engine.info().vocab_size, ("max_tokens", p.max_tokens))?;
     let want = params::top_count("logprobs", o.logprobs)?;

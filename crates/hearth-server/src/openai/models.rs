@@ -13,6 +13,7 @@ fn model_object(r: &Ready) -> ModelObject {
         created: r.created,
         owned_by: "hearth",
         max_model_len: r.engine.info().max_positions,
+        loaded: None,
     }
 }
 
@@ -23,6 +24,7 @@ fn embedding_object(e: &Embedding) -> ModelObject {
         created: e.created,
         owned_by: "hearth",
         max_model_len: e.handle.info().max_input_tokens,
+        loaded: None,
     }
 }
 
@@ -31,7 +33,26 @@ fn served(st: &AppState) -> ApiResult<Vec<ModelObject>> {
     if !st.is_loaded() {
         return Err(ApiError::loading());
     }
-    Ok(st.get().map(|r| model_object(&r)).into_iter().chain(st.get_embedding().map(|e| embedding_object(&e))).collect())
+    let generative: Vec<ModelObject> = match st.pool() {
+        // Every model of the pool, resident or not.
+        Some(p) => p
+            .states()
+            .into_iter()
+            .map(|s| match &s.ready {
+                Some(r) => ModelObject { loaded: Some(true), ..model_object(r) },
+                None => ModelObject {
+                    id: s.model,
+                    object: "model",
+                    created: 0,
+                    owned_by: "hearth",
+                    max_model_len: s.max_positions,
+                    loaded: Some(false),
+                },
+            })
+            .collect(),
+        None => st.get().map(|r| model_object(&r)).into_iter().collect(),
+    };
+    Ok(generative.into_iter().chain(st.get_embedding().map(|e| embedding_object(&e))).collect())
 }
 
 pub async fn list(State(st): State<AppState>) -> ApiResult<Json<ModelList>> {

@@ -61,7 +61,7 @@ async fn run(st: AppState, body: Bytes, id: String) -> ApiResult<Response> {
         Some(_) => return Err(ApiError::param("previous_response_id", "`previous_response_id` must be a string")),
     };
     let t = request::translate(&body, previous)?;
-    let (ready, _admitted) = st.generator()?;
+    let (ready, _admitted) = st.generator_for(body.get("model").and_then(Value::as_str)).await?;
     let sub = submit_translated(&ready, t.chat, t.stream).await?;
     let shape = sub.shape;
     let echo = Echo {

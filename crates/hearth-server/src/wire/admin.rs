@@ -142,4 +142,7 @@ pub struct ModelObject {
     pub created: u64,
     pub owned_by: &'static str,
     pub max_model_len: usize,
+    /// With a model pool: whether the model's engine is resident now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loaded: Option<bool>,
 }

@@ -14,6 +14,9 @@ pub const MAX_STOPS: usize = 16;
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct GenerationParams {
+    /// Which model answers: with a model pool, one of its models (none: the first); otherwise ignored.
+    #[serde(deserialize_with = "opt")]
+    pub model: Option<String>,
     #[serde(deserialize_with = "opt")]
     pub temperature: Option<f64>,
     #[serde(deserialize_with = "opt")]
