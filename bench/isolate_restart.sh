@@ -3,19 +3,21 @@
 # then print GET /engine (restart_ms_p50 / _p95: from the child's death to its successor's readiness) and the time
 # from each kill until a completion request succeeds again. Loopback only.
 #   bench/isolate_restart.sh [MODEL_ALIAS] [N]
-# HEARTH_ARGS adds serve flags (default `--isolate-backoff-max 0`: the respawn alone, without the crash-loop wait).
-# Needs: scripts/fetch-models, cargo build --release -p hearth-cli.
+# HEARTH_ARGS adds serve flags (default `--isolate-backoff-max 0`: the respawn alone, without the crash-loop wait);
+# HEARTH_BIN picks the binary (default target/release/hearth), DEVICE the device (default cpu, with 2 threads).
+# Needs: scripts/fetch-models, cargo build --release -p hearth-cli (or a CUDA build: bench/gpu/device_isolate.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL="${1:-smollm2-135m}"
 N="${2:-10}"
 PORT=18193
 # shellcheck disable=SC2086
-./target/release/hearth serve -m "$MODEL" --device cpu --threads 2 --host 127.0.0.1 --port $PORT --isolate \
+"${HEARTH_BIN:-./target/release/hearth}" serve -m "$MODEL" --device "${DEVICE:-cpu}" --threads 2 --host 127.0.0.1 \
+  --port $PORT --isolate \
   ${HEARTH_ARGS:---isolate-backoff-max 0} >/tmp/hearth-isolate.log 2>&1 &
 SP=$!
 trap 'kill $SP 2>/dev/null || true' EXIT
-for _ in $(seq 1 600); do curl -sf http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.2; done
+for _ in $(seq 1 1500); do curl -sf http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.2; done
 python3 - "$PORT" "$N" <<'PY'
 import json, os, signal, statistics, sys, time, urllib.request
 port, n = int(sys.argv[1]), int(sys.argv[2])
