@@ -96,7 +96,6 @@ struct Status {
 
 pub struct Supervisor {
     cmd: ChildCommand,
-    dir: PathBuf,
     info: OnceLock<EngineInfo>,
     device: OnceLock<String>,
     status: Mutex<Status>,
@@ -111,10 +110,8 @@ impl Supervisor {
     /// does not load fails the server's start, as without isolation). Then keep a child running until the process
     /// ends.
     pub async fn start(cmd: ChildCommand) -> Result<Arc<Supervisor>, String> {
-        let dir = private_dir().map_err(|e| format!("creating the engine socket's directory: {e}"))?;
         let sup = Arc::new(Supervisor {
             cmd,
-            dir,
             info: OnceLock::new(),
             device: OnceLock::new(),
             status: Mutex::new(Status {
@@ -251,23 +248,13 @@ impl Supervisor {
 
     /// Spawn a child, accept its connection and read its hello. Fails when the child exits first.
     async fn spawn_and_connect(&self) -> Result<(Child, tokio::net::unix::OwnedReadHalf), String> {
-        let path = self.dir.join("engine.sock");
-        let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path).map_err(|e| format!("binding {}: {e}", path.display()))?;
-        let mut child = Command::new(&self.cmd.program)
-            .args(&self.cmd.args)
-            .arg("--socket")
-            .arg(&path)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("starting the engine process {}: {e}", self.cmd.program.display()))?;
-        let accepted = tokio::select! {
-            a = listener.accept() => a.map_err(|e| format!("accepting the engine's connection: {e}")),
-            s = child.wait() => Err(format!("the engine process exited while loading ({})", describe_exit(s))),
-        };
-        let _ = std::fs::remove_file(&path);
-        let (stream, _) = accepted?;
+        // A fresh private directory per child, gone once the child is connected (a socket path is needed only to
+        // connect): nothing is left in the temporary directory, whatever way this process ends.
+        let dir = private_dir().map_err(|e| format!("creating the engine socket's directory: {e}"))?;
+        let path = dir.join("engine.sock");
+        let spawned = self.spawn_on(&path).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        let (mut child, stream) = spawned?;
         let (mut rd, wr) = stream.into_split();
         let hello = tokio::select! {
             h = read_frame::<_, ToParent>(&mut rd) => h.map_err(|e| e.to_string()),
@@ -295,6 +282,26 @@ impl Supervisor {
         s.conn = Some(conn);
         s.state = EngineState::Up;
         Ok((child, rd))
+    }
+
+    /// Listen on `path`, start a child told to connect there, and accept its connection (an error if it exits
+    /// first).
+    async fn spawn_on(&self, path: &std::path::Path) -> Result<(Child, UnixStream), String> {
+        let listener = UnixListener::bind(path).map_err(|e| format!("binding {}: {e}", path.display()))?;
+        let mut child = Command::new(&self.cmd.program)
+            .args(&self.cmd.args)
+            .arg("--socket")
+            .arg(path)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("starting the engine process {}: {e}", self.cmd.program.display()))?;
+        let accepted = tokio::select! {
+            a = listener.accept() => a.map_err(|e| format!("accepting the engine's connection: {e}")),
+            s = child.wait() => Err(format!("the engine process exited while loading ({})", describe_exit(s))),
+        };
+        let (stream, _) = accepted?;
+        Ok((child, stream))
     }
 
     /// Route the child's messages until its connection ends, then fail what was open, respawn, repeat.
@@ -492,15 +499,4 @@ fn private_dir() -> std::io::Result<PathBuf> {
     std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
     b.create(&dir)?;
     Ok(dir)
-}
-
-impl Drop for Supervisor {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Connect to the parent's socket (the child's side of `spawn_and_connect`).
-pub async fn connect(path: &std::path::Path) -> std::io::Result<UnixStream> {
-    UnixStream::connect(path).await
 }
