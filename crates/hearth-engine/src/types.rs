@@ -78,6 +78,9 @@ pub enum SubmitError {
     /// prompt + max_tokens can never fit in the KV cache or the context (HTTP 400).
     #[error("{0}")]
     TooLong(String),
+    /// One choice would fit in the KV cache, but the request's `n` choices together never can (HTTP 400 on `n`).
+    #[error("{0}")]
+    ChoicesNeverFit(String),
     /// Invalid parameters (HTTP 400).
     #[error("{0}")]
     Invalid(String),
@@ -383,7 +386,7 @@ impl EngineInfo {
         }
         if blocks_to_admit(total, req.n - 1, self.kv_block_size) > self.kv_blocks {
             if req.n > 1 && blocks_to_admit(total, 0, self.kv_block_size) <= self.kv_blocks {
-                return Err(SubmitError::TooLong(format!(
+                return Err(SubmitError::ChoicesNeverFit(format!(
                     "n = {} choices of prompt + max_tokens = {total} tokens each can never fit in the KV cache ({} tokens) together; lower n or max_tokens, or raise --kv-budget",
                     req.n, self.kv_capacity_tokens
                 )));
@@ -459,6 +462,6 @@ mod tests {
         let i = info(6);
         assert!(i.validate(&req(16, 16, 2)).is_ok());
         // ...and the message says it is the choices that do not fit.
-        assert!(matches!(i.validate(&req(16, 16, 3)), Err(SubmitError::TooLong(m)) if m.contains("n = 3")));
+        assert!(matches!(i.validate(&req(16, 16, 3)), Err(SubmitError::ChoicesNeverFit(m)) if m.contains("n = 3")));
     }
 }

@@ -126,9 +126,7 @@ impl From<SubmitError> for ApiError {
             SubmitError::QueueFull { .. } => ApiError::from_status(StatusCode::TOO_MANY_REQUESTS, msg),
             SubmitError::NeverQueues { .. } => ApiError::param("n", msg),
             // The choices together are what does not fit: name `n`.
-            SubmitError::TooLong(_) if msg.starts_with("n = ") => {
-                ApiError::param("n", msg).with_code("context_length_exceeded")
-            }
+            SubmitError::ChoicesNeverFit(_) => ApiError::param("n", msg).with_code("context_length_exceeded"),
             SubmitError::TooLong(_) => ApiError::bad_request(msg).with_code("context_length_exceeded"),
             SubmitError::Invalid(_) => ApiError::bad_request(msg).with_code("invalid_value"),
             SubmitError::Unavailable => {
@@ -186,7 +184,7 @@ mod tests {
         let never = ApiError::from(SubmitError::NeverQueues { rows: 9, limit: 8 });
         assert_eq!((never.status, never.param.as_deref()), (StatusCode::BAD_REQUEST, Some("n")));
         assert_eq!(ApiError::from(SubmitError::TooLong("x".into())).code, Some("context_length_exceeded"));
-        let kv = ApiError::from(SubmitError::TooLong("n = 3 choices of prompt + max_tokens ...".into()));
+        let kv = ApiError::from(SubmitError::ChoicesNeverFit("n = 3 choices of prompt + max_tokens ...".into()));
         assert_eq!((kv.param.as_deref(), kv.code), (Some("n"), Some("context_length_exceeded")));
         assert_eq!(ApiError::from(SubmitError::Unavailable).status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(ApiError::from_status(StatusCode::PAYLOAD_TOO_LARGE, "big").code, Some("body_too_large"));
