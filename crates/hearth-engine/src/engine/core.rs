@@ -17,10 +17,11 @@ pub(crate) enum Command {
 
 /// `HEARTH_FAULT_PANIC_AT_TOKEN`: whether this step is the one to panic (once per process, when a running row first
 /// holds that many generated tokens): how the tests stand in for a kernel or model bug.
-fn injected_fault_due(most_generated: usize) -> bool {
+/// Off (the default), it costs one read of the lever per step.
+fn injected_fault_due(scheduler: &Scheduler) -> bool {
     static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let at = crate::levers::get().fault_panic_at_token;
-    at > 0 && most_generated >= at && !FIRED.swap(true, Ordering::Relaxed)
+    at > 0 && scheduler.most_generated() >= at && !FIRED.swap(true, Ordering::Relaxed)
 }
 
 /// Blocks a flush reads out of the pool at once.
@@ -101,7 +102,7 @@ impl<R: Runner> EngineCore<R> {
             }
         };
         let out = if plan.rows.is_empty() { Ok(StepOutput::Logits(Vec::new())) } else { self.run_with_masks(&plan) };
-        if injected_fault_due(self.scheduler.most_generated()) {
+        if injected_fault_due(&self.scheduler) {
             panic!("injected fault (HEARTH_FAULT_PANIC_AT_TOKEN)");
         }
         match out {
