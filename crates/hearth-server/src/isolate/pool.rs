@@ -47,8 +47,6 @@ pub struct ModelPool {
     resident: Mutex<Vec<Resident>>,
     /// One load at a time per model (two requests for a model that is not resident start one engine).
     loading: Vec<tokio::sync::Mutex<()>>,
-    /// Milliseconds of each start of a model that was not resident: from the request to its engine's readiness.
-    switches: Mutex<Vec<f64>>,
 }
 
 /// A pool entry for `GET /engine` and `/v1/models`.
@@ -71,7 +69,6 @@ impl ModelPool {
             overlap,
             resident: Mutex::new(Vec::new()),
             loading,
-            switches: Mutex::new(Vec::new()),
         });
         let ready = pool.launch(0).await?;
         pool.lock().push(Resident { index: 0, ready, used: Instant::now() });
@@ -102,11 +99,6 @@ impl ModelPool {
         self.lock().iter().max_by_key(|r| r.used).map(|r| r.ready.clone())
     }
 
-    /// Milliseconds each switch to a model that was not resident took, in order.
-    pub fn switch_ms(&self) -> Vec<f64> {
-        self.switches.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-
     /// The engine of `model` (None: the first model), started if it is not resident.
     pub async fn ready(&self, model: Option<&str>) -> ApiResult<Arc<Ready>> {
         let index = match model {
@@ -124,7 +116,6 @@ impl ModelPool {
         if let Some(r) = self.touch(index) {
             return Ok(r);
         }
-        let t0 = Instant::now();
         let _one = self.loading[index].lock().await;
         if let Some(r) = self.touch(index) {
             return Ok(r);
@@ -144,9 +135,6 @@ impl ModelPool {
             .with_code("engine_stopped")
         })?;
         self.lock().push(Resident { index, ready: ready.clone(), used: Instant::now() });
-        if let Ok(mut s) = self.switches.lock() {
-            s.push(t0.elapsed().as_secs_f64() * 1e3);
-        }
         while self.lock().len() > self.capacity {
             let Some(victim) = self.evict(index) else { break };
             tokio::spawn(async move {
