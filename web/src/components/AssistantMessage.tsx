@@ -1,5 +1,5 @@
 import type { LiveReply } from '../state/live';
-import { live as liveReply, regenerate } from '../state/generate';
+import { regenerate, working } from '../state/generate';
 import type { Message } from '../state/types';
 import { IconButton } from './IconButton';
 import { Markdown } from './Markdown';
@@ -17,7 +17,7 @@ export function AssistantMessage({ message: m, live, last }: { message: Message;
   const reasoning = live ? live.reasoning.value : m.reasoning;
   const calls = live ? live.toolCalls.value : m.tool_calls;
   const waiting = live && !content && !reasoning && !calls?.length;
-  const busy = liveReply.value !== null;
+  const busy = working.value;
   return (
     <div class={`msg msg-assistant ${live ? 'streaming' : ''}`} data-testid="message-assistant" aria-busy={live ? 'true' : undefined}>
       {reasoning && <Reasoning text={reasoning} thinking={!!live && !content} />}

@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { current } from '../state/conversations';
-import { live, send, stop } from '../state/generate';
+import { send, stop, working } from '../state/generate';
 import { focusComposer } from '../state/ui';
 import { Icon } from './icons';
 
@@ -8,7 +8,7 @@ import { Icon } from './icons';
 export function Composer() {
   const [text, setText] = useState('');
   const area = useRef<HTMLTextAreaElement>(null);
-  const streaming = live.value !== null;
+  const streaming = working.value;
   const convId = current.value.id;
 
   useEffect(() => {

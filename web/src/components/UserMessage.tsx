@@ -1,5 +1,5 @@
 import { useState } from 'preact/hooks';
-import { editAndResend, live } from '../state/generate';
+import { editAndResend, working } from '../state/generate';
 import type { Message } from '../state/types';
 import { copyText } from './copy';
 import { IconButton } from './IconButton';
@@ -8,7 +8,7 @@ import { MessageEditor } from './MessageEditor';
 /** Your message: copy it, or edit it and send again (everything after it is replaced). */
 export function UserMessage({ message: m }: { message: Message }) {
   const [editing, setEditing] = useState(false);
-  const busy = live.value !== null;
+  const busy = working.value;
   return (
     <div class="msg msg-user" data-testid="message-user">
       {editing ? (

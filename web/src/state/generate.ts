@@ -8,13 +8,13 @@ import { sseData } from '../api/sse';
 import type { ChatChunk, ToolCallDelta } from '../api/types';
 import { needKey } from './auth';
 import { conversations, current, save, titleFrom } from './conversations';
-import { frameBatcher, live, type LiveReply } from './live';
+import { frameBatcher, live, type LiveReply, starting, working } from './live';
 import { modelFor } from './models';
 import { chatRequest } from './request';
 import { type Conversation, type Message, type MessageStats, newId, type ToolCall } from './types';
 import { banner } from './ui';
 
-export { live };
+export { live, working };
 
 /** Most milliseconds of stream events handled in one go before the page may render. */
 const SLICE_MS = 8;
@@ -62,8 +62,11 @@ async function reply(conv: Conversation): Promise<void> {
     reply.reasoning.value = reasoning;
     reply.toolCalls.value = toolCalls;
   });
-  live.value = reply;
-  banner.value = null;
+  together(() => {
+    live.value = reply;
+    starting.value = false;
+    banner.value = null;
+  });
   const t0 = performance.now();
   let tFirst = 0;
   try {
@@ -141,7 +144,18 @@ async function reply(conv: Conversation): Promise<void> {
 }
 
 export function busy(): boolean {
-  return live.value !== null;
+  return working.value;
+}
+
+/** Save the conversation as it will be asked, then stream its reply; busy from the first moment. */
+async function start(next: Conversation): Promise<void> {
+  starting.value = true;
+  try {
+    await save(next);
+    await reply(next);
+  } finally {
+    starting.value = false;
+  }
 }
 
 export async function send(text: string): Promise<void> {
@@ -150,9 +164,7 @@ export async function send(text: string): Promise<void> {
   const c = current.value;
   const user: Message = { id: newId(), role: 'user', content: t, created: Date.now() };
   const title = c.messages.length === 0 ? titleFrom(t) : c.title;
-  const next = { ...c, title, messages: [...c.messages, user], updated: Date.now() };
-  await save(next);
-  await reply(next);
+  await start({ ...c, title, messages: [...c.messages, user], updated: Date.now() });
 }
 
 /** Replace the last reply (or answer a trailing user message that has none). */
@@ -162,9 +174,7 @@ export async function regenerate(): Promise<void> {
   const msgs = c.messages.slice();
   while (msgs.length && msgs[msgs.length - 1].role === 'assistant') msgs.pop();
   if (!msgs.length) return;
-  const next = { ...c, messages: msgs, updated: Date.now() };
-  await save(next);
-  await reply(next);
+  await start({ ...c, messages: msgs, updated: Date.now() });
 }
 
 /** Change a user message, drop everything after it, and ask again. */
@@ -175,9 +185,7 @@ export async function editAndResend(messageId: string, text: string): Promise<vo
   const i = c.messages.findIndex((m) => m.id === messageId);
   if (i < 0 || c.messages[i].role !== 'user') return;
   const msgs = [...c.messages.slice(0, i), { ...c.messages[i], content: t }];
-  const next = { ...c, messages: msgs, updated: Date.now() };
-  await save(next);
-  await reply(next);
+  await start({ ...c, messages: msgs, updated: Date.now() });
 }
 
 export function stop(): void {

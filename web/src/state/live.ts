@@ -1,6 +1,6 @@
 // The reply being streamed: its text lives in signals of its own, so a token re-renders only that message.
 
-import { signal, type Signal } from '@preact/signals';
+import { computed, signal, type Signal } from '@preact/signals';
 import type { Message, ToolCall } from './types';
 
 export interface LiveReply {
@@ -15,6 +15,13 @@ export interface LiveReply {
 }
 
 export const live = signal<LiveReply | null>(null);
+
+/** Set from the moment a send, regenerate or edit is accepted until its reply is live (the conversation is being
+ * saved meanwhile): the page is busy from the first keypress, so a second one cannot start another reply. */
+export const starting = signal(false);
+
+/** A reply is on its way: starting or streaming. */
+export const working = computed(() => live.value !== null || starting.value);
 
 /** Runs `flush` at most once per animation frame however many tokens arrive (and at once on `now`). */
 export function frameBatcher(flush: () => void): { schedule(): void; now(): void } {

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { openPage } from '../harness/browser.mjs';
-import { getBrowser, idle, lastAssistantText, noErrors, send, server, shortReplies, stats } from '../harness/fixture.mjs';
+import { getBrowser, idle, lastAssistantText, noErrors, send, sentCount, server, shortReplies, stats } from '../harness/fixture.mjs';
 
 describe('chat', () => {
   test('a reply streams in, token by token, with its stats', async () => {
@@ -101,8 +101,10 @@ describe('chat', () => {
     const { page, errors } = await openPage(context, url);
     const sent = await shortReplies(page, { max: 12 });
     await send(page, 'Say hello.');
+    await sentCount(sent, 1);
     await idle(page);
     await page.getByTestId('regenerate').click();
+    await sentCount(sent, 2);
     await idle(page);
     assert.equal(sent.length, 2);
     assert.deepEqual(sent[1].messages, sent[0].messages);
@@ -111,6 +113,7 @@ describe('chat', () => {
     await page.getByTestId('edit').click();
     await page.getByTestId('edit-box').fill('Say goodbye.');
     await page.getByTestId('edit-save').click();
+    await sentCount(sent, 3);
     await idle(page);
     assert.equal(sent.length, 3);
     assert.deepEqual(sent[2].messages, [{ role: 'user', content: 'Say goodbye.' }]);

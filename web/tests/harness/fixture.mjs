@@ -57,6 +57,15 @@ export async function send(page, text) {
   await page.getByTestId('composer').press('Enter');
 }
 
+/** Wait until the page has sent `n` chat requests in all (as `shortReplies` records them). */
+export async function sentCount(sent, n, timeout = 30_000) {
+  const t0 = Date.now();
+  while (sent.length < n) {
+    if (Date.now() - t0 > timeout) throw new Error(`the page sent ${sent.length} chat requests, expected ${n}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 /** Wait until no reply is streaming (the send button is back) and every reply is fully on the page. */
 export async function idle(page, timeout = 120_000) {
   await page.getByTestId('send').waitFor({ timeout });
