@@ -437,7 +437,7 @@ pub(crate) mod x86 {
 
     /// [`rows_impl`] compiled for AVX2 + FMA + F16C + AVX-VNNI.
     #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    unsafe fn rows_vnni<R: RowKernel>(
+    pub(crate) unsafe fn rows_vnni<R: RowKernel>(
         w: *const u8,
         nb: usize,
         x: *const R::X,
@@ -451,7 +451,7 @@ pub(crate) mod x86 {
 
     /// [`rows_impl`] compiled for AVX2 + FMA + F16C + AVX512-VNNI + AVX512-VL.
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    unsafe fn rows_vnni512<R: RowKernel>(
+    pub(crate) unsafe fn rows_vnni512<R: RowKernel>(
         w: *const u8,
         nb: usize,
         x: *const R::X,

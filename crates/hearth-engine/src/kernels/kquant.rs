@@ -12,13 +12,13 @@
 //!   `(qh[32n + l] >> 2t) & 3`; value = d·sc_s·(q − 32), one scale per 16 values.
 //!
 //! Per super-block and activation row the kernel computes Σ_c Σ_l scale·q·y (`vpmaddubsw`, then `vpmaddwd` by the
-//! chunk's scales) and an offset term Σ_s coef_s·bsum_s over the activation's 16-value sums (Q4_K/Q5_K: the
+//! chunk's scales and an add; with VNNI the multiply by the scales and the add are one `vpdpwssd`) and an offset term Σ_s coef_s·bsum_s over the activation's 16-value sums (Q4_K/Q5_K: the
 //! mins; Q6_K: the scales, for the −32), both exact i32; the f32 result is d_y·(d·Σ + f·offset) with f = −dmin
 //! (Q4_K/Q5_K) or −32·d (Q6_K). candle computes the same integers, so results equal its up to f32 accumulation
 //! order. A row's result does not depend on how many rows share the call.
 
 use super::quant::{quantize_row_k, XBlockK, QK_K};
-use super::{par_chunks, Pool};
+use super::{par_chunks, Isa, Pool};
 use crate::Result;
 use candle_core::quantized::GgmlDType;
 use std::cell::RefCell;
@@ -37,9 +37,12 @@ thread_local! {
     static XQ: RefCell<Vec<XBlockK>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `out (m, n) = x (m, k) @ W^T` for a k-quant `w` of n rows; AVX2 + FMA + F16C (the caller checked the CPU).
+/// `out (m, n) = x (m, k) @ W^T` for a k-quant `w` of n rows, with `isa`'s instructions (the caller checked the
+/// CPU has them).
+#[allow(clippy::too_many_arguments)]
 pub fn decode_matmul(
     dtype: GgmlDType,
+    isa: Isa,
     w: &[u8],
     n: usize,
     k: usize,
@@ -70,9 +73,10 @@ pub fn decode_matmul(
         },
         |xq, rows| {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: the caller checked AVX2+FMA+F16C; each chunk writes only the output columns of its rows.
+            // SAFETY: the caller checked that the CPU supports `isa`; each chunk writes only the output columns
+            // of its rows.
             unsafe {
-                x86::run(dtype, w.as_ptr(), nb, xq, m, n, rows, out_ptr as *mut f32)
+                x86::run(dtype, isa, w.as_ptr(), nb, xq, m, n, rows, out_ptr as *mut f32)
             }
             #[cfg(not(target_arch = "x86_64"))]
             unreachable!("no Isa exists off x86_64 ({rows:?}, {out_ptr}, {nb}, {})", xq.len())
@@ -83,7 +87,7 @@ pub fn decode_matmul(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
-    use crate::kernels::cpu::x86::{f16_at, hsum, rows_avx2, RowKernel};
+    use crate::kernels::cpu::x86::{f16_at, hsum, rows_avx2, rows_vnni, rows_vnni512, RowKernel};
     use core::arch::x86_64::*;
 
     /// What one super-block's 8 chunks share.
@@ -221,9 +225,40 @@ mod x86 {
         }
     }
 
+    /// `sum + Σ pairs (q·y)·s`: the 16-bit products of unsigned weights and signed activations (`vpmaddubsw`:
+    /// |q| <= 63, so no pair saturates), multiplied by the scales and added in pairs to the i32 lanes.
+    pub trait KMac {
+        unsafe fn acc(sum: __m256i, q: __m256i, y: __m256i, s: __m256i) -> __m256i;
+    }
+
+    pub struct Avx2;
+    pub struct Vnni;
+    pub struct Vnni512;
+
+    impl KMac for Avx2 {
+        #[inline(always)]
+        unsafe fn acc(sum: __m256i, q: __m256i, y: __m256i, s: __m256i) -> __m256i {
+            _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), s))
+        }
+    }
+
+    impl KMac for Vnni {
+        #[inline(always)]
+        unsafe fn acc(sum: __m256i, q: __m256i, y: __m256i, s: __m256i) -> __m256i {
+            _mm256_dpwssd_avx_epi32(sum, _mm256_maddubs_epi16(q, y), s)
+        }
+    }
+
+    impl KMac for Vnni512 {
+        #[inline(always)]
+        unsafe fn acc(sum: __m256i, q: __m256i, y: __m256i, s: __m256i) -> __m256i {
+            _mm256_dpwssd_epi32(sum, _mm256_maddubs_epi16(q, y), s)
+        }
+    }
+
     /// NR weight rows against MR activation rows.
     #[inline(always)]
-    unsafe fn tile<K: KKind, const NR: usize, const MR: usize>(
+    unsafe fn tile<K: KKind, M: KMac, const NR: usize, const MR: usize>(
         ws: [*const u8; NR],
         nb: usize,
         xs: [*const XBlockK; MR],
@@ -239,8 +274,7 @@ mod x86 {
                     let s = K::scales(&preps[i], c);
                     for r in 0..MR {
                         let y = _mm256_loadu_si256((*xs[r].add(b)).qs.as_ptr().add(32 * c) as *const __m256i);
-                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), s);
-                        sum[i][r] = _mm256_add_epi32(sum[i][r], p);
+                        sum[i][r] = M::acc(sum[i][r], q, y, s);
                     }
                 }
             }
@@ -264,42 +298,62 @@ mod x86 {
         res
     }
 
-    pub struct KBlocks<K>(std::marker::PhantomData<K>);
+    pub struct KBlocks<K, M>(std::marker::PhantomData<(K, M)>);
 
-    impl<K: KKind> RowKernel for KBlocks<K> {
+    impl<K: KKind, M: KMac> RowKernel for KBlocks<K, M> {
         type X = XBlockK;
         const BYTES: usize = K::BYTES;
         #[inline(always)]
         unsafe fn tile<const MR: usize>(w: *const u8, nb: usize, xs: [*const XBlockK; MR]) -> [f32; MR] {
-            tile::<K, 1, MR>([w], nb, xs)[0]
+            tile::<K, M, 1, MR>([w], nb, xs)[0]
         }
         #[inline(always)]
         unsafe fn pair(w0: *const u8, w1: *const u8, nb: usize, x: *const XBlockK) -> (f32, f32) {
-            let [[a], [b]] = tile::<K, 2, 1>([w0, w1], nb, [x]);
+            let [[a], [b]] = tile::<K, M, 2, 1>([w0, w1], nb, [x]);
             (a, b)
         }
     }
 
     /// # Safety
-    /// The CPU must support AVX2 + FMA + F16C; `w` holds n rows of nb super-blocks of `dtype`; `xq` holds m rows
-    /// of nb blocks; `out` has m·n values.
+    /// The CPU must support `isa`; `w` holds n rows of nb super-blocks of `dtype`; `xq` holds m rows of nb
+    /// blocks; `out` has m·n values.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn run(
         dtype: GgmlDType,
+        isa: Isa,
         w: *const u8,
         nb: usize,
         xq: &[XBlockK],
         m: usize,
         n: usize,
-        rows: std::ops::Range<usize>,
+        range: std::ops::Range<usize>,
         out: *mut f32,
     ) {
         let x = xq.as_ptr();
         match dtype {
-            GgmlDType::Q4K => rows_avx2::<KBlocks<Q4K>>(w, nb, x, m, n, rows, out),
-            GgmlDType::Q5K => rows_avx2::<KBlocks<Q5K>>(w, nb, x, m, n, rows, out),
-            GgmlDType::Q6K => rows_avx2::<KBlocks<Q6K>>(w, nb, x, m, n, rows, out),
+            GgmlDType::Q4K => rows::<Q4K>(isa, w, nb, x, m, n, range, out),
+            GgmlDType::Q5K => rows::<Q5K>(isa, w, nb, x, m, n, range, out),
+            GgmlDType::Q6K => rows::<Q6K>(isa, w, nb, x, m, n, range, out),
             _ => unreachable!("checked by decode_matmul"),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn rows<K: KKind>(
+        isa: Isa,
+        w: *const u8,
+        nb: usize,
+        x: *const XBlockK,
+        m: usize,
+        n: usize,
+        range: std::ops::Range<usize>,
+        out: *mut f32,
+    ) {
+        match isa {
+            Isa::Avx2 => rows_avx2::<KBlocks<K, Avx2>>(w, nb, x, m, n, range, out),
+            Isa::AvxVnni => rows_vnni::<KBlocks<K, Vnni>>(w, nb, x, m, n, range, out),
+            Isa::Avx512Vnni => rows_vnni512::<KBlocks<K, Vnni512>>(w, nb, x, m, n, range, out),
         }
     }
 }

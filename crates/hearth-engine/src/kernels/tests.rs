@@ -267,12 +267,20 @@ fn k_quant_decode_matches_candle_qmatmul() {
             for m in MS {
                 let x = tensor(m, k, 2000 + m as u64);
                 let reference = candle_ref(&w, &x);
-                let e = rel_err(&ours_decode(&w, Isa::Avx2, &x), &reference);
+                let avx2 = ours_decode(&w, Isa::Avx2, &x);
+                let e = rel_err(&avx2, &reference);
                 worst = worst.max(e);
                 if std::env::var("KERNEL_TEST_VERBOSE").is_ok() {
                     eprintln!("{dtype:?} n={n} k={k} m={m}: {e:e}");
                 }
                 assert!(e <= DECODE_TOL, "{dtype:?} n={n} k={k} m={m}: rel err {e:e}");
+                // The VNNI forms sum the same integers in the same order: bit-identical to AVX2.
+                for isa in isas() {
+                    let other = ours_decode(&w, isa, &x);
+                    for (j, (a, b)) in other.iter().zip(&avx2).enumerate() {
+                        assert_eq!(a.to_bits(), b.to_bits(), "{dtype:?} {isa:?} n={n} k={k} m={m} value {j}");
+                    }
+                }
             }
         }
     }
