@@ -68,7 +68,7 @@ fn read_prompt(a: &GenerateArgs) -> anyhow::Result<String> {
 
 pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
     let prompt = read_prompt(&a)?;
-    let m = a.model.load(false)?;
+    let m = a.model.load()?;
     let tok = &m.tokenizer;
     let prompt_ids = if a.raw {
         tok.encode(&prompt, true)?

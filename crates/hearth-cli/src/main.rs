@@ -43,13 +43,13 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    /// Load the model; `batch_invariant` for the serving engine (see `LoadOptions::batch_invariant`).
     /// The model (the first, where `serve` was given several).
     pub fn spec(&self) -> &str {
         self.model.first().map(String::as_str).unwrap_or(hearth_engine::weights::resolve::DEFAULT_MODEL)
     }
 
-    pub fn load(&self, batch_invariant: bool) -> anyhow::Result<hearth_engine::loader::LoadedModel> {
+    /// Load the model.
+    pub fn load(&self) -> anyhow::Result<hearth_engine::loader::LoadedModel> {
         anyhow::ensure!(
             self.model.len() == 1,
             "--model is given {} times: only `hearth serve` takes several (a model pool)",
@@ -60,7 +60,6 @@ impl ModelArgs {
         let opts = hearth_engine::models::LoadOptions {
             dequantize: self.dequantize,
             dtype: hearth_engine::models::parse_dtype(&self.dtype)?,
-            batch_invariant,
         };
         let m = hearth_engine::loader::load_with(self.spec(), &device, self.chat_template.as_deref(), &opts)?;
         tracing::info!(

@@ -308,7 +308,7 @@ fn cache_namespace(fingerprint: u128, device: &str) -> u128 {
 
 /// Load the model, size the KV cache, start the engine.
 fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
-    let m = a.model.load(hearth_engine::levers::get().batch_invariant)?;
+    let m = a.model.load()?;
     let bs = a.kv_block_size;
     let budget = match (a.kv_budget, hearth_engine::device::gpu_free_memory(&m.device)) {
         (Some(gib), _) => (gib * GIB) as u64,

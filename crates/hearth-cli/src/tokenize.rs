@@ -19,7 +19,7 @@ pub struct TokenizeArgs {
 
 pub fn run(a: TokenizeArgs) -> anyhow::Result<()> {
     // Only the tokenizer is needed, but loading resolves and validates the model the same way as generate.
-    let m = a.model.load(false)?;
+    let m = a.model.load()?;
     let tok = &m.tokenizer;
     let ids = if a.chat {
         let tmpl = tok.chat_template.as_ref().ok_or_else(|| {

@@ -89,8 +89,9 @@ def stop_sequence():
 
 
 def tool_round_trip():
+    # One call: a 135M model with parallel calls allowed may repeat the call until max_tokens.
     first = client.messages.create(model=MODEL, max_tokens=64, extra_body=GREEDY, tools=[WEATHER],
-                                   tool_choice={"type": "any"},
+                                   tool_choice={"type": "any", "disable_parallel_tool_use": True},
                                    messages=[{"role": "user", "content": "What is the weather in Paris?"}])
     calls = [b for b in first.content if b.type == "tool_use"]
     history = [

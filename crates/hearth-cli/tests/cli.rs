@@ -69,12 +69,12 @@ fn models_lists_the_aliases() {
 fn levers_show_effective_values_and_refuse_malformed_ones() {
     let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
         .args(["levers", "--json"])
-        .env("HEARTH_BATCH_INVARIANT", "0")
+        .env("HEARTH_CPU_FUSED", "0")
         .output()
         .expect("run hearth");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["HEARTH_BATCH_INVARIANT"], "off", "{v}");
+    assert_eq!(v["HEARTH_CPU_FUSED"], "off", "{v}");
     assert_eq!(v["HEARTH_FAST_QUANT"], "on", "{v}");
     let table = hearth(&["levers"]);
     assert!(table.status.success());

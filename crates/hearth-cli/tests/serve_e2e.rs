@@ -352,7 +352,7 @@ fn admin_endpoints() {
     ] {
         assert!(st[k].is_u64(), "/stats lacks {k}: {st}");
     }
-    assert_eq!(st["levers"]["HEARTH_BATCH_INVARIANT"], "on", "/stats shows the effective levers: {st}");
+    assert_eq!(st["levers"]["HEARTH_FAST_QUANT"], "on", "/stats shows the effective levers: {st}");
     assert_eq!(st["prompt_cache"]["enabled"], true, "the prompt cache is on by default: {st}");
     assert!(st["prompt_cache"]["max_bytes"].as_u64().is_some_and(|b| b > 0), "{st}");
     assert!(st["ssd_cache"].is_null(), "no SSD tier without --ssd-cache: {st}");

@@ -201,7 +201,6 @@ macro_rules! levers {
 
 levers! {
     fast_quant: FastQuant = fast_quant, "HEARTH_FAST_QUANT", Value, false, "on", "hearth's CPU quantized matmul kernels: off uses candle's, avx2 skips AVX-VNNI";
-    batch_invariant: bool = switch, "HEARTH_BATCH_INVARIANT", Switch, false, "on", "every accelerated matmul takes the row-independent path, so a request's tokens do not depend on its batch-mates";
     cpu_attn: bool = switch, "HEARTH_CPU_ATTN", Switch, false, "on", "CPU attention reads the paged KV blocks in place, one fixed-order pass per token (off: gather each row's K/V and attend with candle's matmul and softmax)";
     work_pool: bool = switch, "HEARTH_WORK_POOL", Switch, false, "on", "the CPU decode matmuls and attention run on hearth's work pool, whose caller never waits for a worker that has not started (off: candle's barrier pool, which on a busy machine waits a time slice per job for a descheduled worker)";
     k_quant: bool = switch, "HEARTH_K_QUANT", Switch, false, "on", "hearth's int8 kernels for Q4_K, Q5_K and Q6_K weights (off: candle's, on candle's thread pool, which then keeps hearth's work pool off)";
@@ -325,7 +324,7 @@ mod tests {
         let l = with(&[]).expect("no variables");
         assert_eq!(l, Levers::default());
         assert_eq!(l.fast_quant, FastQuant::On);
-        assert!(l.batch_invariant && l.cuda_paged_attn && l.gpu_fused && l.cuda_pdl && l.gpu_gemv_pdl);
+        assert!(l.cuda_paged_attn && l.gpu_fused && l.cuda_pdl && l.gpu_gemv_pdl);
         assert_eq!((l.cuda_split_fill, l.cuda_decode_cluster), (256, 64));
         assert!(!l.cuda_step_timing && !l.cuda_diag_skip_attn && l.cuda_profile.is_none());
         // Every default parses, and shows as the table spells it.

@@ -81,7 +81,7 @@ fn run(golden_name: &str, alias: &str, tol_llama: Tol, tol_hf: Tol, gap_margin: 
 
 #[test]
 fn smollm2_matches_llama_cpp_and_transformers() {
-    // Measured (docs/parity.md): vs llama.cpp max-abs <= 0.85, rel RMS <= 0.043; vs transformers 0.68, 0.037.
+    // Measured (docs/parity.md): vs llama.cpp max-abs <= 0.76, rel RMS <= 0.043; vs transformers 0.65, 0.044.
     run(
         "logits_smollm2.json",
         "smollm2-135m",
@@ -103,8 +103,9 @@ fn gemma3_exact_math_matches_transformers() {
 
 #[test]
 fn gemma3_matches_llama_cpp_and_transformers() {
-    // Measured: vs llama.cpp max-abs <= 1.38, rel RMS <= 0.074; vs transformers 1.43, 0.043. (The two references
-    // differ from each other by up to 1.80 / 0.108 on these prompts.)
+    // Measured: vs llama.cpp max-abs <= 1.83, rel RMS <= 0.119; vs transformers 0.87, 0.026. The two references
+    // differ from each other by up to 1.80 / 0.108 on these prompts; the llama.cpp worst is prompt 5, where hearth
+    // is 0.67 / 0.020 from transformers and llama.cpp itself the outlier.
     // Greedy margin 1.0: Gemma 3's quantized path is chaotic at the level of one activation rounding. Two
     // implementations computing the same exact integer block sums (hearth's k-quant kernels and candle's, equal
     // to 6e-7 per matmul on this model's tensors) give last logits up to 0.94 apart, and the same kernels fed the
@@ -113,8 +114,8 @@ fn gemma3_matches_llama_cpp_and_transformers() {
     run(
         "logits_gemma3.json",
         "gemma3-270m",
-        Tol { max_abs: 2.0, rel_rms: 0.1 },
-        Tol { max_abs: 1.7, rel_rms: 0.08 },
+        Tol { max_abs: 2.4, rel_rms: 0.15 },
+        Tol { max_abs: 1.3, rel_rms: 0.05 },
         1.0,
     );
 }

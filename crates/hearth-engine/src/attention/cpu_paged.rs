@@ -18,7 +18,7 @@
 
 use super::paged_gather::write_row;
 use super::{AttnParams, BatchContext};
-use crate::kernels::{par_chunks, Pool};
+use crate::kernels::par_chunks;
 use crate::kv::PagedKv;
 use crate::{Error, Result};
 use candle_core::{CpuStorage, DType, Storage, Tensor};
@@ -104,7 +104,7 @@ pub fn attend(
     let threads = candle_core::utils::get_num_threads().max(1);
     if units >= UNITS_PER_THREAD * threads {
         // Enough units: each folds its partials as it goes.
-        par_chunks(Pool::Candle, units, 1, |range| {
+        par_chunks(units, 1, |range| {
             for u in range {
                 let (t0, count) = tiles[u / kvh];
                 job.fold_unit(t0, count, u % kvh, out_ptr);
@@ -282,7 +282,7 @@ impl Job<'_> {
             let pieces = per_unit.min(n.max(1));
             jobs.extend((0..pieces).map(|k| (u, chunks.start + k * n / pieces..chunks.start + (k + 1) * n / pieces)));
         }
-        par_chunks(Pool::Candle, jobs.len(), 1, |range| {
+        par_chunks(jobs.len(), 1, |range| {
             for (u, cs) in &jobs[range] {
                 let (t0, count) = tiles[u / kvh];
                 let (all, at) = &base[*u];
@@ -296,7 +296,7 @@ impl Job<'_> {
                 });
             }
         });
-        par_chunks(Pool::Candle, base.len(), 1, |range| {
+        par_chunks(base.len(), 1, |range| {
             for u in range {
                 let (t0, count) = tiles[u / kvh];
                 let (all, at) = &base[u];

@@ -5,7 +5,7 @@
 //! z = 2·√(2/π)·(x + 0.044715·x³), since 0.5·x·(1 + tanh(u)) = x·sigmoid(2u). candle computes the same
 //! functions with libm's `expf`/`tanhf` one value at a time; results agree to a few ulp.
 
-use super::{par_chunks, Pool};
+use super::par_chunks;
 use crate::weights::config::Activation;
 
 /// √(2/π)
@@ -17,7 +17,7 @@ pub fn act_mul(gu: &[f32], rows: usize, i: usize, act: Activation, simd: bool, o
     assert_eq!(gu.len(), rows * 2 * i);
     assert_eq!(out.len(), rows * i);
     let out_ptr = out.as_mut_ptr() as usize;
-    par_chunks(Pool::Candle, rows, (16 * 1024 / (i * 8).max(1)).max(1), |range| {
+    par_chunks(rows, (16 * 1024 / (i * 8).max(1)).max(1), |range| {
         for r in range {
             let (g, u) = gu[r * 2 * i..(r + 1) * 2 * i].split_at(i);
             // SAFETY: each row of `out` is written by exactly one chunk.

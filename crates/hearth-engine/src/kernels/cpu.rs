@@ -6,7 +6,7 @@
 //! * Q8_0, 34 bytes: `d: f16, qs: [i8; 32]`.
 
 use super::quant::{quantize_rows, XBlock, QK};
-use super::{par_chunks, Isa, Pool};
+use super::{par_chunks, Isa};
 use crate::{Error, Result};
 use candle_core::quantized::GgmlDType;
 use std::cell::RefCell;
@@ -68,7 +68,7 @@ pub(crate) fn blocked_matmul<X: Copy + Sync>(
         let xq = &mut xq[..m * nb];
         quantize(xq);
         let xq: &[X] = xq;
-        par_chunks(Pool::Candle, n, grain(nb * bytes), |rows| run(xq, rows));
+        par_chunks(n, grain(nb * bytes), |rows| run(xq, rows));
     });
     Ok(())
 }
@@ -115,10 +115,15 @@ pub(crate) mod x86 {
 
     /// u8 × i8 dot products of 4-byte groups added to i32 lanes.
     pub trait Mac {
+        /// Activation rows per tile of the 32-value block kernel (AVX-512 has 32 vector registers, AVX2 16).
+        const MR: usize;
         /// init + Σ_{4 bytes} u·s (u unsigned, s signed; |u| <= 31 so the AVX2 i16 step cannot saturate).
         unsafe fn dot_us(init: __m256i, u: __m256i, s: __m256i) -> __m256i;
-        /// Σ_{4 bytes} w·y for signed w and y; `corr` is the activation block's correction for +128 offsets.
-        unsafe fn dot_ss(corr: __m256i, w: __m256i, y: __m256i) -> __m256i;
+        /// A signed weight vector (Q8_0) in the form [`Mac::dot_ss`] takes.
+        unsafe fn prep_ss(w: __m256i) -> __m256i;
+        /// acc + Σ_{4 bytes} w·y for signed w (as [`Mac::prep_ss`] left it) and y; the +128 offset the VNNI forms
+        /// give w is corrected by the activation block's `corr`.
+        unsafe fn dot_ss(acc: __m256i, w: __m256i, y: __m256i) -> __m256i;
     }
 
     pub struct Avx2;
@@ -126,42 +131,55 @@ pub(crate) mod x86 {
     pub struct Vnni512;
 
     impl Mac for Avx2 {
+        const MR: usize = 4;
         #[inline(always)]
         unsafe fn dot_us(init: __m256i, u: __m256i, s: __m256i) -> __m256i {
             let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
             _mm256_add_epi32(init, p)
         }
         #[inline(always)]
-        unsafe fn dot_ss(_corr: __m256i, w: __m256i, y: __m256i) -> __m256i {
+        unsafe fn prep_ss(w: __m256i) -> __m256i {
+            w
+        }
+        #[inline(always)]
+        unsafe fn dot_ss(acc: __m256i, w: __m256i, y: __m256i) -> __m256i {
             // |w|·(y·sign(w)): |w| <= 128 and |y| <= 127, so pairs stay within i16.
             let aw = _mm256_sign_epi8(w, w);
             let sy = _mm256_sign_epi8(y, w);
-            _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), _mm256_set1_epi16(1))
+            Self::dot_us(acc, aw, sy)
         }
     }
 
     impl Mac for Vnni {
+        const MR: usize = 4;
         #[inline(always)]
         unsafe fn dot_us(init: __m256i, u: __m256i, s: __m256i) -> __m256i {
             _mm256_dpbusd_avx_epi32(init, u, s)
         }
         #[inline(always)]
-        unsafe fn dot_ss(corr: __m256i, w: __m256i, y: __m256i) -> __m256i {
-            // (w + 128) as u8 times y, minus 128·Σy (corr = -128·lane sums of y)
-            let wu = _mm256_xor_si256(w, _mm256_set1_epi8(-128i8));
-            _mm256_dpbusd_avx_epi32(corr, wu, y)
+        unsafe fn prep_ss(w: __m256i) -> __m256i {
+            // (w + 128) as u8; corr = -128·Σy takes the offset back out
+            _mm256_xor_si256(w, _mm256_set1_epi8(-128i8))
+        }
+        #[inline(always)]
+        unsafe fn dot_ss(acc: __m256i, w: __m256i, y: __m256i) -> __m256i {
+            _mm256_dpbusd_avx_epi32(acc, w, y)
         }
     }
 
     impl Mac for Vnni512 {
+        const MR: usize = 8;
         #[inline(always)]
         unsafe fn dot_us(init: __m256i, u: __m256i, s: __m256i) -> __m256i {
             _mm256_dpbusd_epi32(init, u, s)
         }
         #[inline(always)]
-        unsafe fn dot_ss(corr: __m256i, w: __m256i, y: __m256i) -> __m256i {
-            let wu = _mm256_xor_si256(w, _mm256_set1_epi8(-128i8));
-            _mm256_dpbusd_epi32(corr, wu, y)
+        unsafe fn prep_ss(w: __m256i) -> __m256i {
+            _mm256_xor_si256(w, _mm256_set1_epi8(-128i8))
+        }
+        #[inline(always)]
+        unsafe fn dot_ss(acc: __m256i, w: __m256i, y: __m256i) -> __m256i {
+            _mm256_dpbusd_epi32(acc, w, y)
         }
     }
 
@@ -221,9 +239,15 @@ pub(crate) mod x86 {
     pub trait Kind {
         const BYTES: usize;
         const HAS_MIN: bool;
-        /// Weight bytes (as the Mac expects them), d, m.
-        unsafe fn load(p: *const u8) -> (__m256i, f32, f32);
-        unsafe fn dot<M: Mac>(w: __m256i, y: __m256i, corr: *const i32) -> __m256i;
+        /// Byte offsets of the block's f16 scale d and (where `HAS_MIN`) min m.
+        const D_AT: usize = 0;
+        const M_AT: usize = 2;
+        /// The block's values, one per byte (value i in byte i).
+        unsafe fn load(p: *const u8) -> __m256i;
+        /// The loaded bytes in the form [`Kind::dot`] takes.
+        unsafe fn prep<M: Mac>(w: __m256i) -> __m256i;
+        /// acc + Σ_{4 bytes} w·y (before the activation block's `corr`).
+        unsafe fn dot<M: Mac>(acc: __m256i, w: __m256i, y: __m256i) -> __m256i;
     }
 
     pub struct KQ4_1;
@@ -234,12 +258,16 @@ pub(crate) mod x86 {
         const BYTES: usize = 20;
         const HAS_MIN: bool = true;
         #[inline(always)]
-        unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
-            (nibbles(p.add(4)), f16_at(p), f16_at(p.add(2)))
+        unsafe fn load(p: *const u8) -> __m256i {
+            nibbles(p.add(4))
         }
         #[inline(always)]
-        unsafe fn dot<M: Mac>(w: __m256i, y: __m256i, _corr: *const i32) -> __m256i {
-            M::dot_us(_mm256_setzero_si256(), w, y)
+        unsafe fn prep<M: Mac>(w: __m256i) -> __m256i {
+            w
+        }
+        #[inline(always)]
+        unsafe fn dot<M: Mac>(acc: __m256i, w: __m256i, y: __m256i) -> __m256i {
+            M::dot_us(acc, w, y)
         }
     }
 
@@ -247,15 +275,19 @@ pub(crate) mod x86 {
         const BYTES: usize = 22;
         const HAS_MIN: bool = false;
         #[inline(always)]
-        unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
+        unsafe fn load(p: *const u8) -> __m256i {
             let qh = std::ptr::read_unaligned(p.add(2) as *const u32);
             let hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
-            (_mm256_or_si256(nibbles(p.add(6)), hi), f16_at(p), 0.0)
+            _mm256_or_si256(nibbles(p.add(6)), hi)
         }
         #[inline(always)]
-        unsafe fn dot<M: Mac>(w: __m256i, y: __m256i, corr: *const i32) -> __m256i {
-            // Σ (q - 16)·y = Σ q·y - 16·Σ y; corr holds -16·(lane sums of y)
-            M::dot_us(_mm256_loadu_si256(corr as *const __m256i), w, y)
+        unsafe fn prep<M: Mac>(w: __m256i) -> __m256i {
+            w
+        }
+        #[inline(always)]
+        unsafe fn dot<M: Mac>(acc: __m256i, w: __m256i, y: __m256i) -> __m256i {
+            // Σ (q - 16)·y = Σ q·y - 16·Σ y; corr holds -16·Σ y
+            M::dot_us(acc, w, y)
         }
     }
 
@@ -263,69 +295,195 @@ pub(crate) mod x86 {
         const BYTES: usize = 34;
         const HAS_MIN: bool = false;
         #[inline(always)]
-        unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
-            (_mm256_loadu_si256(p.add(2) as *const __m256i), f16_at(p), 0.0)
+        unsafe fn load(p: *const u8) -> __m256i {
+            _mm256_loadu_si256(p.add(2) as *const __m256i)
         }
         #[inline(always)]
-        unsafe fn dot<M: Mac>(w: __m256i, y: __m256i, corr: *const i32) -> __m256i {
-            M::dot_ss(_mm256_loadu_si256(corr as *const __m256i), w, y)
+        unsafe fn prep<M: Mac>(w: __m256i) -> __m256i {
+            M::prep_ss(w)
+        }
+        #[inline(always)]
+        unsafe fn dot<M: Mac>(acc: __m256i, w: __m256i, y: __m256i) -> __m256i {
+            M::dot_ss(acc, w, y)
         }
     }
 
-    /// Dot products of one weight row (nb blocks at `w`) with MR activation rows.
+    /// One block of 8 weight rows, transposed for the lanes-are-rows kernel: `w[g]` holds the 4 bytes
+    /// `4g..4g+4` of each of the 8 rows (lane i = row i), in the form the `Mac` expects; `d` and `m` are the rows'
+    /// scales and mins (zero for the types without one).
+    #[repr(C, align(32))]
+    #[derive(Clone, Copy)]
+    pub(crate) struct Packed {
+        w: [__m256i; 8],
+        d: __m256,
+        m: __m256,
+    }
+
+    thread_local! {
+        static PACK: RefCell<Vec<Packed>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// The 8×8 transpose of 32-bit lanes: lane i of result g is lane g of `a[i]`.
     #[inline(always)]
-    unsafe fn row_tile<K: Kind, M: Mac, const MR: usize>(
-        w: *const u8,
+    unsafe fn transpose8(a: [__m256i; 8]) -> [__m256i; 8] {
+        let t0 = _mm256_unpacklo_epi32(a[0], a[1]);
+        let t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+        let t2 = _mm256_unpacklo_epi32(a[2], a[3]);
+        let t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+        let t4 = _mm256_unpacklo_epi32(a[4], a[5]);
+        let t5 = _mm256_unpackhi_epi32(a[4], a[5]);
+        let t6 = _mm256_unpacklo_epi32(a[6], a[7]);
+        let t7 = _mm256_unpackhi_epi32(a[6], a[7]);
+        let u0 = _mm256_unpacklo_epi64(t0, t2);
+        let u1 = _mm256_unpackhi_epi64(t0, t2);
+        let u2 = _mm256_unpacklo_epi64(t1, t3);
+        let u3 = _mm256_unpackhi_epi64(t1, t3);
+        let u4 = _mm256_unpacklo_epi64(t4, t6);
+        let u5 = _mm256_unpackhi_epi64(t4, t6);
+        let u6 = _mm256_unpacklo_epi64(t5, t7);
+        let u7 = _mm256_unpackhi_epi64(t5, t7);
+        [
+            _mm256_permute2x128_si256::<0x20>(u0, u4),
+            _mm256_permute2x128_si256::<0x20>(u1, u5),
+            _mm256_permute2x128_si256::<0x20>(u2, u6),
+            _mm256_permute2x128_si256::<0x20>(u3, u7),
+            _mm256_permute2x128_si256::<0x31>(u0, u4),
+            _mm256_permute2x128_si256::<0x31>(u1, u5),
+            _mm256_permute2x128_si256::<0x31>(u2, u6),
+            _mm256_permute2x128_si256::<0x31>(u3, u7),
+        ]
+    }
+
+    /// The f16 at byte `at` of each of 8 blocks, as f32 lanes.
+    #[inline(always)]
+    unsafe fn f16x8(p: &[*const u8; 8], at: usize) -> __m256 {
+        let h = |i: usize| std::ptr::read_unaligned(p[i].add(at) as *const i16);
+        _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)))
+    }
+
+    /// Block b of 8 weight rows, unpacked and transposed.
+    #[inline(always)]
+    unsafe fn unpack8<K: Kind, M: Mac>(rows: &[*const u8; 8], b: usize) -> Packed {
+        let mut p = *rows;
+        let mut w = [_mm256_setzero_si256(); 8];
+        for i in 0..8 {
+            p[i] = rows[i].add(b * K::BYTES);
+            w[i] = K::prep::<M>(K::load(p[i]));
+        }
+        let d = f16x8(&p, K::D_AT);
+        let m = if K::HAS_MIN { f16x8(&p, K::M_AT) } else { _mm256_setzero_ps() };
+        Packed { w: transpose8(w), d, m }
+    }
+
+    /// One block of a packed group against MR activation rows: lane i of `acc[r]` and `sm[r]` advance for weight
+    /// row i and activation row r. Each block's integer sum is exact and each lane's float steps are the same
+    /// whatever MR, group, call or `Mac`: a row's result is bit-identical at any m and on every ISA.
+    #[inline(always)]
+    unsafe fn step<K: Kind, M: Mac, const MR: usize>(
+        p: &Packed,
+        b: usize,
+        xs: &[*const XBlock; MR],
+        acc: &mut [__m256; MR],
+        sm: &mut [__m256; MR],
+    ) {
+        for r in 0..MR {
+            let xb = &*xs[r].add(b);
+            let y = xb.qs.as_ptr() as *const i32;
+            // two independent chains: exact integers, any order
+            let mut is = [_mm256_setzero_si256(); 2];
+            is[0] = _mm256_set1_epi32(xb.corr);
+            let chains = 2;
+            for g in 0..8 {
+                let yg = _mm256_set1_epi32(std::ptr::read_unaligned(y.add(g)));
+                is[g % chains] = K::dot::<M>(is[g % chains], p.w[g], yg);
+            }
+            let is = _mm256_add_epi32(is[0], is[1]);
+            let sc = _mm256_mul_ps(p.d, _mm256_set1_ps(xb.d));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), sc, acc[r]);
+            if K::HAS_MIN {
+                sm[r] = _mm256_add_ps(sm[r], _mm256_mul_ps(p.m, _mm256_set1_ps(xb.s)));
+            }
+        }
+    }
+
+    /// MR activation rows against 8 weight rows, `Σ_b fma(f32(Σ_32 w·y), d_w·d_x) + Σ_b m_w·s_x` per lane: from
+    /// a group packed at `pk`, or (`pk` null) unpacked from `rows` block by block (few activation rows: packing
+    /// would not pay).
+    #[inline(always)]
+    unsafe fn micro<K: Kind, M: Mac, const MR: usize>(
+        pk: *const Packed,
+        rows: &[*const u8; 8],
         nb: usize,
         xs: [*const XBlock; MR],
-    ) -> [f32; MR] {
+    ) -> [__m256; MR] {
         let mut acc = [_mm256_setzero_ps(); MR];
-        let mut sm = [0f32; MR];
+        let mut sm = [_mm256_setzero_ps(); MR];
         for b in 0..nb {
-            let (wv, dw, mw) = K::load(w.add(b * K::BYTES));
-            for r in 0..MR {
-                let xb = &*xs[r].add(b);
-                let y = _mm256_loadu_si256(xb.qs.as_ptr() as *const __m256i);
-                let dot = K::dot::<M>(wv, y, xb.corr.as_ptr());
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xb.d), acc[r]);
-                if K::HAS_MIN {
-                    sm[r] += mw * xb.s;
+            if pk.is_null() {
+                // Eight interleaved row streams defeat the hardware prefetcher: fetch the next group (the 8 rows
+                // after these, contiguous) line by line, spread over this group's blocks.
+                let next = rows[0].add(16 * nb * K::BYTES);
+                for l in 0..(8 * K::BYTES).div_ceil(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(next.add((b * (8 * K::BYTES).div_ceil(64) + l) * 64) as *const i8);
                 }
+                step::<K, M, MR>(&unpack8::<K, M>(rows, b), b, &xs, &mut acc, &mut sm);
+            } else {
+                step::<K, M, MR>(&*pk.add(b), b, &xs, &mut acc, &mut sm);
             }
         }
-        let mut res = [0f32; MR];
         for r in 0..MR {
-            res[r] = hsum(acc[r]) + sm[r];
+            acc[r] = _mm256_add_ps(acc[r], sm[r]);
         }
-        res
+        acc
     }
 
-    /// Two weight rows against one activation row: two independent accumulator chains for m = 1.
+    /// Activation rows `r..r + MR` against a group of 8 weight rows (packed at `pk`, or null: unpacked from `rows`
+    /// on the fly): the group's `valid` lanes go to `dst[row · n + i]`.
     #[inline(always)]
-    unsafe fn row_pair<K: Kind, M: Mac>(w0: *const u8, w1: *const u8, nb: usize, x: *const XBlock) -> (f32, f32) {
-        let mut a0 = _mm256_setzero_ps();
-        let mut a1 = _mm256_setzero_ps();
-        let mut s0 = 0f32;
-        let mut s1 = 0f32;
-        for b in 0..nb {
-            let xb = &*x.add(b);
-            let y = _mm256_loadu_si256(xb.qs.as_ptr() as *const __m256i);
-            let (wv0, dw0, mw0) = K::load(w0.add(b * K::BYTES));
-            let (wv1, dw1, mw1) = K::load(w1.add(b * K::BYTES));
-            let d0 = K::dot::<M>(wv0, y, xb.corr.as_ptr());
-            let d1 = K::dot::<M>(wv1, y, xb.corr.as_ptr());
-            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(dw0 * xb.d), a0);
-            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_set1_ps(dw1 * xb.d), a1);
-            if K::HAS_MIN {
-                s0 += mw0 * xb.s;
-                s1 += mw1 * xb.s;
-            }
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile_rows<K: Kind, M: Mac, const MR: usize>(
+        pk: *const Packed,
+        rows: &[*const u8; 8],
+        nb: usize,
+        x: *const XBlock,
+        r: usize,
+        dst: *mut f32,
+        n: usize,
+        valid: usize,
+    ) {
+        let mut xs = [x; MR];
+        for (i, p) in xs.iter_mut().enumerate() {
+            *p = x.add((r + i) * nb);
         }
-        (hsum(a0) + s0, hsum(a1) + s1)
+        let v = micro::<K, M, MR>(pk, rows, nb, xs);
+        for (i, v) in v.into_iter().enumerate() {
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), v);
+            std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst.add((r + i) * n), valid);
+        }
     }
 
-    /// One weight format's dot products against one kind of activation block: what [`rows_impl`] runs.
+    /// Output columns `rows` (weight rows) of `out (m, n) = x (m, nb blocks) @ W^T`: what the ISA entry points
+    /// ([`rows_avx2`], ...) compile for their target features.
     pub(crate) trait RowKernel {
+        /// The quantized activation block.
+        type X;
+        /// Output columns `rows` of `a`.
+        unsafe fn rows(a: Mat<Self::X>, rows: std::ops::Range<usize>);
+    }
+
+    /// One matmul's operands: W (n rows of nb blocks at `w`), x (m rows of nb blocks), out (m, n).
+    pub(crate) struct Mat<X> {
+        pub w: *const u8,
+        pub nb: usize,
+        pub x: *const X,
+        pub m: usize,
+        pub n: usize,
+        pub out: *mut f32,
+    }
+
+    /// One weight format's per-row dot products, run by [`rows_impl`] (the k-quants).
+    pub(crate) trait TileKernel {
         /// The quantized activation block.
         type X;
         /// Bytes of one weight block.
@@ -336,19 +494,77 @@ pub(crate) mod x86 {
         unsafe fn pair(w0: *const u8, w1: *const u8, nb: usize, x: *const Self::X) -> (f32, f32);
     }
 
-    /// The 32-value block formats (Q4_1, Q5_0, Q8_0) with int8 activations and the dot product `M`.
+    /// A [`TileKernel`] driven by [`rows_impl`].
+    pub(crate) struct Tiled<T>(std::marker::PhantomData<T>);
+
+    impl<T: TileKernel> RowKernel for Tiled<T> {
+        type X = T::X;
+        #[inline(always)]
+        unsafe fn rows(a: Mat<T::X>, rows: std::ops::Range<usize>) {
+            rows_impl::<T>(a.w, a.nb, a.x, a.m, a.n, rows, a.out)
+        }
+    }
+
+    /// The 32-value block formats (Q4_1, Q5_0, Q8_0) with int8 activations and the dot product `M`: the
+    /// lanes-are-rows kernel at every m.
     pub struct Blocks32<K, M>(std::marker::PhantomData<(K, M)>);
 
     impl<K: Kind, M: Mac> RowKernel for Blocks32<K, M> {
         type X = XBlock;
-        const BYTES: usize = K::BYTES;
+        /// 8 weight rows at a time are unpacked to bytes and transposed (straight from registers for 1-3
+        /// activation rows, else into this thread's scratch), then every activation row runs against them, MR at
+        /// a time.
         #[inline(always)]
-        unsafe fn tile<const MR: usize>(w: *const u8, nb: usize, xs: [*const XBlock; MR]) -> [f32; MR] {
-            row_tile::<K, M, MR>(w, nb, xs)
-        }
-        #[inline(always)]
-        unsafe fn pair(w0: *const u8, w1: *const u8, nb: usize, x: *const XBlock) -> (f32, f32) {
-            row_pair::<K, M>(w0, w1, nb, x)
+        unsafe fn rows(a: Mat<XBlock>, rows: std::ops::Range<usize>) {
+            let Mat { w, nb, x, m, n, out } = a;
+            let row_bytes = nb * K::BYTES;
+            // No closure around the kernel: a closure does not inherit the caller's target features.
+            let pk = PACK.with(|cell| {
+                let mut buf = cell.borrow_mut();
+                if buf.len() < nb {
+                    buf.resize(
+                        nb,
+                        Packed { w: [_mm256_setzero_si256(); 8], d: _mm256_setzero_ps(), m: _mm256_setzero_ps() },
+                    );
+                }
+                buf.as_mut_ptr()
+            });
+            let mut j0 = rows.start;
+            while j0 < rows.end {
+                let valid = (rows.end - j0).min(8);
+                // a short last group repeats its last row; those lanes are not stored
+                let mut group = [w; 8];
+                for (i, g) in group.iter_mut().enumerate() {
+                    *g = w.add((j0 + i.min(valid - 1)) * row_bytes);
+                }
+                let dst = out.add(j0);
+                match m {
+                    1 => tile_rows::<K, M, 1>(std::ptr::null(), &group, nb, x, 0, dst, n, valid),
+                    2 => tile_rows::<K, M, 2>(std::ptr::null(), &group, nb, x, 0, dst, n, valid),
+                    3 => tile_rows::<K, M, 3>(std::ptr::null(), &group, nb, x, 0, dst, n, valid),
+                    _ => {
+                        for b in 0..nb {
+                            pk.add(b).write(unpack8::<K, M>(&group, b));
+                        }
+                        let mut r = 0;
+                        if M::MR == 8 {
+                            while r + 8 <= m {
+                                tile_rows::<K, M, 8>(pk, &group, nb, x, r, dst, n, valid);
+                                r += 8;
+                            }
+                        }
+                        while r + 4 <= m {
+                            tile_rows::<K, M, 4>(pk, &group, nb, x, r, dst, n, valid);
+                            r += 4;
+                        }
+                        while r < m {
+                            tile_rows::<K, M, 1>(pk, &group, nb, x, r, dst, n, valid);
+                            r += 1;
+                        }
+                    }
+                }
+                j0 += valid;
+            }
         }
     }
 
@@ -357,7 +573,7 @@ pub(crate) mod x86 {
 
     /// Output columns `rows` (weight rows) of `out (m, n) = x (m, nb blocks) @ W^T`.
     #[inline(always)]
-    pub(crate) unsafe fn rows_impl<R: RowKernel>(
+    pub(crate) unsafe fn rows_impl<R: TileKernel>(
         w: *const u8,
         nb: usize,
         x: *const R::X,
@@ -421,46 +637,22 @@ pub(crate) mod x86 {
         }
     }
 
-    /// [`rows_impl`] compiled for AVX2 + FMA + F16C.
+    /// [`RowKernel::rows`] compiled for AVX2 + FMA + F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) unsafe fn rows_avx2<R: RowKernel>(
-        w: *const u8,
-        nb: usize,
-        x: *const R::X,
-        m: usize,
-        n: usize,
-        rows: std::ops::Range<usize>,
-        out: *mut f32,
-    ) {
-        rows_impl::<R>(w, nb, x, m, n, rows, out)
+    pub(crate) unsafe fn rows_avx2<R: RowKernel>(a: Mat<R::X>, rows: std::ops::Range<usize>) {
+        R::rows(a, rows)
     }
 
-    /// [`rows_impl`] compiled for AVX2 + FMA + F16C + AVX-VNNI.
+    /// [`RowKernel::rows`] compiled for AVX2 + FMA + F16C.+ AVX-VNNI.
     #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    pub(crate) unsafe fn rows_vnni<R: RowKernel>(
-        w: *const u8,
-        nb: usize,
-        x: *const R::X,
-        m: usize,
-        n: usize,
-        rows: std::ops::Range<usize>,
-        out: *mut f32,
-    ) {
-        rows_impl::<R>(w, nb, x, m, n, rows, out)
+    pub(crate) unsafe fn rows_vnni<R: RowKernel>(a: Mat<R::X>, rows: std::ops::Range<usize>) {
+        R::rows(a, rows)
     }
 
-    /// [`rows_impl`] compiled for AVX2 + FMA + F16C + AVX512-VNNI + AVX512-VL.
+    /// [`RowKernel::rows`] compiled for AVX2 + FMA + F16C.+ AVX512-VNNI + AVX512-VL.
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    pub(crate) unsafe fn rows_vnni512<R: RowKernel>(
-        w: *const u8,
-        nb: usize,
-        x: *const R::X,
-        m: usize,
-        n: usize,
-        rows: std::ops::Range<usize>,
-        out: *mut f32,
-    ) {
-        rows_impl::<R>(w, nb, x, m, n, rows, out)
+    pub(crate) unsafe fn rows_vnni512<R: RowKernel>(a: Mat<R::X>, rows: std::ops::Range<usize>) {
+        R::rows(a, rows)
     }
 
     /// # Safety
@@ -478,17 +670,17 @@ pub(crate) mod x86 {
         rows: std::ops::Range<usize>,
         out: *mut f32,
     ) {
-        let x = xq.as_ptr();
+        let mat = Mat { w, nb, x: xq.as_ptr(), m, n, out };
         match (dtype, isa) {
-            (GgmlDType::Q4_1, Isa::Avx2) => rows_avx2::<Blocks32<KQ4_1, Avx2>>(w, nb, x, m, n, rows, out),
-            (GgmlDType::Q4_1, Isa::AvxVnni) => rows_vnni::<Blocks32<KQ4_1, Vnni>>(w, nb, x, m, n, rows, out),
-            (GgmlDType::Q5_0, Isa::Avx2) => rows_avx2::<Blocks32<KQ5_0, Avx2>>(w, nb, x, m, n, rows, out),
-            (GgmlDType::Q5_0, Isa::AvxVnni) => rows_vnni::<Blocks32<KQ5_0, Vnni>>(w, nb, x, m, n, rows, out),
-            (GgmlDType::Q8_0, Isa::Avx2) => rows_avx2::<Blocks32<KQ8_0, Avx2>>(w, nb, x, m, n, rows, out),
-            (GgmlDType::Q8_0, Isa::AvxVnni) => rows_vnni::<Blocks32<KQ8_0, Vnni>>(w, nb, x, m, n, rows, out),
-            (GgmlDType::Q4_1, Isa::Avx512Vnni) => rows_vnni512::<Blocks32<KQ4_1, Vnni512>>(w, nb, x, m, n, rows, out),
-            (GgmlDType::Q5_0, Isa::Avx512Vnni) => rows_vnni512::<Blocks32<KQ5_0, Vnni512>>(w, nb, x, m, n, rows, out),
-            (GgmlDType::Q8_0, Isa::Avx512Vnni) => rows_vnni512::<Blocks32<KQ8_0, Vnni512>>(w, nb, x, m, n, rows, out),
+            (GgmlDType::Q4_1, Isa::Avx2) => rows_avx2::<Blocks32<KQ4_1, Avx2>>(mat, rows),
+            (GgmlDType::Q4_1, Isa::AvxVnni) => rows_vnni::<Blocks32<KQ4_1, Vnni>>(mat, rows),
+            (GgmlDType::Q5_0, Isa::Avx2) => rows_avx2::<Blocks32<KQ5_0, Avx2>>(mat, rows),
+            (GgmlDType::Q5_0, Isa::AvxVnni) => rows_vnni::<Blocks32<KQ5_0, Vnni>>(mat, rows),
+            (GgmlDType::Q8_0, Isa::Avx2) => rows_avx2::<Blocks32<KQ8_0, Avx2>>(mat, rows),
+            (GgmlDType::Q8_0, Isa::AvxVnni) => rows_vnni::<Blocks32<KQ8_0, Vnni>>(mat, rows),
+            (GgmlDType::Q4_1, Isa::Avx512Vnni) => rows_vnni512::<Blocks32<KQ4_1, Vnni512>>(mat, rows),
+            (GgmlDType::Q5_0, Isa::Avx512Vnni) => rows_vnni512::<Blocks32<KQ5_0, Vnni512>>(mat, rows),
+            (GgmlDType::Q8_0, Isa::Avx512Vnni) => rows_vnni512::<Blocks32<KQ8_0, Vnni512>>(mat, rows),
             _ => unreachable!("checked by decode_matmul"),
         }
     }

@@ -18,7 +18,7 @@
 //! order. A row's result does not depend on how many rows share the call.
 
 use super::quant::{quantize_row_k, XBlockK, QK_K};
-use super::{par_chunks, Isa, Pool};
+use super::{par_chunks, Isa};
 use crate::Result;
 use candle_core::quantized::GgmlDType;
 use std::cell::RefCell;
@@ -63,7 +63,7 @@ pub fn decode_matmul(
         |xq| {
             // rows of x quantized in parallel when there are many (prefill)
             let xq_ptr = xq.as_mut_ptr() as usize;
-            par_chunks(Pool::Candle, m, 8, |rows| {
+            par_chunks(m, 8, |rows| {
                 for r in rows {
                     // SAFETY: each chunk writes only its own rows' blocks.
                     let o = unsafe { std::slice::from_raw_parts_mut((xq_ptr as *mut XBlockK).add(r * nb), nb) };
@@ -87,7 +87,7 @@ pub fn decode_matmul(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
-    use crate::kernels::cpu::x86::{f16_at, hsum, rows_avx2, rows_vnni, rows_vnni512, RowKernel};
+    use crate::kernels::cpu::x86::{f16_at, hsum, rows_avx2, rows_vnni, rows_vnni512, Mat, TileKernel, Tiled};
     use core::arch::x86_64::*;
 
     /// What one super-block's 8 chunks share.
@@ -300,7 +300,7 @@ mod x86 {
 
     pub struct KBlocks<K, M>(std::marker::PhantomData<(K, M)>);
 
-    impl<K: KKind, M: KMac> RowKernel for KBlocks<K, M> {
+    impl<K: KKind, M: KMac> TileKernel for KBlocks<K, M> {
         type X = XBlockK;
         const BYTES: usize = K::BYTES;
         #[inline(always)]
@@ -351,9 +351,9 @@ mod x86 {
         out: *mut f32,
     ) {
         match isa {
-            Isa::Avx2 => rows_avx2::<KBlocks<K, Avx2>>(w, nb, x, m, n, range, out),
-            Isa::AvxVnni => rows_vnni::<KBlocks<K, Vnni>>(w, nb, x, m, n, range, out),
-            Isa::Avx512Vnni => rows_vnni512::<KBlocks<K, Vnni512>>(w, nb, x, m, n, range, out),
+            Isa::Avx2 => rows_avx2::<Tiled<KBlocks<K, Avx2>>>(Mat { w, nb, x, m, n, out }, range),
+            Isa::AvxVnni => rows_vnni::<Tiled<KBlocks<K, Vnni>>>(Mat { w, nb, x, m, n, out }, range),
+            Isa::Avx512Vnni => rows_vnni512::<Tiled<KBlocks<K, Vnni512>>>(Mat { w, nb, x, m, n, out }, range),
         }
     }
 }

@@ -3,30 +3,26 @@
 //! candle 0.11.1's CPU `QMatMul` has SIMD dot products for Q4_0, Q8_0 and the k-quants only; Q4_1 and Q5_0
 //! (SmolLM2's and Gemma 3's main weight types) run its scalar `vec_dot_unopt`. This module adds:
 //!
-//! * **int8 path** ("decode"; every m up to a per-type crossover, 96-256 rows): each row of x is quantized to
-//!   32-wide int8 blocks exactly as candle/ggml do (Q8_1 for Q4_1 weights, Q8_0 otherwise; bit-identical
-//!   scales and values), then AVX2 dot products per block (`maddubs`+`madd`, or `vpdpbusd` where the CPU has
-//!   AVX-VNNI): Q4_1×Q8_1 (`d_w·d_x·Σq·y + m_w·s_x`), Q5_0×Q8_0 (5th bit rebuilt, the `-16` offset folded
-//!   in as an exact integer correction), Q8_0×Q8_0. Every block sum is an exact i32, so results equal
-//!   candle's up to f32 accumulation order. Output rows are split over candle's CPU worker pool (the threads
-//!   its own quantized matmul uses; rayon's pool measured 2-3x slower at m = 1).
-//! * **Dequant+f32 path** (prefill, m at or above the crossover): W is dequantized to f32 once per call
-//!   (parallel over rows, into a reused per-thread buffer) and multiplied with candle's f32 `matmul` (the
-//!   `gemm` crate); the dequantization runs on rayon's pool like the gemm. x is first rounded to the same
-//!   8-bit block values (and Q4_1's min term uses the same f16 block sums), so this path computes the int8
-//!   path's math up to f32 rounding: a row's result does not depend on how many rows share the call
-//!   (chunked prefill, batching) and stays comparable to llama.cpp.
-//!
+//! * **int8 path** ("decode", every m): each row of x is quantized to 32-wide int8 blocks exactly as
+//!   candle/ggml do (Q8_1 for Q4_1 weights, Q8_0 otherwise; bit-identical scales and values). Weight rows are
+//!   taken 8 at a time, unpacked to bytes and transposed so that each vector lane is one weight row
+//!   (`cpu.rs`); then every activation row (1-3 straight from the weights; 4 and more from the packed copy,
+//!   4 or 8 per tile) runs 8 `vpdpbusd` per block (or `maddubs`+`madd` without VNNI) against the broadcast
+//!   4-byte groups of x. Q4_1×Q8_1 (`d_w·d_x·Σq·y + m_w·s_x`), Q5_0×Q8_0 (5th bit rebuilt, the `-16` offset
+//!   folded in as an exact integer correction), Q8_0×Q8_0. Each block's sum is an exact i32 and each row's
+//!   float steps are fixed, so a row's result is bit-identical at any m, whatever shares the call, and on every
+//!   ISA: the serving engine's batch invariance at no cost. Output rows are split over the work pool. At
+//!   m = 512 this runs 2-2.8x faster than dequantizing W to f32 for candle's f32 GEMM (the prefill path it
+//!   replaced) on an AVX-512 Zen 4, and 1.2-1.6x with the AVX2 forms.
 //! * **k-quant path** (`kquant`, Q4_K/Q5_K/Q6_K, every m): x quantized per 256 values exactly as candle's Q8_K,
 //!   exact integer sums per super-block (scales applied with `vpmaddwd`, mins and Q6_K's −32 folded in through
 //!   the activation's 16-value sums; with VNNI the scale step is one `vpdpwssd`, bit-identical to AVX2's, ~1.3x
 //!   faster per matmul at m >= 4). Per matmul about even with candle's repacked kernels at m = 1; the point
-//!   is that a k-quant model's matmuls all run on hearth's work pool (`HEARTH_K_QUANT=0`: candle's).
+//!   is that a k-quant model's matmuls all run on hearth's work pool (`HEARTH_K_QUANT=0`: candle's), row by
+//!   row independently.
 //!
-//! Which path serves which `(type, m)` is decided by [`Plan`], from measurements on a 2-core AMD EPYC with
-//! AVX-512/AVX-VNNI (see `examples/qmatmul_bench.rs`); everything else (Q4_0, Q2_K, ...) falls back to
-//! candle's `QMatMul`, which is also the reference in the tests. Non-CPU tensors, non-f32 activations and
-//! CPUs without AVX2+FMA+F16C always use candle.
+//! Everything else (Q4_0, Q2_K, ...) falls back to candle's `QMatMul`, which is also the reference in the
+//! tests. Non-CPU tensors, non-f32 activations and CPUs without AVX2+FMA+F16C always use candle.
 //!
 //! Environment:
 //! * `HEARTH_FAST_QUANT=0` (or `off`/`false`) disables the whole module: every matmul uses candle's `QMatMul`.
@@ -36,7 +32,6 @@
 
 mod act;
 pub(crate) mod cpu;
-mod dequant;
 mod kquant;
 mod pool;
 mod quant;
@@ -126,8 +121,6 @@ pub fn active_isa() -> Option<Isa> {
 pub enum Path {
     /// int8 dot products on quantized activations (this module).
     Decode,
-    /// Dequantize W to f32, then candle's f32 matmul.
-    DequantF32,
     /// candle's `QMatMul`.
     Candle,
 }
@@ -137,61 +130,18 @@ pub enum Path {
 pub struct Plan {
     /// Decode path for `m < decode_below` (0: never).
     pub decode_below: usize,
-    /// Dequant+f32 path for `m >= dequant_from` (`usize::MAX`: never).
-    pub dequant_from: usize,
 }
 
-/// The k-quants take the int8 path at every m: candle's repacked tiles are up to ~1.3x faster per matmul at
-/// m >= 4 (`examples/qmatmul_bench.rs`), but they run on candle's pool, and a model whose matmuls switch
-/// between two pools has both spinning on the same cores; the row-independent int8 path is also what the
-/// serving engine's batch invariance needs.
-pub const K_QUANT_CROSSOVER: usize = usize::MAX;
-
-/// Largest weight (elements) the dequant+f32 path materializes: 8M f32 = 32 MiB of per-thread scratch. Bigger
-/// matrices (a vocabulary head) always take the int8 path.
-pub const DEQUANT_MAX_ELEMS: usize = 8 << 20;
-
 impl Plan {
-    /// Measured policy for a `(n, k)` weight of `dtype` run with `isa` (`examples/qmatmul_bench.rs`, 2 threads).
-    /// The int8 kernels beat candle at every m for Q4_1/Q5_0/Q8_0; the dequant+f32 path overtakes them at
-    /// m ≈ 64..128 (Q4_1, Q5_0; later with VNNI) and m ≈ 256+ (Q8_0). Around the crossover the two are within
-    /// ~10% and compute the same math, so the exact point is not critical. candle's k-quant kernels (repacked)
-    /// beat dequant+f32 at every m measured, so those stay with candle.
-    pub fn for_weight(dtype: GgmlDType, isa: Isa, n: usize, k: usize) -> Plan {
-        let vnni = isa.vnni();
-        let crossover = match dtype {
-            GgmlDType::Q4_1 | GgmlDType::Q5_0 => {
-                if vnni {
-                    128
-                } else {
-                    96
-                }
-            }
-            GgmlDType::Q8_0 => {
-                if vnni {
-                    256
-                } else {
-                    192
-                }
-            }
-            // k-quants: candle's repacked tiles win from here on (dequant+f32 never does)
-            GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K => {
-                return Plan { decode_below: K_QUANT_CROSSOVER, dequant_from: usize::MAX };
-            }
-            _ => return Plan { decode_below: 0, dequant_from: usize::MAX },
-        };
-        if n * k > DEQUANT_MAX_ELEMS {
-            // e.g. a vocabulary head: dequantizing it per call costs far more than it saves
-            return Plan { decode_below: usize::MAX, dequant_from: usize::MAX };
-        }
-        Plan { decode_below: crossover, dequant_from: crossover }
+    /// The int8 path at every m for the types it handles (it beats candle's kernels, and the dequantize+f32
+    /// GEMM that once served prefill, at every m measured: `examples/qmatmul_bench.rs`); candle for the rest.
+    pub fn for_weight(dtype: GgmlDType) -> Plan {
+        Plan { decode_below: if decode_supported(dtype) { usize::MAX } else { 0 } }
     }
 
     pub fn path(&self, m: usize) -> Path {
         if m < self.decode_below {
             Path::Decode
-        } else if m >= self.dequant_from {
-            Path::DequantF32
         } else {
             Path::Candle
         }
@@ -205,29 +155,6 @@ pub fn decode_supported(dtype: GgmlDType) -> bool {
         GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K => crate::levers::get().k_quant,
         _ => false,
     }
-}
-
-/// Weight types whose dequant+f32 path first rounds x to the int8 path's 32-value blocks (the k-quants' int8 path
-/// quantizes x per 256 values instead; their dequant+f32 path multiplies x as is).
-pub fn rounds_x(dtype: GgmlDType) -> bool {
-    cpu::block_bytes(dtype) != 0
-}
-
-/// Weight types the dequant+f32 path handles.
-pub fn dequant_supported(dtype: GgmlDType) -> bool {
-    matches!(
-        dtype,
-        GgmlDType::Q4_1
-            | GgmlDType::Q5_0
-            | GgmlDType::Q8_0
-            | GgmlDType::Q4_0
-            | GgmlDType::Q5_1
-            | GgmlDType::Q2K
-            | GgmlDType::Q3K
-            | GgmlDType::Q4K
-            | GgmlDType::Q5K
-            | GgmlDType::Q6K
-    )
 }
 
 /// A quantized CPU weight served by this module where it is faster, by candle's `QMatMul` elsewhere.
@@ -248,19 +175,12 @@ impl std::fmt::Debug for FastQMatMul {
 }
 
 impl FastQMatMul {
-    /// `Some` when the module is on and `w` is a 2-D CPU `QMatMul::QTensor` of a type some path here
-    /// accelerates; `None` means: keep using candle's `QMatMul`. `row_invariant`: every input size takes the int8
-    /// path when the type has one, whose output rows are computed independently and bit-exactly whatever else
-    /// shares the call (the serving engine's batch invariance; it gives up the dequant+f32 prefill path, ~1.2x
-    /// slower prefill at m = 512).
-    pub fn new(w: &QMatMul, row_invariant: bool) -> Option<Self> {
+    /// `Some` when the module is on and `w` is a 2-D CPU `QMatMul::QTensor` of a type the int8 path handles;
+    /// `None` means: keep using candle's `QMatMul`.
+    pub fn new(w: &QMatMul) -> Option<Self> {
         let QMatMul::QTensor(q) = w else { return None };
         let isa = active_isa()?;
-        let (n, k) = q.shape().dims2().ok()?;
-        let plan = Plan::for_weight(q.dtype(), isa, n, k);
-        let plan =
-            if row_invariant && decode_supported(q.dtype()) { Plan { decode_below: usize::MAX, ..plan } } else { plan };
-        Self::with_plan(q.clone(), isa, plan)
+        Self::with_plan(q.clone(), isa, Plan::for_weight(q.dtype()))
     }
 
     /// Like `new`, with an explicit ISA and plan (tests, benchmarks).
@@ -270,11 +190,8 @@ impl FastQMatMul {
         }
         let (n, k) = w.shape().dims2().ok()?;
         let dtype = w.dtype();
-        let plan = Plan {
-            decode_below: if decode_supported(dtype) { plan.decode_below } else { 0 },
-            dequant_from: if dequant_supported(dtype) { plan.dequant_from } else { usize::MAX },
-        };
-        if plan.decode_below == 0 && plan.dequant_from == usize::MAX {
+        let plan = Plan { decode_below: if decode_supported(dtype) { plan.decode_below } else { 0 } };
+        if plan.decode_below == 0 {
             return None;
         }
         let fallback = QMatMul::QTensor(w.clone());
@@ -315,11 +232,6 @@ impl FastQMatMul {
                 }
                 Ok(Tensor::from_vec(out, out_dims, &Device::Cpu)?)
             }
-            Path::DequantF32 => {
-                let x2 = x.reshape((m, k))?;
-                let y = dequant_matmul(&self.w, self.isa, &x2)?;
-                Ok(y.reshape(out_dims)?)
-            }
         }
     }
 }
@@ -345,127 +257,6 @@ pub fn decode_matmul(w: &QTensor, isa: Isa, x: &[f32], m: usize, out: &mut [f32]
         }
         dtype => cpu::decode_matmul(dtype, isa, &data, n, k, x, m, out),
     }
-}
-
-/// Prefill path: dequantize W (once, in parallel) and run candle's f32 matmul. x: (m, k) f32 on the CPU.
-///
-/// For the types with 32-value int8 kernels (Q4_1, Q5_0, Q8_0) x is first rounded to its 8-bit block values (the same
-/// quantization as the decode path and candle: `q·d`, exact in f32), and for Q4_1 the block-minimum term uses
-/// the same f16 block sums `s` (as an extra `k/32` columns of x and W). The result is then the decode path's
-/// (and candle's) up to f32 rounding, so a row's output does not depend on how many rows share the call
-/// (chunked prefill, batching). Other types multiply the f32 x as is.
-pub fn dequant_matmul(w: &QTensor, isa: Isa, x: &Tensor) -> Result<Tensor> {
-    let (n, k) = w.shape().dims2()?;
-    let (m, xk) = x.dims2()?;
-    if xk != k || x.dtype() != DType::F32 || !x.device().is_cpu() {
-        return Err(crate::Error::InvalidRequest(format!("dequant_matmul: x {:?} for a {n}x{k} weight", x.shape())));
-    }
-    if !isa_supported(isa) {
-        return Err(crate::Error::Unsupported(format!("this CPU lacks {isa:?}")));
-    }
-    let dtype = w.dtype();
-    let split_min = dtype == GgmlDType::Q4_1;
-    let ks = dequant::row_len(k, split_min);
-    let data = w.data()?;
-    let x = x.contiguous()?;
-    // The buffers stay out of their thread-local slots until the matmul is done: a re-entrant call on this
-    // thread (rayon may run another task here while gemm waits) then allocates its own instead of
-    // overwriting ours mid-use.
-    let w_buf = take_scratch(&W_SCRATCH, n * ks)?;
-    let x_buf = if rounds_x(dtype) { Some(take_scratch(&X_SCRATCH, m * ks)?) } else { None };
-    let run = || -> Result<Tensor> {
-        let wt = fill_view(&w_buf, n * ks, (n, ks), &|out| {
-            dequant::dequantize_into(dtype, isa, &data, n, k, split_min, out)
-        })?;
-        let Some(x_buf) = &x_buf else {
-            return Ok(x.matmul(&wt.t()?)?);
-        };
-        let (storage, layout) = x.storage_and_layout();
-        let candle_core::Storage::Cpu(cpu) = &*storage else { unreachable!("checked is_cpu") };
-        let xs = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + m * k];
-        let xq = fill_view(x_buf, m * ks, (m, ks), &|out| {
-            quant::round_rows_into(xs, m, k, split_min, out);
-            Ok(())
-        })?;
-        drop(storage);
-        Ok(xq.matmul(&wt.t()?)?)
-    };
-    let y = run();
-    put_back_scratch(&W_SCRATCH, w_buf);
-    if let Some(b) = x_buf {
-        put_back_scratch(&X_SCRATCH, b);
-    }
-    y
-}
-
-type ScratchSlot = std::thread::LocalKey<std::cell::Cell<Option<Tensor>>>;
-
-thread_local! {
-    /// Dequantized W of the last prefill matmul on this thread (grown to the largest seen).
-    static W_SCRATCH: std::cell::Cell<Option<Tensor>> = const { std::cell::Cell::new(None) };
-    /// Rounded activations of the last prefill matmul on this thread.
-    static X_SCRATCH: std::cell::Cell<Option<Tensor>> = const { std::cell::Cell::new(None) };
-}
-
-/// A reusable f32 CPU buffer of at least `len` values. Fresh multi-MiB allocations per call cost page
-/// faults that measured up to +50% on the prefill path; this keeps one buffer per thread and role.
-fn take_scratch(slot: &'static ScratchSlot, len: usize) -> Result<Tensor> {
-    Ok(match slot.with(|c| c.take()) {
-        Some(t) if t.elem_count() >= len => t,
-        _ => Tensor::zeros(len, DType::F32, &Device::Cpu)?,
-    })
-}
-
-fn put_back_scratch(slot: &'static ScratchSlot, t: Tensor) {
-    // Only matrices the plan would dequantize are worth keeping a buffer for.
-    if t.elem_count() > DEQUANT_MAX_ELEMS + DEQUANT_MAX_ELEMS / 32 {
-        return;
-    }
-    slot.with(|c| {
-        let keep = match c.take() {
-            Some(other) if other.elem_count() > t.elem_count() => other,
-            _ => t,
-        };
-        c.set(Some(keep));
-    })
-}
-
-/// Fill the first `len` values of `buf` and return them as a `shape` view (no copy).
-fn fill_view(
-    buf: &Tensor,
-    len: usize,
-    shape: (usize, usize),
-    fill: &dyn Fn(&mut [f32]) -> Result<()>,
-) -> Result<Tensor> {
-    buf.inplace_op1(&Fill { len, fill })?;
-    Ok(buf.narrow(0, 0, len)?.reshape(shape)?)
-}
-
-struct Fill<'a> {
-    len: usize,
-    fill: &'a dyn Fn(&mut [f32]) -> Result<()>,
-}
-
-impl candle_core::InplaceOp1 for Fill<'_> {
-    fn name(&self) -> &'static str {
-        "hearth-kernels-fill"
-    }
-
-    fn cpu_fwd(&self, storage: &mut candle_core::CpuStorage, layout: &candle_core::Layout) -> candle_core::Result<()> {
-        let candle_core::CpuStorage::F32(v) = storage else { candle_core::bail!("scratch buffer is not f32") };
-        let start = layout.start_offset();
-        (self.fill)(&mut v[start..start + self.len]).map_err(|e| candle_core::Error::Msg(e.to_string()))
-    }
-}
-
-/// W (n, k) as f32, row-major, computed in parallel over rows; bit-identical to candle's `dequantize`.
-pub fn dequantize(w: &QTensor, isa: Isa) -> Result<Vec<f32>> {
-    let (n, k) = w.shape().dims2()?;
-    if !isa_supported(isa) {
-        return Err(crate::Error::Unsupported(format!("this CPU lacks {isa:?}")));
-    }
-    let data = w.data()?;
-    dequant::dequantize(w.dtype(), isa, &data, n, k, false)
 }
 
 /// `act(gu[.., :I]) * gu[.., I:]` of a fused gate|up output `gu (.., 2I)`: f32 on the CPU, rows over the work pool,
@@ -510,31 +301,15 @@ fn work_pool() -> &'static pool::WorkPool {
     POOL.get_or_init(|| pool::WorkPool::new(candle_core::utils::get_num_threads()))
 }
 
-/// Which threads run a parallel loop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Pool {
-    /// candle's barrier pool: the threads candle's own quantized matmul uses. Lowest hand-out latency, which
-    /// the short decode matmuls need.
-    Candle,
-    /// rayon's global pool: the threads candle's f32 `matmul` (gemm) uses. For the dequant+f32 path, so that
-    /// the dequantization and the gemm right after it run on the same threads (candle's pool spins for a
-    /// while after each job and would compete with gemm for the cores).
-    Rayon,
-}
-
-/// Split `n_items` over `pool` in chunks of at least `grain` items.
-pub(crate) fn par_chunks(pool: Pool, n_items: usize, grain: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
+/// Split `n_items` in chunks of at least `grain` items over hearth's work pool (`HEARTH_WORK_POOL`), or candle's
+/// barrier pool (the threads candle's own quantized matmul uses) where that is off or candle's kernels serve some
+/// of the model's matmuls (two pools spinning on the same cores fight).
+pub(crate) fn par_chunks(n_items: usize, grain: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
     if n_items == 0 {
         return;
     }
-    let own = pool == Pool::Candle
-        && crate::levers::get().work_pool
-        && !CANDLE_DECODES.load(std::sync::atomic::Ordering::Relaxed);
-    let threads = match pool {
-        Pool::Candle if own => work_pool().threads(),
-        Pool::Candle => candle_core::utils::barrier_pool().n_workers() + 1,
-        Pool::Rayon => rayon::current_num_threads(),
-    };
+    let own = crate::levers::get().work_pool && !CANDLE_DECODES.load(std::sync::atomic::Ordering::Relaxed);
+    let threads = if own { work_pool().threads() } else { candle_core::utils::barrier_pool().n_workers() + 1 };
     if threads <= 1 || n_items <= grain {
         f(0..n_items);
         return;
@@ -548,14 +323,11 @@ pub(crate) fn par_chunks(pool: Pool, n_items: usize, grain: usize, f: impl Fn(st
             f(lo..hi)
         }
     };
-    match pool {
+    if own {
         // Units from a shared cursor; the caller waits only for claimed ones (see `pool`).
-        Pool::Candle if own => work_pool().run(units, &unit),
+        work_pool().run(units, &unit)
+    } else {
         // execute_chunked hands out ~8 chunks per thread from a shared cursor.
-        Pool::Candle => candle_core::utils::barrier_pool().execute_chunked(units, unit),
-        Pool::Rayon => {
-            use rayon::prelude::*;
-            (0..units).into_par_iter().for_each(|u| unit(u..u + 1));
-        }
+        candle_core::utils::barrier_pool().execute_chunked(units, unit)
     }
 }

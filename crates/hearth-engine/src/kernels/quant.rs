@@ -12,9 +12,9 @@ pub const QK: usize = 32;
 pub struct XBlock {
     /// round(x / d), with d = amax / 127 (Q8_0 and Q8_1 agree).
     pub qs: [i8; QK],
-    /// `-corr_mult * Σ qs[4l..4l+4]` per i32 lane l: the exact correction for weights stored with an unsigned
-    /// offset (Q5_0: 16; Q8_0 on VNNI: 128). Zero when unused.
-    pub corr: [i32; 8],
+    /// `-corr_mult * Σ qs`: the exact correction for weights stored with an unsigned offset (Q5_0: 16; Q8_0 on
+    /// VNNI: 128). Zero when unused.
+    pub corr: i32,
     /// d, rounded to f16 (as stored in the block).
     pub d: f32,
     /// Q8_1's `s`: f16(f16(Σqs) · d_f16), as candle computes it.
@@ -22,7 +22,7 @@ pub struct XBlock {
 }
 
 impl XBlock {
-    pub const ZERO: XBlock = XBlock { qs: [0; QK], corr: [0; 8], d: 0.0, s: 0.0 };
+    pub const ZERO: XBlock = XBlock { qs: [0; QK], corr: 0, d: 0.0, s: 0.0 };
 }
 
 /// Scalar reference (and the non-x86 path): bit-identical to candle's Q8_1 `from_float`.
@@ -41,8 +41,8 @@ pub fn quantize_block_scalar(x: &[f32], corr_mult: i32) -> XBlock {
         let q = (v * id).round() as i8;
         b.qs[j] = q;
         sum += q as i32;
-        b.corr[j / 4] -= corr_mult * q as i32;
     }
+    b.corr = -corr_mult * sum;
     b.d = dh.to_f32();
     b.s = (f16::from_f32(sum as f32) * dh).to_f32();
     b
@@ -120,32 +120,6 @@ pub fn quantize_rows(x: &[f32], out: &mut [XBlock], corr_mult: i32, simd: bool) 
     }
 }
 
-/// x (m, k) rounded to its quantized values `q·d` (exact in f32) into `out`, in parallel over rows. With
-/// `with_s` each output row has k/32 more values: the blocks' Q8_1 sums `s`. `out` holds m · (k [+ k/32]).
-pub fn round_rows_into(x: &[f32], m: usize, k: usize, with_s: bool, out: &mut [f32]) {
-    let nb = k / QK;
-    let ks = if with_s { k + nb } else { k };
-    assert_eq!(out.len(), m * ks);
-    assert_eq!(x.len(), m * k);
-    let ptr = out.as_mut_ptr() as usize;
-    super::par_chunks(super::Pool::Rayon, m, (64 * 1024 / (k * 4).max(1)).max(1), |rows| {
-        let mut blocks = vec![XBlock::ZERO; nb];
-        for r in rows {
-            quantize_rows(&x[r * k..(r + 1) * k], &mut blocks, 0, cfg!(target_arch = "x86_64"));
-            // SAFETY: each row of `out` is written by exactly one chunk.
-            let o = unsafe { std::slice::from_raw_parts_mut((ptr as *mut f32).add(r * ks), ks) };
-            for (b, blk) in blocks.iter().enumerate() {
-                for (v, &q) in o[b * QK..(b + 1) * QK].iter_mut().zip(&blk.qs) {
-                    *v = q as f32 * blk.d;
-                }
-                if with_s {
-                    o[k + b] = blk.s;
-                }
-            }
-        }
-    });
-}
-
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
@@ -215,7 +189,6 @@ mod x86 {
         let ones_u8 = _mm256_set1_epi8(1);
         let ones_i16 = _mm256_set1_epi16(1);
         let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-        let mult = _mm256_set1_epi32(-corr_mult);
         for (bi, o) in out.iter_mut().enumerate() {
             let p = x.as_ptr().add(bi * QK);
             let v0 = _mm256_loadu_ps(p);
@@ -245,11 +218,11 @@ mod x86 {
             _mm256_storeu_si256(o.qs.as_mut_ptr() as *mut __m256i, q);
             // lane sums of 4 consecutive values, then the total
             let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(ones_u8, q), ones_i16);
-            _mm256_storeu_si256(o.corr.as_mut_ptr() as *mut __m256i, _mm256_mullo_epi32(lanes, mult));
             let l4 = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256::<1>(lanes));
             let l2 = _mm_add_epi32(l4, _mm_unpackhi_epi64(l4, l4));
             let l1 = _mm_add_epi32(l2, _mm_shuffle_epi32::<0b01>(l2));
             let sum = _mm_cvtsi128_si32(l1);
+            o.corr = -corr_mult * sum;
             o.d = dh.to_f32();
             o.s = (f16::from_f32(sum as f32) * dh).to_f32();
         }

@@ -114,7 +114,7 @@ impl Names<'_> {
         let name = format!("{}{name}", self.prefix);
         let w = self.weights.matrix(&format!("{name}.weight"), self.dtype, self.device)?;
         let b = self.weights.vector(&format!("{name}.bias"), self.dtype, self.device)?;
-        Ok(Linear::new(w, Some(b), false))
+        Ok(Linear::new(w, Some(b)))
     }
 
     fn layer_norm(&self, name: &str, eps: f64) -> Result<LayerNorm> {

@@ -16,8 +16,6 @@ pub struct Loader<'a> {
     pub dtype: DType,
     /// Dequantize quantized matrices to `dtype` at load (exact reference math, more memory).
     pub dequantize: bool,
-    /// Row-independent CPU matmuls (`LoadOptions::batch_invariant`).
-    pub batch_invariant: bool,
 }
 
 impl Loader<'_> {
@@ -25,7 +23,7 @@ impl Loader<'_> {
         let w = self.dense_if_asked(self.weights.matrix(&format!("{prefix}.weight"), self.dtype, self.device)?)?;
         let b =
             if bias { Some(self.weights.vector(&format!("{prefix}.bias"), self.dtype, self.device)?) } else { None };
-        Ok(Linear::new(w, b, self.batch_invariant))
+        Ok(Linear::new(w, b))
     }
 
     /// The token embedding table, checked against the configured vocabulary (a token id the config allows but
@@ -47,7 +45,7 @@ impl Loader<'_> {
         if !self.cfg.tie_word_embeddings && self.weights.contains("lm_head.weight") {
             return self.linear("lm_head", false);
         }
-        Ok(Linear::new(self.dense_if_asked(embed.as_matmul()?)?, None, self.batch_invariant))
+        Ok(Linear::new(self.dense_if_asked(embed.as_matmul()?)?, None))
     }
 
     fn dense_if_asked(&self, w: QMatMul) -> Result<QMatMul> {
@@ -101,7 +99,7 @@ impl Loader<'_> {
         }
         let w = Tensor::cat(&ws, 0)?;
         let b = if bias { Some(Tensor::cat(&bs, 0)?) } else { None };
-        Ok(Some(Linear::new(QMatMul::Tensor(w), b, self.batch_invariant)))
+        Ok(Some(Linear::new(QMatMul::Tensor(w), b)))
     }
 
     /// CPU: quantized matrices of one type and width stacked row-wise into one (their GGML rows are whole blocks,
@@ -129,7 +127,7 @@ impl Loader<'_> {
         }
         let storage = candle_core::quantized::QStorage::from_data(std::borrow::Cow::Owned(bytes), self.device, dtype)?;
         let w = candle_core::quantized::QTensor::new(storage, (n, k))?;
-        Ok(Some(Linear::new(QMatMul::from_arc(std::sync::Arc::new(w))?, None, self.batch_invariant)))
+        Ok(Some(Linear::new(QMatMul::from_arc(std::sync::Arc::new(w))?, None)))
     }
 }
 
@@ -142,10 +140,9 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// `batch_invariant`: see `LoadOptions::batch_invariant`.
-    pub fn new(w: QMatMul, b: Option<Tensor>, batch_invariant: bool) -> Self {
+    pub fn new(w: QMatMul, b: Option<Tensor>) -> Self {
         crate::kernels::note_weight(&w);
-        let fast = FastQMatMul::new(&w, batch_invariant);
+        let fast = FastQMatMul::new(&w);
         Self { w, fast, b }
     }
 

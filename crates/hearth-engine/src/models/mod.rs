@@ -53,10 +53,6 @@ pub struct LoadOptions {
     pub dequantize: bool,
     /// Activation/KV dtype; None: [`activation_dtype`]'s choice. The CPU computes in f32 only.
     pub dtype: Option<DType>,
-    /// Every accelerated CPU matmul computes each row independently and bit-exactly whatever else shares the call
-    /// (the int8 path), so a request's tokens do not depend on its batch-mates. The serving engine loads with it
-    /// (`HEARTH_BATCH_INVARIANT`, on); `generate` without it may take the faster dequantize+f32 prefill path.
-    pub batch_invariant: bool,
 }
 
 /// The activation dtype for these weights on this device: f32 on the CPU; on a GPU bf16 for dense (safetensors)
@@ -82,14 +78,7 @@ pub fn load_model(weights: &Weights, cfg: &ModelConfig, device: &Device, opts: &
             )))
         }
     };
-    let l = layers::Loader {
-        weights,
-        cfg,
-        device,
-        dtype,
-        dequantize: opts.dequantize,
-        batch_invariant: opts.batch_invariant,
-    };
+    let l = layers::Loader { weights, cfg, device, dtype, dequantize: opts.dequantize };
     Ok(match cfg.family {
         Family::Llama => Box::new(llama::Llama::load(&l)?),
         Family::Gemma3 => Box::new(gemma3::Gemma3::load(&l)?),

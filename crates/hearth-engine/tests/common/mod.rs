@@ -1,7 +1,7 @@
 //! Shared helpers for the engine's integration tests: goldens and real models.
 #![allow(dead_code)]
 
-use hearth_engine::loader::{load, load_with, LoadedModel};
+use hearth_engine::loader::{load, LoadedModel};
 use std::path::PathBuf;
 
 /// The checkout the tests were built in, or `HEARTH_REPO_ROOT` (a test binary carried to another machine).
@@ -29,11 +29,10 @@ pub fn real_model(alias: &str) -> LoadedModel {
         .unwrap_or_else(|e| panic!("loading {alias}: {e} (run scripts/fetch-models)"))
 }
 
-/// Load a real model for the serving engine: batch-invariant CPU matmuls, as `hearth serve` loads it.
+/// Load a real model for the serving engine, as `hearth serve` loads it (every CPU matmul computes each row
+/// independently of the others in its call, so any model load is batch-invariant).
 pub fn engine_model(alias: &str) -> LoadedModel {
-    let opts = hearth_engine::models::LoadOptions { batch_invariant: true, ..Default::default() };
-    load_with(alias, &candle_core::Device::Cpu, None, &opts)
-        .unwrap_or_else(|e| panic!("loading {alias}: {e} (run scripts/fetch-models)"))
+    real_model(alias)
 }
 
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
