@@ -169,22 +169,22 @@ fn decode_matches_candle_qmatmul() {
 fn decode_rows_are_the_same_whatever_shares_the_call() {
     // The serving engine's batch invariance: a row's output is bit-identical at any m, any position in the call
     // and on every ISA (each block's integer sum is exact; the float steps per row are fixed). n = 67 leaves a
-    // short last group of weight rows; m = 23 runs tiles of 8 and 4 and single rows.
+    // short last group of weight rows; m = 23 runs tiles of 8 and 4 and single rows. One row alone takes the two-row
+    // kernel on the larger matrix (over the tests' 16 KiB threshold) and the 8-row one on the smaller.
     let isas = isas();
-    for dtype in DECODE_TYPES {
-        let (n, k) = (67, 576);
+    for (dtype, (n, k)) in DECODE_TYPES.into_iter().flat_map(|d| [(d, (67, 576)), (d, (13, 64))]) {
         let w = quantized(n, k, dtype, 41);
         let x = tensor(23, k, 42);
         let all = ours_decode(&w, Isa::Avx2, &x);
         for &isa in &isas {
             let other = ours_decode(&w, isa, &x);
             for (j, (a, b)) in other.iter().zip(&all).enumerate() {
-                assert_eq!(a.to_bits(), b.to_bits(), "{dtype:?} {isa:?} value {j}");
+                assert_eq!(a.to_bits(), b.to_bits(), "{dtype:?} {n}x{k} {isa:?} value {j}");
             }
             for r in [0, 5, 17, 22] {
                 let one = ours_decode(&w, isa, &x.narrow(0, r, 1).unwrap());
                 for (j, (a, b)) in one.iter().zip(&all[r * n..(r + 1) * n]).enumerate() {
-                    assert_eq!(a.to_bits(), b.to_bits(), "{dtype:?} {isa:?} row {r} col {j}");
+                    assert_eq!(a.to_bits(), b.to_bits(), "{dtype:?} {n}x{k} {isa:?} row {r} col {j}");
                 }
             }
         }
