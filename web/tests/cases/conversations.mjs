@@ -45,8 +45,9 @@ describe('conversations', () => {
     // Search (Ctrl+K focuses it) looks through every message. The new conversation's id (given with its first
     // message) focuses the composer: let that happen before Ctrl+K, or it can take the focus back.
     await page.waitForFunction(() => document.activeElement?.getAttribute('data-testid') === 'composer');
+    // (The search box takes the focus in an effect, which Preact runs after the next paint: wait for it.)
     await page.keyboard.press('Control+k');
-    assert.equal(await page.evaluate(() => document.activeElement?.getAttribute('data-testid')), 'search');
+    await page.waitForFunction(() => document.activeElement?.getAttribute('data-testid') === 'search');
     await page.keyboard.type('zebras');
     await page.waitForFunction(() => document.querySelectorAll('[data-testid=conversation]').length === 1);
     assert.match(await list.innerText(), /zebras/);

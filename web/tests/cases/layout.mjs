@@ -66,7 +66,8 @@ describe('layout', () => {
     await page.getByText('Stopped.').waitFor();
     await page.keyboard.press('Control+Shift+O');
     assert.equal(await page.getByTestId('message-user').count(), 0);
-    assert.equal(await page.evaluate(() => document.activeElement?.getAttribute('data-testid')), 'composer');
+    // the composer takes the focus in an effect, run after the next paint
+    await page.waitForFunction(() => document.activeElement?.getAttribute('data-testid') === 'composer');
     noErrors(errors);
     await context.close();
   });
