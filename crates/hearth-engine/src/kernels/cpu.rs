@@ -390,12 +390,10 @@ pub(crate) mod x86 {
             let xb = &*xs[r].add(b);
             let y = xb.qs.as_ptr() as *const i32;
             // two independent chains: exact integers, any order
-            let mut is = [_mm256_setzero_si256(); 2];
-            is[0] = _mm256_set1_epi32(xb.corr);
-            let chains = 2;
+            let mut is = [_mm256_set1_epi32(xb.corr), _mm256_setzero_si256()];
             for g in 0..8 {
                 let yg = _mm256_set1_epi32(std::ptr::read_unaligned(y.add(g)));
-                is[g % chains] = K::dot::<M>(is[g % chains], p.w[g], yg);
+                is[g % 2] = K::dot::<M>(is[g % 2], p.w[g], yg);
             }
             let is = _mm256_add_epi32(is[0], is[1]);
             let sc = _mm256_mul_ps(p.d, _mm256_set1_ps(xb.d));
@@ -462,8 +460,8 @@ pub(crate) mod x86 {
         let mut sm = [_mm256_setzero_ps(); MR];
         for b in 0..nb {
             if pk.is_null() {
-                // Eight interleaved row streams defeat the hardware prefetcher: fetch the next group (the 8 rows
-                // after these, contiguous) line by line, spread over this group's blocks.
+                // Eight interleaved row streams defeat the hardware prefetcher: fetch the next-but-one group (rows
+                // 16..24 from here, contiguous) line by line, spread over this group's blocks.
                 let next = rows[0].add(16 * nb * K::BYTES);
                 for l in 0..(8 * K::BYTES).div_ceil(64) {
                     _mm_prefetch::<_MM_HINT_T0>(next.add((b * (8 * K::BYTES).div_ceil(64) + l) * 64) as *const i8);
