@@ -37,7 +37,7 @@ fn engine_with(
     batch: usize,
     max_prefill_rows: usize,
 ) -> (EngineHandle, hearth_engine::tokenizer::Tokenizer) {
-    let m = engine_model("smollm2-135m");
+    let m = real_model("smollm2-135m");
     let eos = m.tokenizer.eos_ids().to_vec();
     let cfg = EngineConfig {
         max_batch: batch,

@@ -14,7 +14,7 @@ use serde_json::json;
 use std::sync::Arc;
 
 fn engine() -> (EngineHandle, Arc<Tokenizer>, Grammars) {
-    let m = engine_model("smollm2-135m");
+    let m = real_model("smollm2-135m");
     let eos = m.tokenizer.eos_ids().to_vec();
     let width = m.model.config().vocab_size;
     let cfg = EngineConfig {

@@ -17,7 +17,7 @@ fn long_prompt() -> String {
 }
 
 fn engine(cache: CacheConfig) -> (EngineHandle, Tokenizer) {
-    let m = engine_model("smollm2-135m");
+    let m = real_model("smollm2-135m");
     let eos = m.tokenizer.eos_ids().to_vec();
     let cfg = EngineConfig {
         max_batch: 4,

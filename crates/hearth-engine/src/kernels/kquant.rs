@@ -12,8 +12,9 @@
 //!   `(qh[32n + l] >> 2t) & 3`; value = d·sc_s·(q − 32), one scale per 16 values.
 //!
 //! Per super-block and activation row the kernel computes Σ_c Σ_l scale·q·y (`vpmaddubsw`, then `vpmaddwd` by the
-//! chunk's scales and an add; with VNNI the multiply by the scales and the add are one `vpdpwssd`) and an offset term Σ_s coef_s·bsum_s over the activation's 16-value sums (Q4_K/Q5_K: the
-//! mins; Q6_K: the scales, for the −32), both exact i32; the f32 result is d_y·(d·Σ + f·offset) with f = −dmin
+//! chunk's scales and an add; with VNNI the multiply by the scales and the add are one `vpdpwssd`) and an offset
+//! term Σ_s coef_s·bsum_s over the activation's 16-value sums (Q4_K/Q5_K: the mins; Q6_K: the scales, for the
+//! −32), both exact i32; the f32 result is d_y·(d·Σ + f·offset) with f = −dmin
 //! (Q4_K/Q5_K) or −32·d (Q6_K). candle computes the same integers, so results equal its up to f32 accumulation
 //! order. A row's result does not depend on how many rows share the call.
 
@@ -329,31 +330,21 @@ mod x86 {
         range: std::ops::Range<usize>,
         out: *mut f32,
     ) {
-        let x = xq.as_ptr();
+        let mat = Mat { w, nb, x: xq.as_ptr(), m, n, out };
         match dtype {
-            GgmlDType::Q4K => rows::<Q4K>(isa, w, nb, x, m, n, range, out),
-            GgmlDType::Q5K => rows::<Q5K>(isa, w, nb, x, m, n, range, out),
-            GgmlDType::Q6K => rows::<Q6K>(isa, w, nb, x, m, n, range, out),
+            GgmlDType::Q4K => rows::<Q4K>(isa, mat, range),
+            GgmlDType::Q5K => rows::<Q5K>(isa, mat, range),
+            GgmlDType::Q6K => rows::<Q6K>(isa, mat, range),
             _ => unreachable!("checked by decode_matmul"),
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    unsafe fn rows<K: KKind>(
-        isa: Isa,
-        w: *const u8,
-        nb: usize,
-        x: *const XBlockK,
-        m: usize,
-        n: usize,
-        range: std::ops::Range<usize>,
-        out: *mut f32,
-    ) {
+    unsafe fn rows<K: KKind>(isa: Isa, mat: Mat<XBlockK>, range: std::ops::Range<usize>) {
         match isa {
-            Isa::Avx2 => rows_avx2::<Tiled<KBlocks<K, Avx2>>>(Mat { w, nb, x, m, n, out }, range),
-            Isa::AvxVnni => rows_vnni::<Tiled<KBlocks<K, Vnni>>>(Mat { w, nb, x, m, n, out }, range),
-            Isa::Avx512Vnni => rows_vnni512::<Tiled<KBlocks<K, Vnni512>>>(Mat { w, nb, x, m, n, out }, range),
+            Isa::Avx2 => rows_avx2::<Tiled<KBlocks<K, Avx2>>>(mat, range),
+            Isa::AvxVnni => rows_vnni::<Tiled<KBlocks<K, Vnni>>>(mat, range),
+            Isa::Avx512Vnni => rows_vnni512::<Tiled<KBlocks<K, Vnni512>>>(mat, range),
         }
     }
 }

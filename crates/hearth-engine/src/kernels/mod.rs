@@ -133,8 +133,11 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The int8 path at every m for the types it handles (it beats candle's kernels, and the dequantize+f32
-    /// GEMM that once served prefill, at every m measured: `examples/qmatmul_bench.rs`); candle for the rest.
+    /// The int8 path at every m for the types it handles, candle for the rest (`examples/qmatmul_bench.rs`, 2
+    /// threads). For Q4_1/Q5_0/Q8_0 it beats candle's kernels, and the dequantize+f32 GEMM that once served
+    /// prefill, at every m measured. For the k-quants candle's repacked kernels are up to ~1.3x faster at m >= 4,
+    /// but they run on candle's pool (a model whose matmuls switch pools has both spinning on the same cores), and
+    /// the row-independent int8 path is what the serving engine's batch invariance needs.
     pub fn for_weight(dtype: GgmlDType) -> Plan {
         Plan { decode_below: if decode_supported(dtype) { usize::MAX } else { 0 } }
     }

@@ -29,12 +29,6 @@ pub fn real_model(alias: &str) -> LoadedModel {
         .unwrap_or_else(|e| panic!("loading {alias}: {e} (run scripts/fetch-models)"))
 }
 
-/// Load a real model for the serving engine, as `hearth serve` loads it (every CPU matmul computes each row
-/// independently of the others in its call, so any model load is batch-invariant).
-pub fn engine_model(alias: &str) -> LoadedModel {
-    real_model(alias)
-}
-
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array()
         .unwrap_or_else(|| panic!("expected an id array, got {v}"))
