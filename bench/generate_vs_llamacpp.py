@@ -4,13 +4,13 @@
 Usage (from the repo root, after scripts/fetch-models, bench/setup-llama-cpp.sh and
 `cargo build --release -p hearth-cli`):
     python3 bench/generate_vs_llamacpp.py [--runs 5] [--threads 2] [--gen 128] [--models smollm2-135m,gemma3-270m]
-        [--prompts 1k,4k,0] [--no-kill-switch]
+        [--prompts 1k,4k,0] [--kill-switch HEARTH_FAST_QUANT | --no-kill-switch]
 
 Prompts: `1k` is bench/prompts/long.txt (~950 tokens), `4k` the same text four times (~3,800 tokens), `0` a
 one-line prompt (decode at depth ~0).
 hearth: `hearth generate --raw --prompt-file PROMPT --max-tokens GEN --ignore-eos --json`, RUNS
-times per configuration (default levers, and HEARTH_FAST_QUANT=0 as the kill-switch A/B unless
---no-kill-switch); its own prefill and decode timings. llama.cpp: `llama-bench -p N -n 0` (prefill of N tokens, N = hearth's prompt length) and
+times per configuration (default levers, and the --kill-switch lever (default HEARTH_FAST_QUANT) set to 0
+as the A/B unless --no-kill-switch); its own prefill and decode timings. llama.cpp: `llama-bench -p N -n 0` (prefill of N tokens, N = hearth's prompt length) and
 `llama-bench -p 0 -n GEN -d N` (decode GEN tokens at context depth N), RUNS repetitions each. Medians.
 Prints a markdown table for docs/benchmarks.md. Stdlib only.
 """
@@ -68,7 +68,8 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--models", default="smollm2-135m,gemma3-270m")
     ap.add_argument("--prompts", default="1k", help="comma-separated: 1k, 4k (any Nk), 0 (a one-line prompt)")
-    ap.add_argument("--no-kill-switch", action="store_true", help="skip the HEARTH_FAST_QUANT=0 rows")
+    ap.add_argument("--kill-switch", default="HEARTH_FAST_QUANT", help="the lever whose =0 rows pair with the defaults")
+    ap.add_argument("--no-kill-switch", action="store_true", help="skip the kill-switch rows")
     a = ap.parse_args()
     for p in (HEARTH, LLAMA_BENCH):
         if not os.path.exists(p):
@@ -77,7 +78,7 @@ def main():
     print("|---|---|---|---|---|---|")
     variants = [("hearth", {})]
     if not a.no_kill_switch:
-        variants.append(("hearth, HEARTH_FAST_QUANT=0", {"HEARTH_FAST_QUANT": "0"}))
+        variants.append((f"hearth, {a.kill_switch}=0", {a.kill_switch: "0"}))
     for model in a.models.split(","):
         gguf = os.path.join(models_dir(), MODELS[model])
         for spec in a.prompts.split(","):

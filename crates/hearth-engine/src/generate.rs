@@ -105,10 +105,10 @@ pub fn generate(
 const GENERATE_BLOCK: usize = 16;
 
 /// The KV store for one sequence of up to `tokens` tokens, as slot 0: paged with in-place attention on the CPU
-/// (f32 KV, `HEARTH_CPU_ATTN` on), contiguous otherwise.
-fn single_sequence_kv(m: &LoadedModel, tokens: usize) -> Result<Box<dyn KvStore>> {
+/// (`HEARTH_CPU_ATTN` on; in the model's KV dtype), contiguous otherwise.
+pub fn single_sequence_kv(m: &LoadedModel, tokens: usize) -> Result<Box<dyn KvStore>> {
     let c = m.model.config();
-    let dtype = m.model.dtype();
+    let dtype = m.model.kv_dtype();
     if !(crate::levers::get().cpu_attn && cpu_paged::supports(dtype, &m.device)) {
         return Ok(Box::new(ContiguousKv::new(c.num_layers, tokens)));
     }

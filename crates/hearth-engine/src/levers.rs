@@ -202,6 +202,7 @@ macro_rules! levers {
 levers! {
     fast_quant: FastQuant = fast_quant, "HEARTH_FAST_QUANT", Value, false, "on", "hearth's CPU quantized matmul kernels: off uses candle's, avx2 skips AVX-VNNI";
     cpu_attn: bool = switch, "HEARTH_CPU_ATTN", Switch, false, "on", "CPU attention reads the paged KV blocks in place, one fixed-order pass per token (off: gather each row's K/V and attend with candle's matmul and softmax)";
+    cpu_kv_f16: bool = switch, "HEARTH_CPU_KV_F16", Switch, false, "on", "the CPU keeps the paged KV cache in f16, half the memory and the bytes a step reads of f32's, as llama.cpp does by default; attention still computes in f32 (needs HEARTH_CPU_ATTN; off: f32)";
     work_pool: bool = switch, "HEARTH_WORK_POOL", Switch, false, "on", "the CPU decode matmuls and attention run on hearth's work pool, whose caller never waits for a worker that has not started (off: candle's barrier pool, which on a busy machine waits a time slice per job for a descheduled worker)";
     k_quant: bool = switch, "HEARTH_K_QUANT", Switch, false, "on", "hearth's int8 kernels for Q4_K, Q5_K and Q6_K weights (off: candle's, on candle's thread pool, which then keeps hearth's work pool off)";
     cpu_fused: bool = switch, "HEARTH_CPU_FUSED", Switch, false, "on", "CPU: q|k|v and gate|up projections quantized in one type run as one matmul each (one activation quantization, one hand-out to the thread pool)";

@@ -1,5 +1,5 @@
 //! Attention in place on the CPU: each query token reads its row's keys and values straight from the paged
-//! blocks (no gather, no padded sub-blocks), in f32, with the work split over hearth's work pool (the threads the
+//! blocks (no gather, no padded sub-blocks), kept in f32 or f16 and computed in f32, with the work split over hearth's work pool (the threads the
 //! quantized matmuls use, so the two never fight over the cores).
 //!
 //! Keys are taken in **chunks** of [`chunk_keys`] positions aligned to absolute positions (a fixed function of
@@ -24,9 +24,48 @@ use crate::{Error, Result};
 use candle_core::{CpuStorage, DType, Storage, Tensor};
 use std::cell::RefCell;
 
-/// Whether this backend serves a KV cache of `dtype` on `device` (f32 on the CPU).
+/// Whether this backend serves a KV cache of `dtype` on `device` (f32 or f16 on the CPU).
 pub fn supports(dtype: DType, device: &candle_core::Device) -> bool {
-    device.is_cpu() && dtype == DType::F32
+    device.is_cpu() && matches!(dtype, DType::F32 | DType::F16)
+}
+
+/// An element of the KV cache as the kernels read it: widened to f32 on load, so every sum runs in f32 whatever
+/// the cache keeps.
+pub trait KvElem: Copy + Send + Sync + 'static {
+    fn to_f32(self) -> f32;
+    /// Eight consecutive values at `p`, widened.
+    ///
+    /// # Safety
+    /// Eight values must be readable at `p` and the CPU must have AVX and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> core::arch::x86_64::__m256;
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx")]
+    unsafe fn load8(p: *const f32) -> core::arch::x86_64::__m256 {
+        core::arch::x86_64::_mm256_loadu_ps(p)
+    }
+}
+
+impl KvElem for half::f16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        half::f16::to_f32(self)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx,f16c")]
+    unsafe fn load8(p: *const half::f16) -> core::arch::x86_64::__m256 {
+        use core::arch::x86_64::*;
+        _mm256_cvtph_ps(_mm_loadu_si128(p.cast::<__m128i>()))
+    }
 }
 
 /// Tokens per tile: their queries share each chunk of keys and values loaded from memory.
@@ -51,8 +90,11 @@ pub fn attend(
     ctx: &BatchContext,
     p: &AttnParams,
 ) -> Result<Tensor> {
+    let (kbuf, vbuf) = kv.layer(layer)?;
+    // The cache may keep a narrower dtype than the model computes in (`HEARTH_CPU_KV_F16`).
+    let (k, v) = (k.to_dtype(kbuf.dtype())?, v.to_dtype(vbuf.dtype())?);
     for row in &ctx.rows {
-        write_row(kv, layer, k, v, row)?;
+        write_row(kv, layer, &k, &v, row)?;
     }
     let (t, h, d) = q.dims3()?;
     let (_, kvh, _) = k.dims3()?;
@@ -60,17 +102,35 @@ pub fn attend(
         return Err(Error::InvalidRequest(format!("{h} query heads do not group over {kvh} kv heads")));
     }
     let qf = q.to_dtype(DType::F32)?.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-    let (kbuf, vbuf) = kv.layer(layer)?;
     let (ks, kl) = kbuf.storage_and_layout();
     let (vs, vl) = vbuf.storage_and_layout();
-    let (Storage::Cpu(CpuStorage::F32(kd)), Storage::Cpu(CpuStorage::F32(vd))) = (&*ks, &*vs) else {
-        return Err(Error::Unsupported("in-place CPU attention needs an f32 KV cache on the CPU".into()));
+    let out = match (&*ks, &*vs) {
+        (Storage::Cpu(CpuStorage::F32(kd)), Storage::Cpu(CpuStorage::F32(vd))) => {
+            run(kv, &kd[kl.start_offset()..], &vd[vl.start_offset()..], &qf, (t, h, kvh, d), ctx, p)?
+        }
+        (Storage::Cpu(CpuStorage::F16(kd)), Storage::Cpu(CpuStorage::F16(vd))) => {
+            run(kv, &kd[kl.start_offset()..], &vd[vl.start_offset()..], &qf, (t, h, kvh, d), ctx, p)?
+        }
+        _ => return Err(Error::Unsupported("in-place CPU attention needs an f32 or f16 KV cache on the CPU".into())),
     };
-    let (kd, vd) = (&kd[kl.start_offset()..], &vd[vl.start_offset()..]);
+    drop((ks, vs));
+    Ok(Tensor::from_vec(out, (t, h * d), q.device())?.to_dtype(q.dtype())?)
+}
+
+/// Attend every token of `ctx` over the cache's `kd`/`vd` (already holding this step's rows): (T, H·D) values.
+fn run<E: KvElem>(
+    kv: &PagedKv,
+    kd: &[E],
+    vd: &[E],
+    qf: &[f32],
+    (t, h, kvh, d): (usize, usize, usize, usize),
+    ctx: &BatchContext,
+    p: &AttnParams,
+) -> Result<Vec<f32>> {
     // Every token's block table and position, in packing order; each row's table checked once against its last
     // position and the buffers (the kernels then index without checks).
     let bs = kv.block_size();
-    let rows_held = kd.len() / (kvh * d);
+    let rows_held = kd.len().min(vd.len()) / (kvh * d);
     let mut tokens = Vec::with_capacity(t);
     for row in &ctx.rows {
         let table = kv.table(row.slot)?;
@@ -86,7 +146,7 @@ pub fn attend(
     let groups = h / kvh;
     let job = Job {
         shape: Shape { kv_heads: kvh, dim: d, block_size: bs, groups, heads: h, chunk: chunk_keys(d) },
-        q: &qf,
+        q: qf,
         kd,
         vd,
         tokens: &tokens,
@@ -113,8 +173,7 @@ pub fn attend(
     } else {
         job.split(&tiles, threads, out_ptr);
     }
-    drop((ks, vs));
-    Ok(Tensor::from_vec(out, (t, h * d), q.device())?.to_dtype(q.dtype())?)
+    Ok(out)
 }
 
 struct Shape {
@@ -129,12 +188,12 @@ struct Shape {
 }
 
 /// One call's inputs, shared by the work units.
-struct Job<'a> {
+struct Job<'a, E> {
     shape: Shape,
     /// Queries, (T, H, D).
     q: &'a [f32],
-    kd: &'a [f32],
-    vd: &'a [f32],
+    kd: &'a [E],
+    vd: &'a [E],
     /// Each packed token's block table and position.
     tokens: &'a [(&'a [u32], usize)],
     p: &'a AttnParams,
@@ -148,7 +207,7 @@ struct Partial<'a> {
     acc: &'a [f32],
 }
 
-impl Job<'_> {
+impl<E: KvElem> Job<'_, E> {
     /// Visible key positions lo..hi of the token at packed index `ti`.
     fn span(&self, ti: usize) -> (usize, usize) {
         let pos = self.tokens[ti].1;
@@ -214,7 +273,7 @@ impl Job<'_> {
                 let args = Chunk { d, q: self.q, queries, spans, offs: offsets, scale, softcap };
                 #[cfg(target_arch = "x86_64")]
                 if self.fast {
-                    // SAFETY: `fast` is true only where AVX2 and FMA were detected and D is a multiple of 8; every
+                    // SAFETY: `fast` is true only where AVX2, FMA and F16C were detected and D is a multiple of 8; every
                     // offset + D is within kd/vd (`attend` checked the block tables against the buffers), every
                     // query offset + D within q, and the buffers have the sizes above.
                     unsafe { x86::chunk(&args, self.kd, self.vd, scores, acc, res) };
@@ -401,12 +460,14 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// Whether the AVX2+FMA kernels run (checked once).
+/// Whether the AVX2+FMA+F16C kernels run (checked once).
 fn fast() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *FAST.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+        *FAST.get_or_init(|| {
+            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+        })
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -415,13 +476,13 @@ fn fast() -> bool {
 }
 
 /// The plain-loop version of [`x86::chunk`] (any CPU, any head size).
-fn portable(t: &Chunk, kd: &[f32], vd: &[f32], sc: &mut [f32], acc: &mut [f32], res: &mut [(f32, f32)]) {
+fn portable<E: KvElem>(t: &Chunk, kd: &[E], vd: &[E], sc: &mut [f32], acc: &mut [f32], res: &mut [(f32, f32)]) {
     let (d, n) = (t.d, t.offs.len());
     for (k, (&(_, qo), &(a, b))) in t.queries.iter().zip(t.spans).enumerate() {
         let q = &t.q[qo..qo + d];
         let row = &mut sc[k * n + a..k * n + b];
         for (x, &o) in row.iter_mut().zip(&t.offs[a..b]) {
-            *x = q.iter().zip(&kd[o..o + d]).map(|(x, y)| x * y).sum::<f32>() * t.scale;
+            *x = q.iter().zip(&kd[o..o + d]).map(|(x, y)| x * y.to_f32()).sum::<f32>() * t.scale;
             if let Some(cap) = t.softcap {
                 *x = (*x / cap).tanh() * cap;
             }
@@ -436,7 +497,7 @@ fn portable(t: &Chunk, kd: &[f32], vd: &[f32], sc: &mut [f32], acc: &mut [f32], 
         o.iter_mut().for_each(|x| *x = 0.0);
         for (&w, &off) in row.iter().zip(&t.offs[a..b]) {
             for (x, y) in o.iter_mut().zip(&vd[off..off + d]) {
-                *x += w * y;
+                *x += w * y.to_f32();
             }
         }
         res[k] = (max, sum);
@@ -445,18 +506,19 @@ fn portable(t: &Chunk, kd: &[f32], vd: &[f32], sc: &mut [f32], acc: &mut [f32], 
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::KvElem;
     use crate::kernels::cpu::x86::{exp8, hsum};
     use core::arch::x86_64::*;
 
     /// The scores of one query against four key rows, each reduced by the same tree.
     #[inline(always)]
-    unsafe fn dot4(qh: *const f32, k: [*const f32; 4], d: usize) -> __m128 {
+    unsafe fn dot4<E: KvElem>(qh: *const f32, k: [*const E; 4], d: usize) -> __m128 {
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut c = 0;
         while c < d {
             let qv = _mm256_loadu_ps(qh.add(c));
             for (a, kr) in acc.iter_mut().zip(k) {
-                *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr.add(c)), *a);
+                *a = _mm256_fmadd_ps(qv, E::load8(kr.add(c)), *a);
             }
             c += 8;
         }
@@ -466,14 +528,14 @@ mod x86 {
     /// The scores of two queries against four key rows (eight independent accumulators), each reduced by the
     /// same tree as [`dot4`]: a score does not depend on which query it was paired with.
     #[inline(always)]
-    unsafe fn dot2x4(q: [*const f32; 2], k: [*const f32; 4], d: usize) -> [__m128; 2] {
+    unsafe fn dot2x4<E: KvElem>(q: [*const f32; 2], k: [*const E; 4], d: usize) -> [__m128; 2] {
         let mut a0 = [_mm256_setzero_ps(); 4];
         let mut a1 = [_mm256_setzero_ps(); 4];
         let mut c = 0;
         while c < d {
             let (q0, q1) = (_mm256_loadu_ps(q[0].add(c)), _mm256_loadu_ps(q[1].add(c)));
             for x in 0..4 {
-                let kv = _mm256_loadu_ps(k[x].add(c));
+                let kv = E::load8(k[x].add(c));
                 a0[x] = _mm256_fmadd_ps(q0, kv, a0[x]);
                 a1[x] = _mm256_fmadd_ps(q1, kv, a1[x]);
             }
@@ -494,11 +556,11 @@ mod x86 {
     /// last), then per query its max, exp(s − max) and sum over its own keys, then the weighted values (per
     /// sub-block, each query's accumulators loaded, fed in key order and stored back: 64 columns in eight
     /// registers at a time, then 8). Every query's arithmetic is the same whichever queries share the chunk.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn chunk(
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn chunk<E: KvElem>(
         t: &super::Chunk,
-        kd: &[f32],
-        vd: &[f32],
+        kd: &[E],
+        vd: &[E],
         sc: &mut [f32],
         acc: &mut [f32],
         res: &mut [(f32, f32)],
@@ -560,11 +622,11 @@ mod x86 {
                 let o = acc.as_mut_ptr().add(k * d);
                 let mut c = 0;
                 while c + 64 <= d {
-                    values::<8>(w, offs, vp.add(c), o.add(c));
+                    values::<8, E>(w, offs, vp.add(c), o.add(c));
                     c += 64;
                 }
                 while c < d {
-                    values::<1>(w, offs, vp.add(c), o.add(c));
+                    values::<1, E>(w, offs, vp.add(c), o.add(c));
                     c += 8;
                 }
             }
@@ -575,13 +637,13 @@ mod x86 {
     /// `o[..8·W] += Σ_j w_j · v_j` over 8·W columns starting at `vp` (+ each key's row offset), in key order,
     /// W accumulators kept in registers between the load and the store of `o`.
     #[inline(always)]
-    unsafe fn values<const W: usize>(w: &[f32], offs: &[usize], vp: *const f32, o: *mut f32) {
+    unsafe fn values<const W: usize, E: KvElem>(w: &[f32], offs: &[usize], vp: *const E, o: *mut f32) {
         let mut acc: [__m256; W] = std::array::from_fn(|x| _mm256_loadu_ps(o.add(8 * x)));
         for (&w, &off) in w.iter().zip(offs) {
             let wv = _mm256_set1_ps(w);
             let vr = vp.add(off);
             for (x, acc) in acc.iter_mut().enumerate() {
-                *acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vr.add(8 * x)), *acc);
+                *acc = _mm256_fmadd_ps(wv, E::load8(vr.add(8 * x)), *acc);
             }
         }
         for (x, a) in acc.iter().enumerate() {
@@ -622,33 +684,66 @@ mod tests {
     use crate::attention::test_util::{self, rnd, Attend};
     use candle_core::Device;
 
-    fn run(f: Attend, qkv: [&Tensor; 3], pieces: &[(usize, usize)], p: &AttnParams) -> Vec<Vec<f32>> {
-        test_util::run(f, qkv, pieces, p, pieces.iter().all(|&(_, l)| l == 1))
+    /// Outputs of `f` over a cache kept in `dtype`, decode rows when every piece is one token.
+    fn run_in(f: Attend, dtype: DType, qkv: [&Tensor; 3], pieces: &[(usize, usize)], p: &AttnParams) -> Vec<Vec<f32>> {
+        test_util::run_kv(f, dtype, qkv, pieces, p, pieces.iter().all(|&(_, l)| l == 1))
     }
 
-    /// Matches the gather backend (candle's matmul and softmax) to f32 rounding, for full, sliding-window and
-    /// soft-capped attention, GQA and MHA, head sizes with and without a multiple of 8; and a token's result is
-    /// bit-identical however its prompt was cut (one piece, after a hit anywhere, or decoded one at a time).
+    fn run(f: Attend, qkv: [&Tensor; 3], pieces: &[(usize, usize)], p: &AttnParams) -> Vec<Vec<f32>> {
+        run_in(f, DType::F32, qkv, pieces, p)
+    }
+
+    /// What a cache in `dtype` keeps of `t`, as f32 (an f16 cache rounds each value to f16).
+    fn kept(dtype: DType, t: &Tensor) -> Tensor {
+        t.to_dtype(dtype).and_then(|t| t.to_dtype(DType::F32)).unwrap()
+    }
+
+    /// Every output within f32 rounding (2e-5) of the reference's.
+    fn assert_close(got: &[Vec<f32>], want: &[Vec<f32>], case: &str) {
+        for (i, (a, b)) in got.iter().zip(want).enumerate() {
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() < 2e-5, "token {i}: {x} vs {y} ({case})");
+            }
+        }
+    }
+
+    /// Matches the gather backend (candle's matmul and softmax over f32) to f32 rounding, for full, sliding-window
+    /// and soft-capped attention, GQA and MHA, head sizes with and without a multiple of 8, with the cache in f32
+    /// and in f16 (against the gather backend given the f16-rounded keys and values: the f16 cache rounds on
+    /// write and computes in f32); and a token's result is bit-identical however its prompt was cut (one piece,
+    /// after a hit anywhere, or decoded one at a time).
     #[test]
     fn matches_the_gather_backend_and_is_the_same_for_any_cut() {
-        for (h, kvh, d) in [(4, 2, 16), (3, 3, 8), (2, 1, 12)] {
-            let n = 70;
-            let (q, k, v) = (rnd((n, h, d), 0.1), rnd((n, kvh, d), 0.2), rnd((n, kvh, d), 0.3));
-            for (window, softcap) in [(None, None), (Some(20), None), (None, Some(5.0))] {
-                let p = AttnParams { scale: 0.35, window, softcap };
-                let want = run(paged_gather::attend, [&q, &k, &v], &[(0, n)], &p);
-                let got = run(attend, [&q, &k, &v], &[(0, n)], &p);
-                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                    for (x, y) in a.iter().zip(b) {
-                        assert!((x - y).abs() < 2e-5, "token {i}: {x} vs {y} ({h}/{kvh}/{d}, {window:?} {softcap:?})");
+        for dtype in [DType::F32, DType::F16] {
+            for (h, kvh, d) in [(4, 2, 16), (3, 3, 8), (2, 1, 12)] {
+                let n = 70;
+                let (q, k, v) = (rnd((n, h, d), 0.1), rnd((n, kvh, d), 0.2), rnd((n, kvh, d), 0.3));
+                let (kr, vr) = (kept(dtype, &k), kept(dtype, &v));
+                for (window, softcap) in [(None, None), (Some(20), None), (None, Some(5.0))] {
+                    let p = AttnParams { scale: 0.35, window, softcap };
+                    let want = run(paged_gather::attend, [&q, &kr, &vr], &[(0, n)], &p);
+                    let got = run_in(attend, dtype, [&q, &k, &v], &[(0, n)], &p);
+                    assert_close(&got, &want, &format!("{dtype:?} {h}/{kvh}/{d}, {window:?} {softcap:?}"));
+                    let decoded: Vec<(usize, usize)> = (0..n).map(|i| (i, 1)).collect();
+                    for pieces in [vec![(0, 17), (17, 53)], vec![(0, 64), (64, 6)], decoded] {
+                        assert_eq!(run_in(attend, dtype, [&q, &k, &v], &pieces, &p), got, "{dtype:?} {pieces:?}");
                     }
-                }
-                let decoded: Vec<(usize, usize)> = (0..n).map(|i| (i, 1)).collect();
-                for pieces in [vec![(0, 17), (17, 53)], vec![(0, 64), (64, 6)], decoded] {
-                    assert_eq!(run(attend, [&q, &k, &v], &pieces, &p), got, "{pieces:?}");
                 }
             }
         }
+    }
+
+    /// The f16 cache's rounding is visible (the test above would pass vacuously if the cache kept f32): its
+    /// outputs differ from the f32 cache's, by about f16's precision.
+    #[test]
+    fn an_f16_cache_rounds_its_keys_and_values() {
+        let (h, kvh, d, n) = (4, 2, 16, 40);
+        let (q, k, v) = (rnd((n, h, d), 0.1), rnd((n, kvh, d), 0.2), rnd((n, kvh, d), 0.3));
+        let p = AttnParams { scale: 0.35, window: None, softcap: None };
+        let f32s = run_in(attend, DType::F32, [&q, &k, &v], &[(0, n)], &p);
+        let f16s = run_in(attend, DType::F16, [&q, &k, &v], &[(0, n)], &p);
+        let worst = f32s.iter().flatten().zip(f16s.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst > 1e-6 && worst < 5e-3, "largest difference {worst}");
     }
 
     /// Past one chunk of keys: the partials folded in chunk order match the gather backend, and a token gets the
@@ -659,19 +754,18 @@ mod tests {
         let (h, kvh, d) = (4, 2, 8);
         let n = 2 * chunk_keys(d) + 90;
         let (q, k, v) = (rnd((n, h, d), 0.7), rnd((n, kvh, d), 0.8), rnd((n, kvh, d), 0.9));
-        for (window, softcap) in [(None, None), (Some(700), None), (None, Some(4.0))] {
-            let p = AttnParams { scale: 0.4, window, softcap };
-            let want = run(paged_gather::attend, [&q, &k, &v], &[(0, n)], &p);
-            let got = run(attend, [&q, &k, &v], &[(0, n)], &p);
-            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                for (x, y) in a.iter().zip(b) {
-                    assert!((x - y).abs() < 2e-5, "token {i}: {x} vs {y} ({window:?} {softcap:?})");
-                }
+        for dtype in [DType::F32, DType::F16] {
+            let (kr, vr) = (kept(dtype, &k), kept(dtype, &v));
+            for (window, softcap) in [(None, None), (Some(700), None), (None, Some(4.0))] {
+                let p = AttnParams { scale: 0.4, window, softcap };
+                let want = run(paged_gather::attend, [&q, &kr, &vr], &[(0, n)], &p);
+                let got = run_in(attend, dtype, [&q, &k, &v], &[(0, n)], &p);
+                assert_close(&got, &want, &format!("{dtype:?} {window:?} {softcap:?}"));
+                // the last 40 tokens decoded one at a time (split path) after a prompt of the rest (fold path)
+                let mut pieces = vec![(0, n - 40)];
+                pieces.extend((n - 40..n).map(|i| (i, 1)));
+                assert_eq!(run_in(attend, dtype, [&q, &k, &v], &pieces, &p), got, "{dtype:?} {window:?} {softcap:?}");
             }
-            // the last 40 tokens decoded one at a time (split path) after a prompt of the rest (fold path)
-            let mut pieces = vec![(0, n - 40)];
-            pieces.extend((n - 40..n).map(|i| (i, 1)));
-            assert_eq!(run(attend, [&q, &k, &v], &pieces, &p), got, "{window:?} {softcap:?}");
         }
     }
 

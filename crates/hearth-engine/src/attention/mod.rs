@@ -17,7 +17,7 @@ pub(crate) mod test_util;
 
 pub use context::{BatchContext, RowSpan};
 pub use contiguous::ContiguousKv;
-pub use paged::PagedAttention;
+pub use paged::{kv_dtype, PagedAttention};
 
 use crate::Result;
 use candle_core::Tensor;

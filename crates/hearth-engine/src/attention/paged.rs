@@ -9,6 +9,17 @@ use crate::kv::PagedKv;
 use crate::Result;
 use candle_core::{DType, Device, Tensor};
 
+/// The dtype the paged KV cache keeps for a model that computes in `dtype` on `device`: f16 on the CPU where the
+/// in-place backend serves it and `HEARTH_CPU_KV_F16` is on, the model's dtype everywhere else.
+pub fn kv_dtype(dtype: DType, device: &Device) -> DType {
+    let l = crate::levers::get();
+    if device.is_cpu() && dtype == DType::F32 && l.cpu_attn && l.cpu_kv_f16 {
+        DType::F16
+    } else {
+        dtype
+    }
+}
+
 enum Backend {
     Gather,
     Cpu,
@@ -23,7 +34,8 @@ pub struct PagedAttention {
 }
 
 impl PagedAttention {
-    /// Storage for `num_blocks` blocks of `block_size` tokens of a model with these heads, on `device`.
+    /// Storage for `num_blocks` blocks of `block_size` tokens of a model with these heads, on `device`, kept in
+    /// `dtype` (see [`kv_dtype`]).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         num_layers: usize,

@@ -18,11 +18,23 @@ pub type Attend = fn(&PagedKv, usize, &Tensor, &Tensor, &Tensor, &BatchContext, 
 /// Outputs of one row computed in `pieces` (pos0, len) from q/k/v of shape (n, _, _), as prompt pieces or (with
 /// `decoding`) as decode rows; its blocks laid out in reverse to exercise the block table.
 pub fn run(f: Attend, qkv: [&Tensor; 3], pieces: &[(usize, usize)], p: &AttnParams, decoding: bool) -> Vec<Vec<f32>> {
+    run_kv(f, DType::F32, qkv, pieces, p, decoding)
+}
+
+/// [`run`] over a KV cache kept in `dtype`.
+pub fn run_kv(
+    f: Attend,
+    dtype: DType,
+    qkv: [&Tensor; 3],
+    pieces: &[(usize, usize)],
+    p: &AttnParams,
+    decoding: bool,
+) -> Vec<Vec<f32>> {
     let dev = Device::Cpu;
     let (n, kvh, d) = qkv[1].dims3().expect("3 dims");
     let nb = n.div_ceil(16);
     let blocks: Vec<u32> = (0..nb as u32).rev().collect();
-    let mut kv = PagedKv::new(1, nb, 16, kvh, d, DType::F32, &dev).expect("kv");
+    let mut kv = PagedKv::new(1, nb, 16, kvh, d, dtype, &dev).expect("kv");
     kv.set_tables([(3usize, blocks.as_slice())]);
     let mut outs = Vec::new();
     for &(pos0, len) in pieces {

@@ -24,7 +24,7 @@ use std::sync::{mpsc, Arc, Mutex};
 /// Choose the number of KV blocks for a byte budget.
 pub fn blocks_for_budget(model: &dyn Model, budget_bytes: u64, block_size: usize) -> usize {
     let c = model.config();
-    let per_token = PagedKv::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, model.dtype()) as u64;
+    let per_token = PagedKv::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, model.kv_dtype()) as u64;
     (budget_bytes / (per_token * block_size as u64).max(1)) as usize
 }
 
@@ -32,7 +32,7 @@ pub fn blocks_for_budget(model: &dyn Model, budget_bytes: u64, block_size: usize
 /// (model + tokenizer), the KV layout and dtype, so another model or KV scheme never reads them.
 fn open_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Arc<SsdStore> {
     let c = model.config();
-    let dtype = model.dtype();
+    let dtype = model.kv_dtype();
     let layout = BlockLayout {
         layers: c.num_layers,
         kv_heads: c.num_kv_heads,

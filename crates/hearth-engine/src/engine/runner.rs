@@ -87,6 +87,7 @@ struct StepTimes {
 impl ModelRunner {
     pub fn new(model: Box<dyn Model>, device: Device, cfg: &EngineConfig, cold: Option<Arc<SsdStore>>) -> Result<Self> {
         let c = model.config();
+        let kv_dtype = model.kv_dtype();
         let kv = PagedAttention::new(
             c.num_layers,
             cfg.kv_blocks,
@@ -94,12 +95,12 @@ impl ModelRunner {
             c.num_heads,
             c.num_kv_heads,
             c.head_dim,
-            model.dtype(),
+            kv_dtype,
             &device,
         )?;
-        tracing::info!(backend = kv.backend_name(), "paged attention");
-        let block_bytes = (PagedKv::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, model.dtype())
-            * cfg.kv_block_size) as u64;
+        tracing::info!(backend = kv.backend_name(), kv_dtype = ?kv_dtype, "paged attention");
+        let block_bytes =
+            (PagedKv::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, kv_dtype) * cfg.kv_block_size) as u64;
         #[cfg(feature = "cuda")]
         let argmax_on_device = device.is_cuda() && crate::levers::get().gpu_argmax;
         #[cfg(not(feature = "cuda"))]

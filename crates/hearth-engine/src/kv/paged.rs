@@ -27,8 +27,8 @@ impl PagedKv {
         let mut k = Vec::with_capacity(num_layers);
         let mut v = Vec::with_capacity(num_layers);
         for _ in 0..num_layers {
-            k.push(Tensor::zeros((rows, kv_heads, head_dim), dtype, device)?);
-            v.push(Tensor::zeros((rows, kv_heads, head_dim), dtype, device)?);
+            k.push(zeros((rows, kv_heads, head_dim), dtype, device)?);
+            v.push(zeros((rows, kv_heads, head_dim), dtype, device)?);
         }
         Ok(Self { block_size, k, v, tables: HashMap::new() })
     }
@@ -168,6 +168,24 @@ impl PagedKv {
     }
 }
 
+/// A zeroed buffer whose pages become resident only as they are written (`malloc::lazy_zeroed`): candle's CPU
+/// zeros are `calloc`'d or filled element by element, either of which can make the whole KV budget resident at
+/// start.
+fn zeros(shape: (usize, usize, usize), dtype: DType, device: &Device) -> Result<Tensor> {
+    use crate::malloc::lazy_zeroed;
+    use half::vec::HalfBitsVecExt;
+    let n = shape.0 * shape.1 * shape.2;
+    if !device.is_cpu() {
+        return Ok(Tensor::zeros(shape, dtype, device)?);
+    }
+    Ok(match dtype {
+        DType::F32 => Tensor::from_vec(lazy_zeroed::<f32>(n), shape, device)?,
+        DType::F16 => Tensor::from_vec(lazy_zeroed::<u16>(n).reinterpret_into::<half::f16>(), shape, device)?,
+        DType::BF16 => Tensor::from_vec(lazy_zeroed::<u16>(n).reinterpret_into::<half::bf16>(), shape, device)?,
+        _ => Tensor::zeros(shape, dtype, device)?,
+    })
+}
+
 /// Append a tensor's values as little-endian bytes.
 fn tensor_bytes(t: &Tensor, out: &mut Vec<u8>) -> Result<()> {
     let flat = t.flatten_all()?;
@@ -204,5 +222,19 @@ mod tests {
         assert_eq!(two.read_blocks(&[3, 1]).unwrap(), vec![alone[0].clone(), alone[2].clone()]);
         kv.copy_block(2, 1).unwrap();
         assert_eq!(kv.read_block(1).unwrap(), alone[0]);
+    }
+
+    /// An f16 cache starts as zeros and keeps what is written, bit for bit (the SSD tier's bytes are its bits).
+    #[test]
+    fn an_f16_cache_starts_zeroed_and_round_trips() {
+        let (layers, blocks, bs, kvh, d) = (2, 3, 4, 2, 8);
+        let mut kv = PagedKv::new(layers, blocks, bs, kvh, d, DType::F16, &Device::Cpu).unwrap();
+        let n = 2 * layers * bs * kvh * d * 2;
+        assert_eq!(kv.read_block(2).unwrap(), vec![0u8; n]);
+        let data: Vec<u8> =
+            (0..n / 2).flat_map(|i| half::f16::from_f32(i as f32 * 0.25 - 7.0).to_bits().to_le_bytes()).collect();
+        kv.write_block(1, &data).unwrap();
+        assert_eq!(kv.read_block(1).unwrap(), data);
+        assert_eq!(kv.layer(0).unwrap().0.dtype(), DType::F16);
     }
 }

@@ -81,8 +81,10 @@ struct Block {
 
 pub struct Gemma3 {
     cfg: ModelConfig,
-    /// Activation (and KV) dtype.
+    /// Activation dtype.
     dtype: DType,
+    /// The paged KV cache's dtype.
+    kv_dtype: DType,
     embed_tokens: EmbeddingTable,
     embed_scale: f64,
     layers: Vec<Block>,
@@ -116,6 +118,7 @@ impl Gemma3 {
         let rope_local = Rope::new(c.head_dim, local_base, &RopeScaling::None, max, c.rope_interleaved, l.device)?;
         Ok(Self {
             dtype: l.dtype,
+            kv_dtype: l.kv_dtype(),
             cfg: c.clone(),
             embed_tokens,
             embed_scale: (c.hidden_size as f64).sqrt(),
@@ -135,6 +138,10 @@ impl Model for Gemma3 {
 
     fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    fn kv_dtype(&self) -> DType {
+        self.kv_dtype
     }
 
     fn max_positions(&self) -> usize {

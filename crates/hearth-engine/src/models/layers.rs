@@ -19,6 +19,16 @@ pub struct Loader<'a> {
 }
 
 impl Loader<'_> {
+    /// The KV cache's dtype: the activations' under `dequantize` (exact reference math), else
+    /// [`crate::attention::kv_dtype`]'s choice for this device.
+    pub fn kv_dtype(&self) -> DType {
+        if self.dequantize {
+            self.dtype
+        } else {
+            crate::attention::kv_dtype(self.dtype, self.device)
+        }
+    }
+
     pub fn linear(&self, prefix: &str, bias: bool) -> Result<Linear> {
         let w = self.dense_if_asked(self.weights.matrix(&format!("{prefix}.weight"), self.dtype, self.device)?)?;
         let b =

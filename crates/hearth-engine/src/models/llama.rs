@@ -120,8 +120,10 @@ struct Block {
 
 pub struct Llama {
     cfg: ModelConfig,
-    /// Activation (and KV) dtype.
+    /// Activation dtype.
     dtype: DType,
+    /// The paged KV cache's dtype.
+    kv_dtype: DType,
     embed_tokens: EmbeddingTable,
     layers: Vec<Block>,
     norm: RmsNorm,
@@ -155,6 +157,7 @@ impl Llama {
         Ok(Self {
             cfg: c.clone(),
             dtype: l.dtype,
+            kv_dtype: l.kv_dtype(),
             embed_tokens,
             layers,
             norm: l.rms_norm("model.norm")?,
@@ -190,6 +193,10 @@ impl Model for Llama {
 
     fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    fn kv_dtype(&self) -> DType {
+        self.kv_dtype
     }
 
     fn max_positions(&self) -> usize {

@@ -15,8 +15,10 @@ use candle_core::{DType, Device, Tensor};
 
 pub trait Model: Send + Sync {
     fn config(&self) -> &ModelConfig;
-    /// The dtype activations and the KV cache use on this model's device.
+    /// The dtype activations use on this model's device.
     fn dtype(&self) -> DType;
+    /// The dtype the paged KV cache keeps ([`crate::attention::kv_dtype`]; the activations' with `dequantize`).
+    fn kv_dtype(&self) -> DType;
     /// Positions the rotary tables cover.
     fn max_positions(&self) -> usize;
     /// tokens: (T,) u32 packed per `ctx`. Returns f32 logits: (rows, vocab), or (T, vocab) with `ctx.all_logits`.

@@ -29,6 +29,10 @@ impl Model for FakeModel {
         DType::F32
     }
 
+    fn kv_dtype(&self) -> DType {
+        DType::F32
+    }
+
     fn max_positions(&self) -> usize {
         self.max_positions
     }
