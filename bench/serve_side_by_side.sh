@@ -3,7 +3,8 @@
 #   bench/serve_side_by_side.sh [MODEL_ALIAS] [THREADS]
 # HEARTH_ARGS adds hearth serve flags; HEARTH_BIN picks the binary (default target/release/hearth: pass another
 # build for a before/after A/B); SKIP_LLAMA=1 runs hearth only, SKIP_HEARTH=1 llama-server only; CONC, REQS, MAXTOK
-# set the load.
+# set the load; LLAMA_BUILD picks the llama.cpp build under bench/.build/llama.cpp (default build; build-avx2 is
+# LLAMA_CPP_ISA=avx2 bench/setup-llama-cpp.sh's).
 # Needs: scripts/fetch-models, bench/setup-llama-cpp.sh, cargo build --release -p hearth-cli.
 # Prints bench/load.py's JSON lines and markdown rows for docs/benchmarks.md, then each server's peak RSS (VmHWM:
 # the most resident memory the process had at any time, loading included).
@@ -39,7 +40,7 @@ fi
 
 [ "${SKIP_LLAMA:-0}" = 1 ] && exit 0
 # llama-server: continuous batching with 16 slots, a context big enough for 16 x (prompt + 128).
-bench/.build/llama.cpp/build/bin/llama-server -m "$GGUF" -t "$THREADS" -tb "$THREADS" -np 16 -cb -c 8192 \
+"bench/.build/llama.cpp/${LLAMA_BUILD:-build}/bin/llama-server" -m "$GGUF" -t "$THREADS" -tb "$THREADS" -np 16 -cb -c 8192 \
   --host 127.0.0.1 --port $LPORT >/tmp/llama-server.log 2>&1 &
 LPID=$!
 wait_ready $LPORT

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Build llama.cpp's own C++ tools (llama-bench, llama-cli, llama-server) from the llama.cpp vendored in the
-# llama-cpp-python sdist on PyPI, with native CPU flags, into bench/.build/llama.cpp. Idempotent.
+# llama-cpp-python sdist on PyPI, with native CPU flags, into bench/.build/llama.cpp/build. Idempotent.
+# LLAMA_CPP_ISA=avx2 builds instead an AVX2 + FMA + F16C-only copy into bench/.build/llama.cpp/build-avx2: on an
+# AVX-512 machine it stands in for an AVX2-only one (paired with hearth's HEARTH_FAST_QUANT=avx2).
 # Needs: python3 + pip (for the sdist and for cmake if it is missing), a C++ compiler.
 set -euo pipefail
 cd "$(dirname "$0")"
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 OUT=.build/llama.cpp
-BIN="$OUT/build/bin"
+case "${LLAMA_CPP_ISA:-native}" in
+  native) BUILD="$OUT/build"; ISA_FLAGS=(-DGGML_NATIVE=ON) ;;
+  avx2) BUILD="$OUT/build-avx2"
+    ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+      -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
+  *) echo "setup-llama-cpp: LLAMA_CPP_ISA is native or avx2, not ${LLAMA_CPP_ISA}" >&2; exit 2 ;;
+esac
+BIN="$BUILD/bin"
 if [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-server" ] && [ -x "$BIN/llama-cli" ]; then
   echo "setup-llama-cpp: up to date ($BIN)"; exit 0
 fi
@@ -38,7 +47,7 @@ PY
   mv "$tmp/llama_cpp_python-$VERSION/vendor/llama.cpp" "$OUT"
   rm -rf "$tmp"
 fi
-cmake -S "$OUT" -B "$OUT/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+cmake -S "$OUT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "${ISA_FLAGS[@]}" -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >/dev/null
-cmake --build "$OUT/build" --config Release -j "${JOBS:-2}" --target llama-bench llama-cli llama-server
+cmake --build "$BUILD" --config Release -j "${JOBS:-2}" --target llama-bench llama-cli llama-server
 echo "setup-llama-cpp: built $BIN/{llama-bench,llama-cli,llama-server}"

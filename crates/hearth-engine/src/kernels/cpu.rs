@@ -462,9 +462,12 @@ pub(crate) mod x86 {
             if pk.is_null() {
                 // Eight interleaved row streams defeat the hardware prefetcher: fetch the next-but-one group (rows
                 // 16..24 from here, contiguous) line by line, spread over this group's blocks.
-                let next = rows[0].add(16 * nb * K::BYTES);
+                // (Past the matrix's end the addresses are only prefetched, never read.)
+                let next = rows[0].wrapping_add(16 * nb * K::BYTES);
                 for l in 0..(8 * K::BYTES).div_ceil(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(next.add((b * (8 * K::BYTES).div_ceil(64) + l) * 64) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        next.wrapping_add((b * (8 * K::BYTES).div_ceil(64) + l) * 64) as *const i8
+                    );
                 }
                 step::<K, M, MR>(&unpack8::<K, M>(rows, b), b, &xs, &mut acc, &mut sm);
             } else {
@@ -600,7 +603,16 @@ pub(crate) mod x86 {
                     2 => tile_rows::<K, M, 2>(std::ptr::null(), &group, nb, x, 0, dst, n, valid),
                     3 => tile_rows::<K, M, 3>(std::ptr::null(), &group, nb, x, 0, dst, n, valid),
                     _ => {
+                        // The group's 8 rows are read block by block, 8 strided streams: fetch the next group's
+                        // (contiguous) rows line by line, spread over this group's blocks.
+                        // (Past the matrix's end the addresses are only prefetched, never read.)
+                        let next = group[0].wrapping_add(8 * row_bytes);
+                        let lines = (8 * row_bytes).div_ceil(64);
+                        let per_block = lines.div_ceil(nb);
                         for b in 0..nb {
+                            for l in b * per_block..((b + 1) * per_block).min(lines) {
+                                _mm_prefetch::<_MM_HINT_T0>(next.add(l * 64) as *const i8);
+                            }
                             pk.add(b).write(unpack8::<K, M>(&group, b));
                         }
                         let mut r = 0;
