@@ -1,6 +1,6 @@
 //! Attention in place on the CPU: each query token reads its row's keys and values straight from the paged
-//! blocks (no gather, no padded sub-blocks), kept in f32 or f16 and computed in f32, with the work split over hearth's work pool (the threads the
-//! quantized matmuls use, so the two never fight over the cores).
+//! blocks (no gather, no padded sub-blocks), kept in f32 or f16 and computed in f32, with the work split over
+//! hearth's work pool (the threads the quantized matmuls use, so the two never fight over the cores).
 //!
 //! Keys are taken in **chunks** of [`chunk_keys`] positions aligned to absolute positions (a fixed function of
 //! the head size). Per query and chunk the kernel computes a partial softmax — the chunk's maximum score `m`, the
