@@ -273,9 +273,9 @@ impl<E: KvElem> Job<'_, E> {
                 let args = Chunk { d, q: self.q, queries, spans, offs: offsets, scale, softcap };
                 #[cfg(target_arch = "x86_64")]
                 if self.fast {
-                    // SAFETY: `fast` is true only where AVX2, FMA and F16C were detected and D is a multiple of 8; every
-                    // offset + D is within kd/vd (`attend` checked the block tables against the buffers), every
-                    // query offset + D within q, and the buffers have the sizes above.
+                    // SAFETY: `fast` is true only where AVX2, FMA and F16C were detected and D is a multiple of
+                    // 8; every offset + D is within kd/vd (`attend` checked the block tables against the buffers),
+                    // every query offset + D within q, and the buffers have the sizes above.
                     unsafe { x86::chunk(&args, self.kd, self.vd, scores, acc, res) };
                 } else {
                     portable(&args, self.kd, self.vd, scores, acc, res);
