@@ -611,7 +611,7 @@ pub(crate) mod x86 {
                         let per_block = lines.div_ceil(nb);
                         for b in 0..nb {
                             for l in b * per_block..((b + 1) * per_block).min(lines) {
-                                _mm_prefetch::<_MM_HINT_T0>(next.add(l * 64) as *const i8);
+                                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(l * 64) as *const i8);
                             }
                             pk.add(b).write(unpack8::<K, M>(&group, b));
                         }
