@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Paired A/B of hearth's GPU levers on the 8B-shaped checkpoint, one server per variant, same machine, same run.
-#   bench/gpu/device_ab.sh OUT_DIR CONC "name|ENV=1 ENV2=0|--serve-args" ...
+#   bench/gpu/device_ab.sh OUT_DIR CONC "name|ENV=1 ENV2=0|--serve-args[|BINARY.xz]" ...
 # e.g. bench/gpu/device_ab.sh /tmp/ab 1,32 "default||" "unfused|HEARTH_GPU_FUSED=0|"
+# A fourth field runs that variant on another packed build (a before/after A/B of two builds in one call):
+#   bench/gpu/device_ab.sh /tmp/ab 1,32 "old|||.gpu/base/hearth.xz" "new||" "old2|||.gpu/base/hearth.xz" "new2||"
 # Each variant: hearth serve (--device cuda --batch 64), a warm-up request, then bench/load.py at each CONC level
 # (512-token random prompts, 256 tokens, ignore_eos; requests = concurrency, 3 at concurrency 1), with the
 # level's per-step host/device split from /stats (bench/gpu/stats_delta.py) in OUT_DIR/steps.jsonl.
@@ -13,9 +15,14 @@ mkdir -p "$OUT" /tmp/hbin
 [ -f /tmp/llama8b/.complete ] || python3 bench/gpu/make_llama8b.py /tmp/llama8b
 PORT=18500
 for spec in "$@"; do
-  IFS='|' read -r name envs args <<< "$spec"
+  IFS='|' read -r name envs args packed <<< "$spec"
   PORT=$((PORT + 1))
-  env $envs /tmp/hbin/hearth serve -m /tmp/llama8b --device cuda --port $PORT --batch 64 --kv-budget ${KV_BUDGET:-40} $args \
+  bin=/tmp/hbin/hearth
+  if [ -n "${packed:-}" ]; then
+    bin=/tmp/hbin/$(echo "$packed" | tr '/.' '__')
+    [ -x "$bin" ] || { xz -dc "$packed" > "$bin" && chmod +x "$bin"; }
+  fi
+  env $envs "$bin" serve -m /tmp/llama8b --device cuda --port $PORT --batch 64 --kv-budget ${KV_BUDGET:-40} $args \
     > "$OUT/serve_$name.log" 2>&1 &
   SP=$!
   for _ in $(seq 1 900); do curl -sf http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.2; done
