@@ -12,7 +12,7 @@
 //!   offset folded in as an exact integer correction), Q8_0×Q8_0 (`blocks32`, `x86::blocks32`). Each block's sum
 //!   is an exact i32 and each row's float steps are fixed, so a row's result is bit-identical at any m, whatever
 //!   shares the call, and on every ISA: the serving engine's batch invariance at no cost. Output rows are split
-//!   over the work pool (`crate::work_pool`). It beats dequantizing W to f32 for candle's f32 GEMM at every m.
+//!   over the work pool (`crate::work_pool`). It beats dequantizing W to f32 for candle's f32 GEMM at every m measured.
 //! * **k-quant path** (`kquant`, Q4_K/Q5_K/Q6_K, every m): x quantized per 256 values exactly as candle's Q8_K,
 //!   exact integer sums per super-block (scales applied with `vpmaddwd`, mins and Q6_K's −32 folded in through
 //!   the activation's 16-value sums; with VNNI the scale step is one `vpdpwssd`, bit-identical to AVX2's). Per
