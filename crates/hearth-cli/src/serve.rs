@@ -175,19 +175,6 @@ fn parse_size(s: &str) -> Result<usize, String> {
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// Default --kv-budget on a GPU: this percentage of the memory free after loading the weights.
-const GPU_KV_FRACTION_PCT: u64 = 80;
-/// `--prefill-seqs` on the CPU (the prefill-seqs A/B in docs/benchmarks.md); 0 = no limit.
-const CPU_PREFILL_SEQS: usize = 2;
-
-/// MemAvailable from /proc/meminfo, in bytes.
-fn mem_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 fn check(a: &ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.batch >= 1, "--batch must be at least 1");
     anyhow::ensure!(a.kv_block_size >= 1, "--kv-block-size must be at least 1");
@@ -310,24 +297,17 @@ fn cache_namespace(fingerprint: u128, device: &str) -> u128 {
 fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let m = a.model.load()?;
     let bs = a.kv_block_size;
-    let budget = match (a.kv_budget, hearth_engine::device::gpu_free_memory(&m.device)) {
-        (Some(gib), _) => (gib * GIB) as u64,
-        // A GPU: most of what the weights left free; the rest is for activations and cuBLAS workspaces.
-        (None, Some(free)) => free / 100 * GPU_KV_FRACTION_PCT,
-        (None, None) => mem_available().map(|b| b / 4).unwrap_or(2 << 30),
-    };
-    // More than `batch` full contexts can never be used.
-    let cap = a.batch * (m.model.max_positions().div_ceil(bs) + 1);
-    let kv_blocks = blocks_for_budget(m.model.as_ref(), budget, bs).min(cap);
+    // The engine's defaults on this device (its memory read after the weights loaded); flags override them.
+    let sizing = EngineConfig::defaults_for(&m.device);
+    let budget = a.kv_budget.map_or(sizing.kv_budget_bytes, |gib| (gib * GIB) as u64);
+    let kv_blocks = hearth_engine::sizing::kv_blocks(m.model.as_ref(), budget, a.batch, bs);
     anyhow::ensure!(kv_blocks >= 2, "--kv-budget is too small to hold even one block of {bs} tokens; raise it");
     let defaults = sampling_defaults(a, m.generation_config.as_ref());
     let device = hearth_engine::device::describe(&m.device);
     let eos = m.tokenizer.eos_ids().to_vec();
-    // Per-step prompt budgets: measured defaults per device class (docs/benchmarks.md).
-    let gpu = !m.device.is_cpu();
-    let step_tokens = a.prefill_chunk.unwrap_or(if gpu { 8192 } else { 256 });
-    let step_tokens_decoding = a.prefill_chunk_decoding.unwrap_or(if gpu { 2048 } else { 32 });
-    let max_prefill_rows = a.prefill_seqs.unwrap_or(if gpu { 0 } else { CPU_PREFILL_SEQS });
+    let step_tokens = a.prefill_chunk.unwrap_or(sizing.step_tokens);
+    let step_tokens_decoding = a.prefill_chunk_decoding.unwrap_or(sizing.step_tokens_decoding);
+    let max_prefill_rows = a.prefill_seqs.unwrap_or(sizing.max_prefill_rows);
     let cache = CacheConfig {
         max_blocks: match a.prompt_cache {
             None => kv_blocks,

@@ -1,4 +1,4 @@
-//! Micro-benchmark: candle's CPU `QMatMul` vs `hearth_engine::kernels` on SmolLM2-135M and Gemma 3 270M shapes.
+//! Micro-benchmark: candle's CPU `QMatMul` vs `hearth_engine::cpu_matmul` on SmolLM2-135M and Gemma 3 270M shapes.
 //!
 //! `RAYON_NUM_THREADS=2 cargo run --release --example qmatmul_bench -p hearth-engine`
 //!
@@ -9,7 +9,7 @@
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
-use hearth_engine::kernels::{self, FastQMatMul, Isa, Path, Plan};
+use hearth_engine::cpu_matmul::{self, FastQMatMul, Isa, Path, Plan};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -110,8 +110,8 @@ fn main() -> hearth_engine::Result<()> {
         .collect();
     let which = std::env::var("QBENCH_SHAPES").unwrap_or_else(|_| "all".into());
     let min_s: f64 = std::env::var("QBENCH_MIN_S").ok().and_then(|s| s.parse().ok()).unwrap_or(0.3);
-    let isa = kernels::active_isa().expect("kernels disabled (HEARTH_FAST_QUANT=0) or no AVX2");
-    let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|&i| kernels::isa_supported(i)).collect();
+    let isa = cpu_matmul::active_isa().expect("kernels disabled (HEARTH_FAST_QUANT=0) or no AVX2");
+    let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|&i| cpu_matmul::isa_supported(i)).collect();
     println!(
         "threads: {} (candle pool {} + caller); kernels ISA {:?}; clock: {}",
         candle_core::utils::get_num_threads(),
@@ -158,13 +158,13 @@ fn main() -> hearth_engine::Result<()> {
             let mut dec = Vec::new();
             let vnni = isas.iter().copied().find(|i| i.vnni()).unwrap_or(Isa::AvxVnni);
             for i in [Isa::Avx2, vnni] {
-                if !isas.contains(&i) || !kernels::decode_supported(s.dtype) {
+                if !isas.contains(&i) || !cpu_matmul::decode_supported(s.dtype) {
                     dec.push(None);
                     continue;
                 }
                 let mut out = vec![0f32; m * s.n];
                 dec.push(Some(median_ms(min_s, max_iters, || {
-                    kernels::decode_matmul(&q, i, &xs, m, &mut out).unwrap()
+                    cpu_matmul::decode_matmul(&q, i, &xs, m, &mut out).unwrap()
                 })));
             }
             let t_f32 = (m >= 64).then(|| {

@@ -3,7 +3,8 @@
 //! `hearth generate`'s timings are the server's per-token work; elsewhere (a GPU, `HEARTH_CPU_ATTN=0`) on a
 //! contiguous KV cache. The serving engine batches many sequences through the same `Model::forward`.
 
-use crate::attention::{cpu_paged, BatchContext, ContiguousKv, KvStore, PagedAttention};
+use crate::attention::paged::cpu_inplace;
+use crate::attention::{BatchContext, ContiguousKv, KvStore, PagedAttention};
 use crate::loader::LoadedModel;
 use crate::models::Model;
 use crate::sampling::{Sampled, Sampler, SamplingParams};
@@ -109,7 +110,7 @@ const GENERATE_BLOCK: usize = 16;
 pub fn single_sequence_kv(m: &LoadedModel, tokens: usize) -> Result<Box<dyn KvStore>> {
     let c = m.model.config();
     let dtype = m.model.kv_dtype();
-    if !(crate::levers::get().cpu_attn && cpu_paged::supports(dtype, &m.device)) {
+    if !(crate::levers::get().cpu_attn && cpu_inplace::supports(dtype, &m.device)) {
         return Ok(Box::new(ContiguousKv::new(c.num_layers, tokens)));
     }
     let blocks = tokens.max(1).div_ceil(GENERATE_BLOCK);

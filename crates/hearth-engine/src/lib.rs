@@ -2,6 +2,10 @@
 //! templates, sampling. It knows nothing of HTTP or the command line.
 
 pub mod attention;
+pub mod cpu_activation;
+pub mod cpu_matmul;
+#[cfg(target_arch = "x86_64")]
+mod cpu_simd;
 pub mod device;
 pub mod embed;
 pub mod engine;
@@ -9,7 +13,6 @@ pub mod error;
 pub mod generate;
 #[cfg(feature = "cuda")]
 pub mod gpu;
-pub mod kernels;
 pub mod kv;
 pub mod levers;
 pub mod loader;
@@ -17,8 +20,10 @@ pub mod malloc;
 pub mod models;
 pub mod sampling;
 pub mod scheduler;
+pub mod sizing;
 pub mod tokenizer;
 pub mod types;
 pub mod weights;
+pub mod work_pool;
 
 pub use error::{Error, Result};

@@ -220,7 +220,7 @@ pub struct PromptCacheStats {
     pub evictions: u64,
 }
 
-/// Engine sizing.
+/// Engine sizing (the defaults on a device: `EngineConfig::defaults_for`, in `crate::sizing`).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Most rows decoding at once (`--batch`).

@@ -111,7 +111,7 @@ fn gemma3_matches_llama_cpp_and_transformers() {
     // Greedy margin 1.0: Gemma 3's quantized path is chaotic at the level of one activation rounding. Two
     // implementations computing the same exact integer block sums (hearth's k-quant kernels and candle's, equal
     // to 6e-7 per matmul on this model's tensors) give last logits up to 0.94 apart, and the same kernels fed the
-    // prompt in one pass or one token at a time up to 1.33 apart (`kernels::tests::dump_model_logits`), so a
+    // prompt in one pass or one token at a time up to 1.33 apart (`cpu_matmul::tests::dump_model_logits`), so a
     // reference gap below 1.0 is a near-tie.
     run(
         "logits_gemma3.json",

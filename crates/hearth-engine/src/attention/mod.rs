@@ -5,18 +5,16 @@
 //! portable gather) is chosen once when it is built.
 
 pub mod context;
-pub mod contiguous;
-pub mod cpu;
-pub mod cpu_paged;
+pub mod contiguous_kv;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod paged;
-pub mod paged_gather;
+pub mod portable;
 #[cfg(test)]
 pub(crate) mod test_util;
 
 pub use context::{BatchContext, RowSpan};
-pub use contiguous::ContiguousKv;
+pub use contiguous_kv::ContiguousKv;
 pub use paged::{kv_dtype, PagedAttention};
 
 use crate::Result;

@@ -6,13 +6,13 @@
 //!   14336-wide down projection) splits each column over 2 or 4 warps (`HEARTH_GPU_GEMV_SPLIT=0` sends those to
 //!   cuBLAS). Both beat cuBLAS on every 8B shape in bench/gpu/gemv_probe.cu (docs/benchmarks.md).
 //! * [`matmul_add_norm`]: the one-row kernel that computes its input row itself from the residual add and RMSNorm
-//!   before it (the q|k|v and gate|up projections and the LM head: no `add_rmsnorm` launch, 64 a step fewer on the
-//!   8B shape; `HEARTH_GPU_GEMV_NORM=0` turns it off). Batch 1 on the 8B shape: 219 tok/s against 210 without it
-//!   (docs/benchmarks.md). The same with the gated activation before the down projection lost
-//!   (52 us against 32 for the two kernels) and was removed.
+//!   before it (the q|k|v and gate|up projections and the LM head): one `add_rmsnorm` launch less per projection,
+//!   64 a step on the 8B shape (`HEARTH_GPU_GEMV_NORM=0` turns it off). The down projection does not compute
+//!   its own input (the gated activation) this way: in the one-row kernel that was slower than the two kernels
+//!   (docs/benchmarks.md).
 //!
-//! Several rows go to cuBLAS: a few-row kernel (one warp per column) was not faster than cuBLAS on the 8B shapes
-//! (docs/benchmarks.md) and was removed.
+//! Several rows go to cuBLAS: a few-row kernel (one warp per column) is not faster than cuBLAS on the 8B shapes
+//! (docs/benchmarks.md).
 
 use super::fused::Act;
 use super::launch::Launch;
@@ -213,6 +213,31 @@ enum Input {
     AddNorm { a: Option<Tensor>, wn: Tensor, eps: f32, gated: Option<Act> },
 }
 
+impl Input {
+    /// The gated-activation epilogue, if any.
+    fn gated(&self) -> Option<Act> {
+        match self {
+            Input::AddNorm { gated, .. } => *gated,
+            Input::Plain => None,
+        }
+    }
+
+    /// The one-row kernel for this input with each column split over `s` warps, for the dtype of suffix `sfx`.
+    fn kernel_name(&self, s: usize, sfx: &str, dtype: candle_core::DType) -> candle_core::Result<String> {
+        Ok(match self {
+            Input::Plain if s == 1 => format!("gemv_row_{sfx}"),
+            Input::Plain => format!("gemv_row_split_{sfx}_s{s}"),
+            Input::AddNorm { gated: Some(Act::Silu), .. } if s == 1 => format!("gemv_row_addnorm_silu_{sfx}"),
+            Input::AddNorm { gated: Some(Act::GeluTanh), .. } if s == 1 => format!("gemv_row_addnorm_gelu_{sfx}"),
+            Input::AddNorm { .. } if s == 1 => format!("gemv_row_addnorm_{sfx}"),
+            Input::AddNorm { .. } => candle_core::bail!(
+                "hearth-gemv: the add+norm kernel holds rows of at most {} values",
+                32 * ROW_CHUNK * (16 / dtype.size_in_bytes())
+            ),
+        })
+    }
+}
+
 struct Gemv {
     w: Tensor,
     input: Input,
@@ -247,10 +272,7 @@ impl candle_core::CustomOp1 for Gemv {
             candle_core::bail!("hearth-gemv: K = {k} is too long for the one-row kernels");
         };
         let sfx = sfx_c(xs.dtype())?;
-        let gated = match &self.input {
-            Input::AddNorm { gated, .. } => *gated,
-            Input::Plain => None,
-        };
+        let gated = self.input.gated();
         if gated.is_some() && n % 2 != 0 {
             candle_core::bail!("hearth-gemv: a gated epilogue needs an even gate|up width, not {n}");
         }
@@ -258,17 +280,7 @@ impl candle_core::CustomOp1 for Gemv {
         let sms = super::launch::device_props(&stream).sms;
         // Output columns (gate|up pairs, with the gated epilogue) a block takes per step: WARPS / s.
         let grid = cols.div_ceil(WARPS / s).min(sms * ROW_BLOCKS_PER_SM).max(1);
-        let name = match &self.input {
-            Input::Plain if s == 1 => format!("gemv_row_{sfx}"),
-            Input::Plain => format!("gemv_row_split_{sfx}_s{s}"),
-            Input::AddNorm { gated: Some(Act::Silu), .. } if s == 1 => format!("gemv_row_addnorm_silu_{sfx}"),
-            Input::AddNorm { gated: Some(Act::GeluTanh), .. } if s == 1 => format!("gemv_row_addnorm_gelu_{sfx}"),
-            Input::AddNorm { .. } if s == 1 => format!("gemv_row_addnorm_{sfx}"),
-            Input::AddNorm { .. } => candle_core::bail!(
-                "hearth-gemv: the add+norm kernel holds rows of at most {} values",
-                32 * ROW_CHUNK * (16 / xs.dtype().size_in_bytes())
-            ),
-        };
+        let name = self.input.kernel_name(s, sfx, xs.dtype())?;
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
         let cfg = LaunchConfig { grid_dim: (grid as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
         let (ni, ki) = (n as i32, k as i32);

@@ -6,9 +6,11 @@
 use super::layers::{LayerNorm, Linear};
 use super::Encoder;
 use crate::weights::Weights;
+use crate::work_pool::KernelPool;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
+use std::cell::Cell;
 
 /// `config.json` of a BERT checkpoint (the fields the encoder reads).
 #[derive(Debug, Clone, Deserialize)]
@@ -107,6 +109,8 @@ struct Names<'a> {
     prefix: &'static str,
     dtype: DType,
     device: &'a Device,
+    /// The pool the encoder's CPU kernels run on, as the weights loaded so far decide.
+    pool: Cell<KernelPool>,
 }
 
 impl Names<'_> {
@@ -114,6 +118,7 @@ impl Names<'_> {
         let name = format!("{}{name}", self.prefix);
         let w = self.weights.matrix(&format!("{name}.weight"), self.dtype, self.device)?;
         let b = self.weights.vector(&format!("{name}.bias"), self.dtype, self.device)?;
+        crate::cpu_matmul::note_weight(&self.pool, &w);
         Ok(Linear::new(w, Some(b)))
     }
 
@@ -161,13 +166,15 @@ pub struct Bert {
     embeddings: Embeddings,
     layers: Vec<Layer>,
     dtype: DType,
+    /// The pool its CPU kernels run on (decided by its weights at load).
+    kernel_pool: KernelPool,
 }
 
 impl Bert {
     /// Build the encoder; `dtype` is the activation dtype (f32 on the CPU).
     pub fn load(weights: &Weights, cfg: &BertConfig, device: &Device, dtype: DType) -> Result<Self> {
         let prefix = if weights.contains("bert.embeddings.word_embeddings.weight") { "bert." } else { "" };
-        let n = Names { weights, prefix, dtype, device };
+        let n = Names { weights, prefix, dtype, device, pool: Cell::new(KernelPool::default()) };
         let eps = cfg.layer_norm_eps;
         let word = n.table("embeddings.word_embeddings.weight")?;
         let position = n.table("embeddings.position_embeddings.weight")?;
@@ -198,7 +205,7 @@ impl Bert {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { cfg: cfg.clone(), embeddings, layers, dtype })
+        Ok(Self { cfg: cfg.clone(), embeddings, layers, dtype, kernel_pool: n.pool.get() })
     }
 }
 
@@ -283,11 +290,13 @@ impl Encoder for Bert {
         }
         // 0 for real keys, the most negative f32 for padding (as transformers' extended attention mask).
         let mask_bias = ((mask.to_dtype(DType::F32)?.affine(1.0, -1.0)? * f32::MAX as f64)?).reshape((b, 1, 1, l))?;
-        let mut x = self.embeddings.forward(ids)?.to_dtype(self.dtype)?;
-        for layer in &self.layers {
-            x = layer.attention.forward(&x, b, l, &mask_bias)?;
-            x = layer.ffn.forward(&x)?;
-        }
-        Ok(x.reshape((b, l, self.cfg.hidden_size))?)
+        self.kernel_pool.run(|| {
+            let mut x = self.embeddings.forward(ids)?.to_dtype(self.dtype)?;
+            for layer in &self.layers {
+                x = layer.attention.forward(&x, b, l, &mask_bias)?;
+                x = layer.ffn.forward(&x)?;
+            }
+            Ok(x.reshape((b, l, self.cfg.hidden_size))?)
+        })
     }
 }

@@ -7,6 +7,7 @@ use super::Model;
 use crate::attention::{AttnParams, BatchContext, KvStore};
 use crate::weights::config::RopeScaling;
 use crate::weights::{EmbeddingTable, ModelConfig};
+use crate::work_pool::KernelPool;
 use crate::Result;
 use candle_core::{DType, Tensor};
 
@@ -92,6 +93,8 @@ pub struct Gemma3 {
     lm_head: Linear,
     rope_global: Rope,
     rope_local: Rope,
+    /// The pool its CPU kernels run on (decided by its weights at load).
+    kernel_pool: KernelPool,
 }
 
 impl Gemma3 {
@@ -127,6 +130,7 @@ impl Gemma3 {
             lm_head,
             rope_global,
             rope_local,
+            kernel_pool: l.kernel_pool(),
         })
     }
 }
@@ -148,17 +152,23 @@ impl Model for Gemma3 {
         self.rope_global.max_positions()
     }
 
+    fn kernel_pool(&self) -> KernelPool {
+        self.kernel_pool
+    }
+
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
-        let mut h = (self.embed_tokens.lookup(tokens, self.dtype)? * self.embed_scale)?;
-        let (rope_local, rope_global) = (self.rope_local.at(&ctx.positions)?, self.rope_global.at(&ctx.positions)?);
-        for (i, b) in self.layers.iter().enumerate() {
-            let rope = if b.sliding { &rope_local } else { &rope_global };
-            let a = b.attn.forward(&b.input_layernorm.forward(&h)?, i, rope, ctx, kv)?;
-            h = (h + b.post_attention_layernorm.forward(&a)?)?;
-            let m = b.mlp.forward(&b.pre_feedforward_layernorm.forward(&h)?)?;
-            h = (h + b.post_feedforward_layernorm.forward(&m)?)?;
-        }
-        let h = select_rows(&h, &ctx.logit_indices())?;
-        finish_logits(self.lm_head.forward(&self.norm.forward(&h)?)?, self.cfg.final_logit_softcapping)
+        self.kernel_pool.run(|| {
+            let mut h = (self.embed_tokens.lookup(tokens, self.dtype)? * self.embed_scale)?;
+            let (rope_local, rope_global) = (self.rope_local.at(&ctx.positions)?, self.rope_global.at(&ctx.positions)?);
+            for (i, b) in self.layers.iter().enumerate() {
+                let rope = if b.sliding { &rope_local } else { &rope_global };
+                let a = b.attn.forward(&b.input_layernorm.forward(&h)?, i, rope, ctx, kv)?;
+                h = (h + b.post_attention_layernorm.forward(&a)?)?;
+                let m = b.mlp.forward(&b.pre_feedforward_layernorm.forward(&h)?)?;
+                h = (h + b.post_feedforward_layernorm.forward(&m)?)?;
+            }
+            let h = select_rows(&h, &ctx.logit_indices())?;
+            finish_logits(self.lm_head.forward(&self.norm.forward(&h)?)?, self.cfg.final_logit_softcapping)
+        })
     }
 }

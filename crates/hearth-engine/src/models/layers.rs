@@ -1,12 +1,14 @@
 //! Pieces shared by the model files: linear layers (quantized or dense), RMSNorm, LayerNorm, rotary embeddings
 //! with the supported scalings, the gated MLP, and the head projection.
 
-use crate::kernels::FastQMatMul;
+use crate::cpu_matmul::FastQMatMul;
 use crate::weights::config::{Activation, RopeScaling};
 use crate::weights::{ModelConfig, Weights};
+use crate::work_pool::KernelPool;
 use crate::Result;
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Module, Tensor};
+use std::cell::Cell;
 
 /// Where and how a model is being built.
 pub struct Loader<'a> {
@@ -16,9 +18,26 @@ pub struct Loader<'a> {
     pub dtype: DType,
     /// Dequantize quantized matrices to `dtype` at load (exact reference math, more memory).
     pub dequantize: bool,
+    /// The pool the model's CPU kernels run on, as the weights loaded so far decide ([`Loader::kernel_pool`]).
+    pool: Cell<KernelPool>,
 }
 
-impl Loader<'_> {
+impl<'a> Loader<'a> {
+    pub fn new(weights: &'a Weights, cfg: &'a ModelConfig, device: &'a Device, dtype: DType, dequantize: bool) -> Self {
+        Self { weights, cfg, device, dtype, dequantize, pool: Cell::new(KernelPool::default()) }
+    }
+
+    /// The pool the model's CPU kernels run on: candle's when candle's kernels decode any of its weights (read
+    /// once every weight is loaded).
+    pub fn kernel_pool(&self) -> KernelPool {
+        self.pool.get()
+    }
+
+    /// A linear layer over `w`, noted in the model's kernel pool.
+    fn new_linear(&self, w: QMatMul, b: Option<Tensor>) -> Linear {
+        crate::cpu_matmul::note_weight(&self.pool, &w);
+        Linear::new(w, b)
+    }
     /// The KV cache's dtype: the activations' under `dequantize` (exact reference math), else
     /// [`crate::attention::kv_dtype`]'s choice for this device.
     pub fn kv_dtype(&self) -> DType {
@@ -33,7 +52,7 @@ impl Loader<'_> {
         let w = self.dense_if_asked(self.weights.matrix(&format!("{prefix}.weight"), self.dtype, self.device)?)?;
         let b =
             if bias { Some(self.weights.vector(&format!("{prefix}.bias"), self.dtype, self.device)?) } else { None };
-        Ok(Linear::new(w, b))
+        Ok(self.new_linear(w, b))
     }
 
     /// The token embedding table, checked against the configured vocabulary (a token id the config allows but
@@ -55,7 +74,7 @@ impl Loader<'_> {
         if !self.cfg.tie_word_embeddings && self.weights.contains("lm_head.weight") {
             return self.linear("lm_head", false);
         }
-        Ok(Linear::new(self.dense_if_asked(embed.as_matmul()?)?, None))
+        Ok(self.new_linear(self.dense_if_asked(embed.as_matmul()?)?, None))
     }
 
     fn dense_if_asked(&self, w: QMatMul) -> Result<QMatMul> {
@@ -109,7 +128,7 @@ impl Loader<'_> {
         }
         let w = Tensor::cat(&ws, 0)?;
         let b = if bias { Some(Tensor::cat(&bs, 0)?) } else { None };
-        Ok(Some(Linear::new(QMatMul::Tensor(w), b)))
+        Ok(Some(self.new_linear(QMatMul::Tensor(w), b)))
     }
 
     /// CPU: quantized matrices of one type and width stacked row-wise into one (their GGML rows are whole blocks,
@@ -126,7 +145,7 @@ impl Loader<'_> {
         let dtype = parts[0].dtype();
         let Ok((_, k)) = parts[0].shape().dims2() else { return Ok(None) };
         let same = parts.iter().all(|q| q.dtype() == dtype && q.shape().dims2().ok().map(|d| d.1) == Some(k));
-        if !same || !crate::kernels::decode_supported(dtype) {
+        if !same || !crate::cpu_matmul::decode_supported(dtype) {
             return Ok(None);
         }
         let mut bytes = Vec::new();
@@ -137,21 +156,21 @@ impl Loader<'_> {
         }
         let storage = candle_core::quantized::QStorage::from_data(std::borrow::Cow::Owned(bytes), self.device, dtype)?;
         let w = candle_core::quantized::QTensor::new(storage, (n, k))?;
-        Ok(Some(Linear::new(QMatMul::from_arc(std::sync::Arc::new(w))?, None)))
+        Ok(Some(self.new_linear(QMatMul::from_arc(std::sync::Arc::new(w))?, None)))
     }
 }
 
 #[derive(Clone)]
 pub struct Linear {
     w: QMatMul,
-    /// Set for CPU weights whose type `crate::kernels` accelerates; it falls back to `w`'s candle path itself.
+    /// Set for CPU weights whose type `crate::cpu_matmul` accelerates; it falls back to `w`'s candle path itself.
     fast: Option<FastQMatMul>,
     b: Option<Tensor>,
 }
 
 impl Linear {
+    /// A linear layer over `w` (a model's loader notes `w` in its kernel pool: [`Loader::kernel_pool`]).
     pub fn new(w: QMatMul, b: Option<Tensor>) -> Self {
-        crate::kernels::note_weight(&w);
         let fast = FastQMatMul::new(&w);
         Self { w, fast, b }
     }
@@ -476,7 +495,7 @@ fn fused_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
 /// act(gu[.., :I]) * gu[.., I:] on the CPU (the fused quantized gate|up of the CPU path): hearth's kernel, or
 /// candle's ops where it does not apply.
 fn cpu_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
-    if let Some(y) = crate::kernels::act_mul(gu, act)? {
+    if let Some(y) = crate::cpu_activation::act_mul(gu, act)? {
         return Ok(y);
     }
     let last = gu.rank() - 1;

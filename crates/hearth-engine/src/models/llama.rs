@@ -5,6 +5,7 @@ use super::layers::{finish_logits, select_rows, split_heads, Linear, Loader, Mlp
 use super::Model;
 use crate::attention::{AttnParams, BatchContext, Heads, KvStore};
 use crate::weights::{EmbeddingTable, ModelConfig};
+use crate::work_pool::KernelPool;
 use crate::Result;
 use candle_core::{DType, Tensor};
 
@@ -129,6 +130,8 @@ pub struct Llama {
     norm: RmsNorm,
     lm_head: Linear,
     rope: Rope,
+    /// The pool its CPU kernels run on (decided by its weights at load).
+    kernel_pool: KernelPool,
 }
 
 impl Llama {
@@ -163,6 +166,7 @@ impl Llama {
             norm: l.rms_norm("model.norm")?,
             lm_head,
             rope,
+            kernel_pool: l.kernel_pool(),
         })
     }
 
@@ -203,21 +207,29 @@ impl Model for Llama {
         self.rope.max_positions()
     }
 
+    fn kernel_pool(&self) -> KernelPool {
+        self.kernel_pool
+    }
+
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
-        let (h, a) = self.layers(tokens, ctx, kv)?;
-        let rows = ctx.logit_indices();
-        let logits = if rows.len() == h.dim(0)? {
-            self.lm_head.forward_add_norm(&h, a.as_ref(), &self.norm)?.1
-        } else {
-            let (_, x) = self.norm.forward_opt_add(&h, a.as_ref())?;
-            self.lm_head.forward(&select_rows(&x, &rows)?)?
-        };
-        finish_logits(logits, self.cfg.final_logit_softcapping)
+        self.kernel_pool.run(|| {
+            let (h, a) = self.layers(tokens, ctx, kv)?;
+            let rows = ctx.logit_indices();
+            let logits = if rows.len() == h.dim(0)? {
+                self.lm_head.forward_add_norm(&h, a.as_ref(), &self.norm)?.1
+            } else {
+                let (_, x) = self.norm.forward_opt_add(&h, a.as_ref())?;
+                self.lm_head.forward(&select_rows(&x, &rows)?)?
+            };
+            finish_logits(logits, self.cfg.final_logit_softcapping)
+        })
     }
 
     fn hidden(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
-        let (h, a) = self.layers(tokens, ctx, kv)?;
-        let (_, x) = self.norm.forward_opt_add(&h, a.as_ref())?;
-        Ok(select_rows(&x, &ctx.logit_indices())?.to_dtype(DType::F32)?)
+        self.kernel_pool.run(|| {
+            let (h, a) = self.layers(tokens, ctx, kv)?;
+            let (_, x) = self.norm.forward_opt_add(&h, a.as_ref())?;
+            Ok(select_rows(&x, &ctx.logit_indices())?.to_dtype(DType::F32)?)
+        })
     }
 }

@@ -10,6 +10,7 @@ pub mod llama;
 use crate::attention::{BatchContext, KvStore};
 use crate::weights::config::Family;
 use crate::weights::{ModelConfig, Weights};
+use crate::work_pool::KernelPool;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 
@@ -21,6 +22,11 @@ pub trait Model: Send + Sync {
     fn kv_dtype(&self) -> DType;
     /// Positions the rotary tables cover.
     fn max_positions(&self) -> usize;
+    /// The pool this model's parallel CPU kernels run on, decided at load (`crate::work_pool`); hearth's for a
+    /// model without quantized CPU weights.
+    fn kernel_pool(&self) -> KernelPool {
+        KernelPool::Hearth
+    }
     /// tokens: (T,) u32 packed per `ctx`. Returns f32 logits: (rows, vocab), or (T, vocab) with `ctx.all_logits`.
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor>;
     /// The final hidden states (after the final norm, before the output head) at the positions `forward` returns
@@ -80,7 +86,7 @@ pub fn load_model(weights: &Weights, cfg: &ModelConfig, device: &Device, opts: &
             )))
         }
     };
-    let l = layers::Loader { weights, cfg, device, dtype, dequantize: opts.dequantize };
+    let l = layers::Loader::new(weights, cfg, device, dtype, opts.dequantize);
     Ok(match cfg.family {
         Family::Llama => Box::new(llama::Llama::load(&l)?),
         Family::Gemma3 => Box::new(gemma3::Gemma3::load(&l)?),

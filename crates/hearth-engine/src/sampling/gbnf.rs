@@ -71,7 +71,7 @@ pub fn to_lark(src: &str) -> Result<String, String> {
             }
             match t {
                 Tok::Name(n) => out.push_str(&rule_name(n)),
-                Tok::Str(s) => out.push_str(&super::grammar::lark_string(s)),
+                Tok::Str(s) => out.push_str(&super::lark::lark_string(s)),
                 Tok::Class(c) => {
                     out.push('/');
                     out.push_str(&c.replace('/', "\\/"));
@@ -106,6 +106,7 @@ fn rule_name(n: &str) -> String {
     s
 }
 
+/// The grammar's tokens, each with its line.
 fn lex(src: &str) -> Result<Vec<(usize, Tok)>, String> {
     let chars: Vec<char> = src.chars().collect();
     let mut out = Vec::new();
@@ -113,89 +114,91 @@ fn lex(src: &str) -> Result<Vec<(usize, Tok)>, String> {
     let mut line = 1;
     while i < chars.len() {
         let c = chars[i];
-        match c {
+        let (tok, next) = match c {
             '\n' => {
                 line += 1;
-                i += 1;
+                (None, i + 1)
             }
-            c if c.is_whitespace() => i += 1,
-            '#' => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
-                }
-            }
-            ':' if chars.get(i + 1) == Some(&':') && chars.get(i + 2) == Some(&'=') => {
-                out.push((line, Tok::Define));
-                i += 3;
-            }
+            c if c.is_whitespace() => (None, i + 1),
+            '#' => (None, comment_end(&chars, i)),
+            ':' if chars.get(i + 1) == Some(&':') && chars.get(i + 2) == Some(&'=') => (Some(Tok::Define), i + 3),
             '"' => {
                 let (s, next) = literal(&chars, i + 1, line)?;
-                out.push((line, Tok::Str(s)));
-                i = next;
+                (Some(Tok::Str(s)), next)
             }
-            '[' => {
-                let start = i;
-                i += 1;
-                while i < chars.len() && chars[i] != ']' {
-                    if chars[i] == '\\' {
-                        i += 1;
-                    }
-                    if chars.get(i) == Some(&'\n') {
-                        return Err(format!("line {line}: a character class runs past the end of the line"));
-                    }
-                    i += 1;
-                }
-                if i >= chars.len() {
-                    return Err(format!("line {line}: unterminated character class"));
-                }
-                i += 1;
-                out.push((line, Tok::Class(chars[start..i].iter().collect())));
-            }
-            '<' => {
-                let start = i;
-                while i < chars.len() && chars[i] != '>' && chars[i] != '\n' {
-                    i += 1;
-                }
-                if chars.get(i) != Some(&'>') {
-                    return Err(format!("line {line}: unterminated token reference `<...>`"));
-                }
-                i += 1;
-                out.push((line, Tok::Token(chars[start..i].iter().collect())));
-            }
-            '{' => {
-                let start = i;
-                while i < chars.len() && chars[i] != '}' {
-                    if !(chars[i].is_ascii_digit() || chars[i] == ',' || chars[i] == ' ' || chars[i] == '{') {
-                        return Err(format!("line {line}: a repetition must be {{m}}, {{m,}} or {{m,n}}"));
-                    }
-                    i += 1;
-                }
-                if i >= chars.len() {
-                    return Err(format!("line {line}: unterminated repetition `{{`"));
-                }
-                i += 1;
-                let rep: String = chars[start..i].iter().filter(|c| **c != ' ').collect();
-                out.push((line, Tok::Op(rep)));
-            }
-            '(' | ')' | '|' | '*' | '+' | '?' => {
-                out.push((line, Tok::Op(c.to_string())));
-                i += 1;
-            }
-            '.' => {
-                out.push((line, Tok::Any));
-                i += 1;
-            }
-            c if c.is_ascii_alphanumeric() || c == '-' || c == '_' => {
-                let start = i;
-                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '-' || chars[i] == '_') {
-                    i += 1;
-                }
-                out.push((line, Tok::Name(chars[start..i].iter().collect())));
+            '[' => char_class(&chars, i, line).map(|(t, next)| (Some(t), next))?,
+            '<' => token_ref(&chars, i, line).map(|(t, next)| (Some(t), next))?,
+            '{' => repetition(&chars, i, line).map(|(t, next)| (Some(t), next))?,
+            '(' | ')' | '|' | '*' | '+' | '?' => (Some(Tok::Op(c.to_string())), i + 1),
+            '.' => (Some(Tok::Any), i + 1),
+            c if name_char(c) => {
+                let end = (i..chars.len()).find(|&j| !name_char(chars[j])).unwrap_or(chars.len());
+                (Some(Tok::Name(chars[i..end].iter().collect())), end)
             }
             other => return Err(format!("line {line}: unexpected `{other}`")),
+        };
+        if let Some(tok) = tok {
+            out.push((line, tok));
         }
+        i = next;
     }
     Ok(out)
+}
+
+/// A character of a rule name.
+fn name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '-' || c == '_'
+}
+
+/// Where a `#` comment starting at `i` ends (its line's newline, or the end).
+fn comment_end(chars: &[char], i: usize) -> usize {
+    (i..chars.len()).find(|&j| chars[j] == '\n').unwrap_or(chars.len())
+}
+
+/// A character class `[...]` starting at `i`, and the index after it.
+fn char_class(chars: &[char], start: usize, line: usize) -> Result<(Tok, usize), String> {
+    let mut i = start + 1;
+    while i < chars.len() && chars[i] != ']' {
+        if chars[i] == '\\' {
+            i += 1;
+        }
+        if chars.get(i) == Some(&'\n') {
+            return Err(format!("line {line}: a character class runs past the end of the line"));
+        }
+        i += 1;
+    }
+    if i >= chars.len() {
+        return Err(format!("line {line}: unterminated character class"));
+    }
+    Ok((Tok::Class(chars[start..i + 1].iter().collect()), i + 1))
+}
+
+/// A token reference `<...>` starting at `i`, and the index after it.
+fn token_ref(chars: &[char], start: usize, line: usize) -> Result<(Tok, usize), String> {
+    let mut i = start;
+    while i < chars.len() && chars[i] != '>' && chars[i] != '\n' {
+        i += 1;
+    }
+    if chars.get(i) != Some(&'>') {
+        return Err(format!("line {line}: unterminated token reference `<...>`"));
+    }
+    Ok((Tok::Token(chars[start..i + 1].iter().collect()), i + 1))
+}
+
+/// A repetition `{m}`, `{m,}` or `{m,n}` starting at `i` (spaces dropped), and the index after it.
+fn repetition(chars: &[char], start: usize, line: usize) -> Result<(Tok, usize), String> {
+    let mut i = start;
+    while i < chars.len() && chars[i] != '}' {
+        if !(chars[i].is_ascii_digit() || chars[i] == ',' || chars[i] == ' ' || chars[i] == '{') {
+            return Err(format!("line {line}: a repetition must be {{m}}, {{m,}} or {{m,n}}"));
+        }
+        i += 1;
+    }
+    if i >= chars.len() {
+        return Err(format!("line {line}: unterminated repetition `{{`"));
+    }
+    let rep: String = chars[start..i + 1].iter().filter(|c| **c != ' ').collect();
+    Ok((Tok::Op(rep), i + 1))
 }
 
 /// A string literal's text from just after its opening quote; returns it and the index after the closing quote.

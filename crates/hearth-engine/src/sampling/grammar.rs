@@ -9,6 +9,7 @@
 //! are never allowed.
 
 use super::super::tokenizer::{TokenKind, Tokenizer};
+pub use super::lark::lark_string;
 use llguidance::api::{StopReason, TopLevelGrammar};
 use llguidance::toktrie::{SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory};
@@ -80,11 +81,6 @@ impl ConstraintSpec {
             }
         })
     }
-}
-
-/// `s` as a Lark string literal.
-pub fn lark_string(s: &str) -> String {
-    serde_json::Value::String(s.to_string()).to_string()
 }
 
 /// llguidance's view of hearth's vocabulary.

@@ -3,6 +3,7 @@
 
 pub mod gbnf;
 pub mod grammar;
+pub mod lark;
 pub mod params;
 pub mod processors;
 pub mod rng;

@@ -2,7 +2,7 @@
 //! first, then the cold tier), registering blocks as rows compute them, and turning evictions into spills.
 //!
 //! Hits end at block boundaries and keep batch invariance: the rest of the prompt is computed in pieces whose
-//! attention sub-blocks the portable backend pads back to the `PIECE_ALIGN` grid (`attention::paged_gather`), so
+//! attention sub-blocks the portable backend pads back to the `PIECE_ALIGN` grid (`attention::paged::gather`), so
 //! every token's arithmetic is the one of a cold run (the cached KV was itself made by that arithmetic). At least
 //! one prompt token is always computed: its logits are the first sample.
 

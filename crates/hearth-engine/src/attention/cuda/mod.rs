@@ -12,9 +12,12 @@ use crate::gpu::{by_float_dtype, contiguous, cuda_of, sfx_c};
 use crate::{Error, Result};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
-use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
-use candle_core::cuda_backend::WrapErr;
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
+use std::ops::Deref;
 
 pub mod decode;
 pub mod paged;
@@ -146,8 +149,8 @@ const SPLIT_MIN_KEYS: usize = 64;
 /// Keys per split block (a multiple of 32, at least `SPLIT_MIN_KEYS`) when a step has too few (token, kv head)
 /// blocks to fill the GPU — decode steps of few rows — or None: one block per (token, kv head) then sees all its
 /// keys (`HEARTH_CUDA_SPLIT_KV=0`: always). A step of `HEARTH_CUDA_SPLIT_FILL` blocks or more does not split: 256
-/// from a paired A/B on the H200 (docs/benchmarks.md), where at 32 streams (256 blocks) not splitting gave 3679 vs
-/// 3466 tok/s, while at 8 streams splitting towards FILL_BLOCKS beat splitting less (1307 vs 1234).
+/// from a paired A/B on the H200 (docs/benchmarks.md), where at 32 streams (256 blocks) not splitting was faster,
+/// while at 8 streams splitting towards FILL_BLOCKS beat splitting less.
 pub fn split_keys(tokens: usize, kv_heads: usize, max_keys: usize) -> Option<usize> {
     let levers = crate::levers::get();
     let blocks = tokens * kv_heads;
@@ -254,59 +257,122 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         let dev = qs.device().clone();
         let (ks, kl) = self.k.storage_and_layout();
         let (vs, vl) = self.v.storage_and_layout();
-        let (ts, tl) = self.meta.tables.storage_and_layout();
-        let (rs, rl) = self.meta.tok_row.storage_and_layout();
-        let (ps, pl) = self.meta.tok_pos.storage_and_layout();
         let (k0, k1) = contiguous(kl, "the K cache")?;
         let (v0, v1) = contiguous(vl, "the V cache")?;
-        let (t0, t1) = contiguous(tl, "block tables")?;
-        let (r0, r1) = contiguous(rl, "token rows")?;
-        let (p0, p1) = contiguous(pl, "token positions")?;
-        let tables = cuda_of(&ts)?.as_cuda_slice::<u32>()?.slice(t0..t1);
-        let rows = cuda_of(&rs)?.as_cuda_slice::<u32>()?.slice(r0..r1);
-        let pos = cuda_of(&ps)?.as_cuda_slice::<u32>()?.slice(p0..p1);
-        // The tensor-core kernel takes the step's query tiles (prompt pieces) when it serves this shape; the
-        // CUDA-core kernel then attends only the listed rest (decode tokens, short pieces).
-        let group = h / p.kv_heads;
-        // The plan was cut at layer 0 for the model's shape and this device (prefill::plan); the kernel reads q
-        // rows with 16-byte loads, so the view must start on one.
-        let tc = self.meta.tc.as_ref().filter(|tc| {
-            tc.group == group && prefill::tile_tokens(h, p.kv_heads, d, qs.dtype()).is_some() && q0 % 8 == 0
-        });
+        let tables_g = guarded(&self.meta.tables, "block tables")?;
+        let rows_g = guarded(&self.meta.tok_row, "token rows")?;
+        let pos_g = guarded(&self.meta.tok_pos, "token positions")?;
+        let (tables, rows, pos) = (u32_view(&tables_g)?, u32_view(&rows_g)?, u32_view(&pos_g)?);
+        let tc = self.tc_plan(h, d, qs.dtype(), q0);
         let n_cc = tc.map_or(t, |tc| tc.n_rest);
         let rest_g = tc.and_then(|tc| tc.rest.as_ref()).map(|x| guarded(x, "rest tokens")).transpose()?;
         let tiles_g = tc.map(|tc| guarded(&tc.tiles, "query tiles")).transpose()?;
         let rest = rest_g.as_ref().map(u32_view).transpose()?;
         let tiles = tiles_g.as_ref().map(u32_view).transpose()?;
-        // The CUDA-core kernel sized for this group: G query heads per kv head rounded up to a power of two.
-        let gm = group.next_power_of_two();
+        let cc = self.cc_kernel(&dev, qs.dtype(), n_cc, h, d)?;
+        let tck = self.tc_kernel(&dev, qs.dtype(), tc, d)?;
+        macro_rules! launch {
+            ($ty:ty) => {{
+                let q = qs.as_cuda_slice::<$ty>()?.slice(q0..q1);
+                let k = cuda_of(&ks)?.as_cuda_slice::<$ty>()?.slice(k0..k1);
+                let v = cuda_of(&vs)?.as_cuda_slice::<$ty>()?.slice(v0..v1);
+                // SAFETY: every (token, head, d) is written: tile tokens by the tensor-core kernel, the others by
+                // the CUDA-core kernel or, in split mode, its merge.
+                let out = unsafe { dev.alloc::<$ty>(t * h * d)? };
+                let a = AttnArgs {
+                    q,
+                    k,
+                    v,
+                    tables: &tables,
+                    rows: &rows,
+                    pos: &pos,
+                    out: &out,
+                    heads: h as i32,
+                    kv_heads: p.kv_heads as i32,
+                    block_size: p.block_size as i32,
+                    max_blocks: self.meta.max_blocks as i32,
+                    window: p.window as i32,
+                    scale: p.scale,
+                    softcap: p.softcap,
+                };
+                // Both kernels are launched with PDL where the GPU has it (gpu::launch): they wait before reading
+                // q/k/v.
+                let stream = dev.cuda_stream();
+                if n_cc > 0 {
+                    launch_cc(&stream, &a, &cc, rest.as_ref(), n_cc, d)?;
+                }
+                if let (Some(tc), Some(tiles)) = (tc, &tiles) {
+                    launch_tc(&stream, &a, &tck, tc.n_tiles, tiles)?;
+                }
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            }};
+        }
+        let out = by_float_dtype!(qs, "hearth-paged-attention", launch);
+        Ok((out, Shape::from((t, h, d))))
+    }
+}
+
+impl PagedAttn<'_> {
+    /// The step's tensor-core plan when it serves this layer: the tensor-core kernel then takes the step's query
+    /// tiles (prompt pieces) and the CUDA-core kernel only the listed rest (decode tokens, short pieces). The plan
+    /// was cut at layer 0 for the model's shape and this device (`prefill::plan`); the kernel reads q rows with
+    /// 16-byte loads, so the view must start on one.
+    fn tc_plan(&self, h: usize, d: usize, dtype: DType, q0: usize) -> Option<&prefill::TcPlan> {
+        let group = h / self.p.kv_heads;
+        self.meta.tc.as_ref().filter(|tc| {
+            tc.group == group && prefill::tile_tokens(h, self.p.kv_heads, d, dtype).is_some() && q0 % 8 == 0
+        })
+    }
+
+    /// The CUDA-core kernel for the step's `n_cc` tokens, sized for this group (G query heads per kv head rounded
+    /// up to a power of two), its keys split over several blocks when the step has too few to fill the GPU.
+    fn cc_kernel(
+        &self,
+        dev: &CudaDevice,
+        dtype: DType,
+        n_cc: usize,
+        h: usize,
+        d: usize,
+    ) -> candle_core::Result<CcKernel<impl Deref<Target = CudaFunction>>> {
+        let p = self.p;
+        let gm = (h / p.kv_heads).next_power_of_two();
         let visible = if p.window > 0 { self.meta.max_keys.min(p.window) } else { self.meta.max_keys };
         let split = split_keys(n_cc, p.kv_heads, visible);
         let z = split.map_or(1, |k| visible.div_ceil(k));
-        let name = format!("paged_attn_{}_d{d}_g{gm}", sfx_c(qs.dtype())?);
+        let name = format!("paged_attn_{}_d{d}_g{gm}", sfx_c(dtype)?);
         let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
         let cfg = LaunchConfig {
             grid_dim: (n_cc as u32, p.kv_heads as u32, z as u32),
             block_dim: (ATTN_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let (hh, kvh, bs, mb, win) =
-            (h as i32, p.kv_heads as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
-        let split_i = split.unwrap_or(0) as i32;
         // Split mode: per (token, head, split) an unnormalized partial of D + 2 floats, merged by a second launch.
         let merge = match split {
             Some(_) if n_cc > 0 => {
                 let f =
-                    dev.get_or_load_custom_func(&format!("paged_attn_{}_d{d}_merge", sfx_c(qs.dtype())?), MODULE, PTX)?;
+                    dev.get_or_load_custom_func(&format!("paged_attn_{}_d{d}_merge", sfx_c(dtype)?), MODULE, PTX)?;
                 // SAFETY: every (token, head, split) partial is written by the attention launch before the merge reads it.
                 Some((f, unsafe { dev.alloc::<f32>(n_cc * h * z * (d + 2))? }))
             }
             _ => None,
         };
-        let tc_func = match tc {
+        Ok(CcKernel { func, cfg, split: split.unwrap_or(0) as i32, z, merge })
+    }
+
+    /// The tensor-core kernel for the plan's query tiles (none without a plan), its keys split over several blocks
+    /// when the tiles are too few to fill the GPU.
+    fn tc_kernel(
+        &self,
+        dev: &CudaDevice,
+        dtype: DType,
+        tc: Option<&prefill::TcPlan>,
+        d: usize,
+    ) -> candle_core::Result<TcKernel<impl Deref<Target = CudaFunction>>> {
+        let p = self.p;
+        let func = match tc {
             Some(_) => {
                 let f = dev.get_or_load_custom_func(
-                    &format!("prefill_tc_{}_d{d}", sfx_c(qs.dtype())?),
+                    &format!("prefill_tc_{}_d{d}", sfx_c(dtype)?),
                     prefill::MODULE,
                     prefill::PTX,
                 )?;
@@ -319,11 +385,11 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         };
         // A tile's keys: all of its context, or its window and its own tokens.
         let tc_keys = if p.window > 0 { self.meta.max_keys.min(p.window + 64) } else { self.meta.max_keys };
-        let tc_split = tc.and_then(|tc| prefill::split_keys(tc.n_tiles, p.kv_heads, tc_keys));
-        let tc_merge = match (tc, tc_split) {
+        let split = tc.and_then(|tc| prefill::split_keys(tc.n_tiles, p.kv_heads, tc_keys));
+        let merge = match (tc, split) {
             (Some(tc), Some((_, z))) => {
                 let f = dev.get_or_load_custom_func(
-                    &format!("prefill_tc_{}_d{d}_merge", sfx_c(qs.dtype())?),
+                    &format!("prefill_tc_{}_d{d}_merge", sfx_c(dtype)?),
                     prefill::MODULE,
                     prefill::PTX,
                 )?;
@@ -332,82 +398,137 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
             }
             _ => None,
         };
-        macro_rules! launch {
-            ($ty:ty) => {{
-                let q = qs.as_cuda_slice::<$ty>()?.slice(q0..q1);
-                let k = cuda_of(&ks)?.as_cuda_slice::<$ty>()?.slice(k0..k1);
-                let v = cuda_of(&vs)?.as_cuda_slice::<$ty>()?.slice(v0..v1);
-                // SAFETY: every (token, head, d) is written: tile tokens by the tensor-core kernel, the others by
-                // the CUDA-core kernel or, in split mode, its merge.
-                let out = unsafe { dev.alloc::<$ty>(t * h * d)? };
-                // The arguments both attention kernels start with (q .. softcap).
-                macro_rules! attn_args {
-                    ($b:ident) => {
-                        $b.ptr(&q).ptr(&k).ptr(&v).ptr(&tables).ptr(&rows).ptr(&pos).ptr(&out);
-                        $b.val(&hh).val(&kvh).val(&bs).val(&mb).val(&win).val(&p.scale).val(&p.softcap);
-                    };
-                }
-                // Both kernels are launched with PDL where the GPU has it (gpu::launch): they wait before reading
-                // q/k/v.
-                let stream = dev.cuda_stream();
-                if n_cc > 0 {
-                    let mut b = Launch::new(&stream, &func);
-                    attn_args!(b);
-                    b.val(&split_i);
-                    // Without a split the kernel never touches `part`: no allocation per layer.
-                    match &merge {
-                        Some((_, part)) => b.ptr(part),
-                        None => b.null(),
-                    };
-                    let batched = crate::levers::get().cuda_pv_batch as i32;
-                    b.val(&batched);
-                    match &rest {
-                        Some(r) => b.ptr(r),
-                        None => b.null(),
-                    };
-                    // SAFETY: tables hold valid block ids for every visible position (the scheduler reserved them);
-                    // rest lists n_cc packed token indices < t.
-                    unsafe { b.launch(cfg) }.w()?;
-                    if let Some((merge, part)) = &merge {
-                        let zi = z as i32;
-                        let mcfg = LaunchConfig { grid_dim: (n_cc as u32, h as u32, 1), block_dim: (d as u32, 1, 1), shared_mem_bytes: 0 };
-                        let mut m = Launch::new(&stream, merge);
-                        m.ptr(part).ptr(&out).val(&hh).val(&zi);
-                        match &rest {
-                            Some(r) => m.ptr(r),
-                            None => m.null(),
-                        };
-                        // SAFETY: part holds n_cc * h * z partials of d + 2 floats; the merge writes those tokens' outputs.
-                        unsafe { m.launch(mcfg) }.w()?;
-                    }
-                }
-                if let (Some((f, bytes)), Some(tc), Some(tiles)) = (&tc_func, tc, &tiles) {
-                    let (per, z) = tc_split.unwrap_or((0, 1));
-                    let tcfg = LaunchConfig { grid_dim: (tc.n_tiles as u32, p.kv_heads as u32, z as u32), block_dim: (prefill::THREADS, 1, 1), shared_mem_bytes: *bytes };
-                    let mut b = Launch::new(&stream, f);
-                    attn_args!(b);
-                    let per_i = per as i32;
-                    b.ptr(tiles).val(&per_i);
-                    match &tc_merge {
-                        Some((_, part)) => b.ptr(part),
-                        None => b.null(),
-                    };
-                    // SAFETY: tiles hold [first, count] of consecutive packed tokens of one row each (< t); the
-                    // block table covers their positions; in split mode `part` holds every block's partials.
-                    unsafe { b.launch(tcfg) }.w()?;
-                    if let Some((merge, part)) = &tc_merge {
-                        let mcfg = LaunchConfig { grid_dim: (tc.n_tiles as u32, p.kv_heads as u32, 1), block_dim: (prefill::THREADS, 1, 1), shared_mem_bytes: 0 };
-                        let zi = z as i32;
-                        let mut m = Launch::new(&stream, merge);
-                        m.ptr(part).ptr(&out).val(&hh).val(&kvh).val(&zi).ptr(tiles);
-                        // SAFETY: part holds the tiles' z partials; the merge writes the tiles' tokens' outputs.
-                        unsafe { m.launch(mcfg) }.w()?;
-                    }
-                }
-                CudaStorage::wrap_cuda_slice(out, dev.clone())
-            }};
-        }
-        let out = by_float_dtype!(qs, "hearth-paged-attention", launch);
-        Ok((out, Shape::from((t, h, d))))
+        Ok(TcKernel { func, split, merge })
     }
+}
+
+/// The CUDA-core kernel of one launch: its function and grid, its key split (0: none) in `z` pieces, and in split
+/// mode the merge with its buffer of partials.
+struct CcKernel<F> {
+    func: F,
+    cfg: LaunchConfig,
+    split: i32,
+    z: usize,
+    merge: Option<(F, CudaSlice<f32>)>,
+}
+
+/// The tensor-core kernel of one launch (with its dynamic shared memory), its key split (keys per block, blocks)
+/// and in split mode the merge with its buffer of partials.
+struct TcKernel<F> {
+    func: Option<(F, u32)>,
+    split: Option<(usize, usize)>,
+    merge: Option<(F, CudaSlice<f32>)>,
+}
+
+/// The arguments both attention kernels start with (q .. softcap), for element type T.
+struct AttnArgs<'a, T> {
+    q: CudaView<'a, T>,
+    k: CudaView<'a, T>,
+    v: CudaView<'a, T>,
+    tables: &'a CudaView<'a, u32>,
+    rows: &'a CudaView<'a, u32>,
+    pos: &'a CudaView<'a, u32>,
+    out: &'a CudaSlice<T>,
+    heads: i32,
+    kv_heads: i32,
+    block_size: i32,
+    max_blocks: i32,
+    window: i32,
+    scale: f32,
+    softcap: f32,
+}
+
+impl<'a, T> AttnArgs<'a, T> {
+    fn push<'b>(&'b self, b: &mut Launch<'b>) {
+        b.ptr(&self.q).ptr(&self.k).ptr(&self.v).ptr(self.tables).ptr(self.rows).ptr(self.pos).ptr(self.out);
+        b.val(&self.heads).val(&self.kv_heads).val(&self.block_size).val(&self.max_blocks).val(&self.window);
+        b.val(&self.scale).val(&self.softcap);
+    }
+}
+
+/// The CUDA-core kernel over the step's `n_cc` tokens (all of them, or the rest of a tensor-core plan), then in
+/// split mode its merge.
+fn launch_cc<T>(
+    stream: &CudaStream,
+    a: &AttnArgs<'_, T>,
+    cc: &CcKernel<impl Deref<Target = CudaFunction>>,
+    rest: Option<&CudaView<'_, u32>>,
+    n_cc: usize,
+    d: usize,
+) -> candle_core::Result<()> {
+    let mut b = Launch::new(stream, &cc.func);
+    a.push(&mut b);
+    b.val(&cc.split);
+    // Without a split the kernel never touches `part`: no allocation per layer.
+    match &cc.merge {
+        Some((_, part)) => b.ptr(part),
+        None => b.null(),
+    };
+    let batched = crate::levers::get().cuda_pv_batch as i32;
+    b.val(&batched);
+    match rest {
+        Some(r) => b.ptr(r),
+        None => b.null(),
+    };
+    // SAFETY: tables hold valid block ids for every visible position (the scheduler reserved them); rest lists
+    // n_cc packed token indices < t.
+    unsafe { b.launch(cc.cfg) }.w()?;
+    if let Some((merge, part)) = &cc.merge {
+        let zi = cc.z as i32;
+        let mcfg = LaunchConfig {
+            grid_dim: (n_cc as u32, a.heads as u32, 1),
+            block_dim: (d as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut m = Launch::new(stream, merge);
+        m.ptr(part).ptr(a.out).val(&a.heads).val(&zi);
+        match rest {
+            Some(r) => m.ptr(r),
+            None => m.null(),
+        };
+        // SAFETY: part holds n_cc * h * z partials of d + 2 floats; the merge writes those tokens' outputs.
+        unsafe { m.launch(mcfg) }.w()?;
+    }
+    Ok(())
+}
+
+/// The tensor-core kernel over the plan's `n_tiles` query tiles, then in split mode its merge.
+fn launch_tc<T>(
+    stream: &CudaStream,
+    a: &AttnArgs<'_, T>,
+    tck: &TcKernel<impl Deref<Target = CudaFunction>>,
+    n_tiles: usize,
+    tiles: &CudaView<'_, u32>,
+) -> candle_core::Result<()> {
+    let Some((f, bytes)) = &tck.func else { return Ok(()) };
+    let (per, z) = tck.split.unwrap_or((0, 1));
+    let tcfg = LaunchConfig {
+        grid_dim: (n_tiles as u32, a.kv_heads as u32, z as u32),
+        block_dim: (prefill::THREADS, 1, 1),
+        shared_mem_bytes: *bytes,
+    };
+    let mut b = Launch::new(stream, f);
+    a.push(&mut b);
+    let per_i = per as i32;
+    b.ptr(tiles).val(&per_i);
+    match &tck.merge {
+        Some((_, part)) => b.ptr(part),
+        None => b.null(),
+    };
+    // SAFETY: tiles hold [first, count] of consecutive packed tokens of one row each (< t); the block table covers
+    // their positions; in split mode `part` holds every block's partials.
+    unsafe { b.launch(tcfg) }.w()?;
+    if let Some((merge, part)) = &tck.merge {
+        let mcfg = LaunchConfig {
+            grid_dim: (n_tiles as u32, a.kv_heads as u32, 1),
+            block_dim: (prefill::THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let zi = z as i32;
+        let mut m = Launch::new(stream, merge);
+        m.ptr(part).ptr(a.out).val(&a.heads).val(&a.kv_heads).val(&zi).ptr(tiles);
+        // SAFETY: part holds the tiles' z partials; the merge writes the tiles' tokens' outputs.
+        unsafe { m.launch(mcfg) }.w()?;
+    }
+    Ok(())
 }

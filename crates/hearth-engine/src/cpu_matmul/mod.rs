@@ -1,25 +1,23 @@
-//! Fast CPU matmul for GGML-quantized weights: `y = x @ W^T`, x `(.., k)` f32, W `(n, k)` in GGML blocks.
+//! hearth's CPU matmul for GGML-quantized weights: `y = x @ W^T`, x `(.., k)` f32, W `(n, k)` in GGML blocks.
 //!
-//! candle 0.11.1's CPU `QMatMul` has SIMD dot products for Q4_0, Q8_0 and the k-quants only; Q4_1 and Q5_0
-//! (SmolLM2's and Gemma 3's main weight types) run its scalar `vec_dot_unopt`. This module adds:
+//! candle's CPU `QMatMul` has SIMD dot products for Q4_0, Q8_0 and the k-quants only; Q4_1 and Q5_0 (SmolLM2's
+//! and Gemma 3's main weight types) run its scalar `vec_dot_unopt`. This module adds:
 //!
 //! * **int8 path** ("decode", every m): each row of x is quantized to 32-wide int8 blocks exactly as
 //!   candle/ggml do (Q8_1 for Q4_1 weights, Q8_0 otherwise; bit-identical scales and values). Weight rows are
 //!   taken 8 at a time, unpacked to bytes and transposed so that each vector lane is one weight row
-//!   (`cpu.rs`); then every activation row (1-3 straight from the weights; 4 and more from the packed copy,
-//!   4 or 8 per tile) runs 8 `vpdpbusd` per block (or `maddubs`+`madd` without VNNI) against the broadcast
-//!   4-byte groups of x. Q4_1×Q8_1 (`d_w·d_x·Σq·y + m_w·s_x`), Q5_0×Q8_0 (5th bit rebuilt, the `-16` offset
-//!   folded in as an exact integer correction), Q8_0×Q8_0. Each block's sum is an exact i32 and each row's
-//!   float steps are fixed, so a row's result is bit-identical at any m, whatever shares the call, and on every
-//!   ISA: the serving engine's batch invariance at no cost. Output rows are split over the work pool. At
-//!   m = 512 this runs 2-2.8x faster than dequantizing W to f32 for candle's f32 GEMM (the prefill path it
-//!   replaced) on an AVX-512 Zen 4, and 1.2-1.6x with the AVX2 forms.
+//!   (`x86::pack`); then every activation row (1-3 straight from the weights; 4 and more from the packed copy,
+//!   4 or 8 per tile) runs 8 `vpdpbusd` per block (or `maddubs`+`madd` without VNNI, `x86::mac`) against the
+//!   broadcast 4-byte groups of x. Q4_1×Q8_1 (`d_w·d_x·Σq·y + m_w·s_x`), Q5_0×Q8_0 (5th bit rebuilt, the `-16`
+//!   offset folded in as an exact integer correction), Q8_0×Q8_0 (`blocks32`, `x86::blocks32`). Each block's sum
+//!   is an exact i32 and each row's float steps are fixed, so a row's result is bit-identical at any m, whatever
+//!   shares the call, and on every ISA: the serving engine's batch invariance at no cost. Output rows are split
+//!   over the work pool (`crate::work_pool`). It beats dequantizing W to f32 for candle's f32 GEMM at every m measured.
 //! * **k-quant path** (`kquant`, Q4_K/Q5_K/Q6_K, every m): x quantized per 256 values exactly as candle's Q8_K,
 //!   exact integer sums per super-block (scales applied with `vpmaddwd`, mins and Q6_K's −32 folded in through
-//!   the activation's 16-value sums; with VNNI the scale step is one `vpdpwssd`, bit-identical to AVX2's, ~1.3x
-//!   faster per matmul at m >= 4). Per matmul about even with candle's repacked kernels at m = 1; the point
-//!   is that a k-quant model's matmuls all run on hearth's work pool (`HEARTH_K_QUANT=0`: candle's), row by
-//!   row independently.
+//!   the activation's 16-value sums; with VNNI the scale step is one `vpdpwssd`, bit-identical to AVX2's). Per
+//!   matmul about even with candle's repacked kernels at m = 1; the point is that a k-quant model's matmuls all
+//!   run on hearth's work pool (`HEARTH_K_QUANT=0`: candle's), row by row independently.
 //!
 //! Everything else (Q4_0, Q2_K, ...) falls back to candle's `QMatMul`, which is also the reference in the
 //! tests. Non-CPU tensors, non-f32 activations and CPUs without AVX2+FMA+F16C always use candle.
@@ -30,19 +28,22 @@
 //!
 //! Both are read once, on first use.
 
-mod act;
-pub(crate) mod cpu;
+mod blocks32;
+mod frame;
 mod kquant;
-mod pool;
 mod quant;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 #[cfg(test)]
 mod tests;
 
 use crate::levers::FastQuant;
+use crate::work_pool::KernelPool;
 use crate::Result;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
+use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
 
 /// Instruction set a kernel runs with.
@@ -133,11 +134,11 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The int8 path at every m for the types it handles, candle for the rest (`examples/qmatmul_bench.rs`, 2
-    /// threads). For Q4_1/Q5_0/Q8_0 it beats candle's kernels, and the dequantize+f32 GEMM that once served
-    /// prefill, at every m measured. For the k-quants candle's repacked kernels are up to ~1.3x faster at m >= 4,
-    /// but they run on candle's pool (a model whose matmuls switch pools has both spinning on the same cores), and
-    /// the row-independent int8 path is what the serving engine's batch invariance needs.
+    /// The int8 path at every m for the types it handles, candle for the rest (`examples/qmatmul_bench.rs`). For
+    /// Q4_1/Q5_0/Q8_0 it beats candle's kernels and a dequantize + f32 GEMM at every m measured. For the k-quants
+    /// candle's repacked kernels are faster at m >= 4, but they run on candle's pool (a model whose matmuls switch
+    /// pools has both spinning on the same cores), and the row-independent int8 path is what the serving engine's
+    /// batch invariance needs.
     pub fn for_weight(dtype: GgmlDType) -> Plan {
         Plan { decode_below: if decode_supported(dtype) { usize::MAX } else { 0 } }
     }
@@ -258,79 +259,20 @@ pub fn decode_matmul(w: &QTensor, isa: Isa, x: &[f32], m: usize, out: &mut [f32]
         dtype @ (GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K) => {
             kquant::decode_matmul(dtype, isa, &data, n, k, x, m, out)
         }
-        dtype => cpu::decode_matmul(dtype, isa, &data, n, k, x, m, out),
+        dtype => blocks32::decode_matmul(dtype, isa, &data, n, k, x, m, out),
     }
 }
 
-/// `act(gu[.., :I]) * gu[.., I:]` of a fused gate|up output `gu (.., 2I)`: f32 on the CPU, rows over the work pool,
-/// vectorized where AVX2 + FMA are (see `act.rs`). None for other tensors (the caller uses candle's ops).
-pub fn act_mul(gu: &Tensor, act: crate::weights::config::Activation) -> Result<Option<Tensor>> {
-    if !gu.device().is_cpu() || gu.dtype() != DType::F32 {
-        return Ok(None);
-    }
-    let dims = gu.dims().to_vec();
-    let Some((&two_i, lead)) = dims.split_last() else { return Ok(None) };
-    let (i, rows) = (two_i / 2, lead.iter().product::<usize>());
-    let gu = gu.contiguous()?;
-    let mut out = vec![0f32; rows * i];
-    {
-        let (storage, layout) = gu.storage_and_layout();
-        let candle_core::Storage::Cpu(cpu) = &*storage else { return Ok(None) };
-        let xs = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + rows * two_i];
-        act::act_mul(xs, rows, i, act, isa_supported(Isa::Avx2), &mut out);
-    }
-    let out_dims: Vec<usize> = lead.iter().copied().chain([i]).collect();
-    Ok(Some(Tensor::from_vec(out, out_dims, &Device::Cpu)?))
+/// Whether `w` is a quantized CPU weight of a type the decode kernels do not handle: candle's quantized kernels
+/// decode it, on candle's thread pool.
+pub fn decodes_with_candle(w: &QMatMul) -> bool {
+    matches!(w, QMatMul::QTensor(q) if q.device().is_cpu() && !decode_supported(q.dtype()))
 }
 
-/// Some loaded CPU weight decodes with candle's quantized kernels, which run on candle's barrier pool: hearth's
-/// kernels then share that pool instead of running a second one beside it (two pools spinning on the same cores
-/// fight: Gemma 3 270M decode went from 51 to 33 tok/s with both).
-static CANDLE_DECODES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Note a loaded weight (every `Linear` does): a quantized CPU weight of a type the decode kernels do not handle
-/// keeps hearth's kernels on candle's pool.
-pub fn note_weight(w: &QMatMul) {
-    if let QMatMul::QTensor(q) = w {
-        if q.device().is_cpu() && !decode_supported(q.dtype()) {
-            CANDLE_DECODES.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-}
-
-/// hearth's work pool (`HEARTH_WORK_POOL`), as many threads as candle's pools.
-fn work_pool() -> &'static pool::WorkPool {
-    static POOL: std::sync::OnceLock<pool::WorkPool> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| pool::WorkPool::new(candle_core::utils::get_num_threads()))
-}
-
-/// Split `n_items` in chunks of at least `grain` items over hearth's work pool (`HEARTH_WORK_POOL`), or candle's
-/// barrier pool (the threads candle's own quantized matmul uses) where that is off or candle's kernels serve some
-/// of the model's matmuls (two pools spinning on the same cores fight).
-pub(crate) fn par_chunks(n_items: usize, grain: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
-    if n_items == 0 {
-        return;
-    }
-    let own = crate::levers::get().work_pool && !CANDLE_DECODES.load(std::sync::atomic::Ordering::Relaxed);
-    let threads = if own { work_pool().threads() } else { candle_core::utils::barrier_pool().n_workers() + 1 };
-    if threads <= 1 || n_items <= grain {
-        f(0..n_items);
-        return;
-    }
-    let units = n_items.div_ceil(grain);
-    let per_unit = n_items.div_ceil(units);
-    let unit = |u: std::ops::Range<usize>| {
-        let lo = u.start * per_unit;
-        let hi = (u.end * per_unit).min(n_items);
-        if lo < hi {
-            f(lo..hi)
-        }
-    };
-    if own {
-        // Units from a shared cursor; the caller waits only for claimed ones (see `pool`).
-        work_pool().run(units, &unit)
-    } else {
-        // execute_chunked hands out ~8 chunks per thread from a shared cursor.
-        candle_core::utils::barrier_pool().execute_chunked(units, unit)
+/// Note a weight of a model being loaded: one that candle's kernels decode puts the model's CPU kernels on
+/// candle's pool (see `crate::work_pool`).
+pub fn note_weight(pool: &Cell<KernelPool>, w: &QMatMul) {
+    if decodes_with_candle(w) {
+        pool.set(KernelPool::Candle);
     }
 }

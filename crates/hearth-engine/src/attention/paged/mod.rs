@@ -1,10 +1,13 @@
 //! Attention over paged KV storage, with its backend chosen once when the engine starts: on the CPU the kernel
-//! that reads the blocks in place ([`super::cpu_paged`], kill switch `HEARTH_CPU_ATTN=0`), on a CUDA device the
+//! that reads the blocks in place ([`cpu_inplace`], kill switch `HEARTH_CPU_ATTN=0`), on a CUDA device the
 //! kernels that write and read the blocks in place (`attention::cuda::paged`, kill switch
 //! `HEARTH_CUDA_PAGED_ATTN=0`) when they support the model's heads, head size and dtype, and otherwise the
-//! portable gather-then-attend backend ([`super::paged_gather`]).
+//! portable gather-then-attend backend ([`gather`], any device).
 
-use super::{AttnParams, BatchContext, KvStore};
+pub mod cpu_inplace;
+pub mod gather;
+
+use super::{AttnParams, BatchContext, KvStore, RowSpan};
 use crate::kv::PagedKv;
 use crate::Result;
 use candle_core::{DType, Device, Tensor};
@@ -22,7 +25,7 @@ pub fn kv_dtype(dtype: DType, device: &Device) -> DType {
 
 enum Backend {
     Gather,
-    Cpu,
+    CpuInPlace,
     #[cfg(feature = "cuda")]
     Cuda(super::cuda::paged::CudaPaged),
 }
@@ -59,8 +62,8 @@ impl PagedAttention {
             Backend::Gather
         };
         let backend = match backend {
-            Backend::Gather if crate::levers::get().cpu_attn && super::cpu_paged::supports(dtype, device) => {
-                Backend::Cpu
+            Backend::Gather if crate::levers::get().cpu_attn && cpu_inplace::supports(dtype, device) => {
+                Backend::CpuInPlace
             }
             b => b,
         };
@@ -71,7 +74,7 @@ impl PagedAttention {
     pub fn backend_name(&self) -> &'static str {
         match self.backend {
             Backend::Gather => "gather",
-            Backend::Cpu => "cpu-paged",
+            Backend::CpuInPlace => "cpu-paged",
             #[cfg(feature = "cuda")]
             Backend::Cuda(_) => "cuda-paged",
         }
@@ -94,7 +97,7 @@ impl KvStore for PagedAttention {
         p: &AttnParams,
     ) -> Result<Option<Tensor>> {
         match &mut self.backend {
-            Backend::Gather | Backend::Cpu => Ok(None),
+            Backend::Gather | Backend::CpuInPlace => Ok(None),
             #[cfg(feature = "cuda")]
             Backend::Cuda(c) => c.attend_qkv(&self.kv, layer, qkv, rope, heads, ctx, p).map(Some),
         }
@@ -110,10 +113,27 @@ impl KvStore for PagedAttention {
         p: &AttnParams,
     ) -> Result<Tensor> {
         match &mut self.backend {
-            Backend::Gather => super::paged_gather::attend(&self.kv, layer, q, k, v, ctx, p),
-            Backend::Cpu => super::cpu_paged::attend(&self.kv, layer, q, k, v, ctx, p),
+            Backend::Gather => gather::attend(&self.kv, layer, q, k, v, ctx, p),
+            Backend::CpuInPlace => cpu_inplace::attend(&self.kv, layer, q, k, v, ctx, p),
             #[cfg(feature = "cuda")]
             Backend::Cuda(c) => c.attend(&self.kv, layer, q, k, v, ctx, p),
         }
     }
+}
+
+/// Write one row's new k/v (`k`/`v`: the step's packed (T, KvH, D)) into its blocks, one contiguous run per block.
+fn write_row(kv: &PagedKv, layer: usize, k: &Tensor, v: &Tensor, row: &RowSpan) -> Result<()> {
+    let (kbuf, vbuf) = kv.layer(layer)?;
+    let bs = kv.block_size();
+    let table = kv.table(row.slot)?;
+    let mut i = 0;
+    while i < row.len {
+        let pos = row.pos0 + i;
+        let run = (bs - pos % bs).min(row.len - i);
+        let dst = kv.row_of(table, pos)?;
+        kbuf.slice_set(&k.narrow(0, row.start + i, run)?.contiguous()?, 0, dst)?;
+        vbuf.slice_set(&v.narrow(0, row.start + i, run)?.contiguous()?, 0, dst)?;
+        i += run;
+    }
+    Ok(())
 }

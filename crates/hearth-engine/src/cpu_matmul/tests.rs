@@ -199,7 +199,7 @@ fn decode_catches_a_one_ulp_block_scale_error() {
         let w = quantized(n, k, dtype, 5);
         let x = tensor(3, k, 6);
         let reference = candle_ref(&w, &x);
-        let bytes = cpu::block_bytes(dtype);
+        let bytes = blocks32::block_bytes(dtype);
         let block = 40 * (k / QK) + 7; // row 40, block 7
         let mut offsets = vec![0usize]; // d
         if dtype == GgmlDType::Q4_1 {
@@ -436,7 +436,7 @@ fn kill_switch_setting() {
 /// End-to-end check on a real model (needs the cached GGUF): run twice, with `HEARTH_FAST_QUANT=0` and without,
 /// each with `KERNELS_DUMP=/path.json`, and compare the dumps (single-pass and chunked last-position logits;
 /// `KERNELS_CHUNK=1` feeds the prompt one token at a time, as decoding does).
-/// `cargo test -p hearth-engine --lib kernels::tests::dump_model_logits -- --ignored`
+/// `cargo test -p hearth-engine --lib cpu_matmul::tests::dump_model_logits -- --ignored`
 #[test]
 #[ignore]
 fn dump_model_logits() {
@@ -474,7 +474,7 @@ fn dump_model_logits() {
 }
 
 /// Every k-quant and 32-block tensor of a real GGUF (`KERNELS_GGUF=/path.gguf`) through the int8 path against
-/// candle, at m = 1 and 5. `cargo test -p hearth-engine --lib kernels::tests::real_weights -- --ignored`
+/// candle, at m = 1 and 5. `cargo test -p hearth-engine --lib cpu_matmul::tests::real_weights -- --ignored`
 #[test]
 #[ignore]
 fn real_weights_match_candle() {

@@ -1,5 +1,6 @@
-//! The portable attention kernel: one row's queries against that row's gathered keys, computed in f32 (candle's
-//! reduced-precision CPU softmax accumulates in the low dtype and is wrong).
+//! The portable attention math: one row's queries against that row's keys with candle's tensor ops, on any device,
+//! computed in f32 (candle's reduced-precision CPU softmax accumulates in the low dtype and is wrong). The
+//! contiguous store ([`super::ContiguousKv`]) and the paged gather backend ([`super::paged::gather`]) attend with it.
 
 use super::AttnParams;
 use crate::Result;

@@ -1,7 +1,8 @@
 //! The portable paged backend: write each row's new k/v into its blocks, gather the row's visible positions, and
-//! attend them with the f32 kernel of `attention::cpu`. Runs on any device.
+//! attend them with the f32 math of `attention::portable`. Runs on any device.
 
-use crate::attention::{cpu, AttnParams, BatchContext, RowSpan, PIECE_ALIGN};
+use super::write_row;
+use crate::attention::{portable, AttnParams, BatchContext, PIECE_ALIGN};
 use crate::kv::PagedKv;
 use crate::Result;
 use candle_core::Tensor;
@@ -54,29 +55,12 @@ pub fn attend(
                 ks = pad(&ks, 1, 0, back)?;
                 vs = pad(&vs, 1, 0, back)?;
             }
-            let out = cpu::attend_row(&qr, &ks, &vs, s, k0, p)?;
+            let out = portable::attend_row(&qr, &ks, &vs, s, k0, p)?;
             outs.push(if front + back > 0 { out.narrow(0, front, e - real)? } else { out });
             s = e;
         }
     }
     Ok(Tensor::cat(&outs, 0)?)
-}
-
-/// Write one row's new k/v (`k`/`v`: the step's packed (T, KvH, D)) into its blocks, one contiguous run per block.
-pub(super) fn write_row(kv: &PagedKv, layer: usize, k: &Tensor, v: &Tensor, row: &RowSpan) -> Result<()> {
-    let (kbuf, vbuf) = kv.layer(layer)?;
-    let bs = kv.block_size();
-    let table = kv.table(row.slot)?;
-    let mut i = 0;
-    while i < row.len {
-        let pos = row.pos0 + i;
-        let run = (bs - pos % bs).min(row.len - i);
-        let dst = kv.row_of(table, pos)?;
-        kbuf.slice_set(&k.narrow(0, row.start + i, run)?.contiguous()?, 0, dst)?;
-        vbuf.slice_set(&v.narrow(0, row.start + i, run)?.contiguous()?, 0, dst)?;
-        i += run;
-    }
-    Ok(())
 }
 
 /// `t` with `front` zero rows before and `back` after, along `dim`.

@@ -19,7 +19,8 @@
 //! order. A row's result does not depend on how many rows share the call.
 
 use super::quant::{quantize_row_k, XBlockK, QK_K};
-use super::{par_chunks, Isa};
+use super::Isa;
+use crate::work_pool::par_chunks;
 use crate::Result;
 use candle_core::quantized::GgmlDType;
 use std::cell::RefCell;
@@ -53,7 +54,7 @@ pub fn decode_matmul(
 ) -> Result<()> {
     let out_ptr = out.as_mut_ptr() as usize;
     let nb = k / QK_K;
-    super::cpu::blocked_matmul(
+    super::frame::blocked_matmul(
         &XQ,
         XBlockK::ZERO,
         (dtype, QK_K, block_bytes(dtype)),
@@ -88,7 +89,8 @@ pub fn decode_matmul(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
-    use crate::kernels::cpu::x86::{f16_at, hsum, rows_avx2, rows_vnni, rows_vnni512, Mat, TileKernel, Tiled};
+    use crate::cpu_matmul::x86::{rows_avx2, rows_vnni, rows_vnni512, Mat, TileKernel, Tiled};
+    use crate::cpu_simd::{f16_at, hsum};
     use core::arch::x86_64::*;
 
     /// What one super-block's 8 chunks share.

@@ -1,7 +1,7 @@
 //! A simple KV store: one growing contiguous buffer per (slot, layer). Used by `hearth generate` and the tests;
 //! the serving engine uses the paged block pool instead.
 
-use super::{cpu, AttnParams, BatchContext, KvStore};
+use super::{portable, AttnParams, BatchContext, KvStore};
 use crate::{Error, Result};
 use candle_core::Tensor;
 use candle_nn::kv_cache::KvCache;
@@ -50,7 +50,7 @@ impl KvStore for ContiguousKv {
             let vr = v.narrow(0, row.start, row.len)?.transpose(0, 1)?.contiguous()?;
             let (k_all, v_all) = cache.append(&kr, &vr)?;
             let qr = q.narrow(0, row.start, row.len)?;
-            outs.push(cpu::attend_row(&qr, &k_all, &v_all, row.pos0, 0, p)?);
+            outs.push(portable::attend_row(&qr, &k_all, &v_all, row.pos0, 0, p)?);
         }
         Ok(Tensor::cat(&outs, 0)?)
     }

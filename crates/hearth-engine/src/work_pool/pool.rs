@@ -1,9 +1,9 @@
-//! hearth's CPU work pool for the decode matmuls and attention (`HEARTH_WORK_POOL`, default on): the calling thread and `threads - 1` workers take
-//! a job's units from one shared cursor, and the caller waits only for units some thread has *claimed*. A worker
-//! that is not running when a job starts (the OS gave its core to another program) costs nothing: the caller and
-//! the running workers take its share, and the late worker finds the job over. candle's barrier pool, by contrast,
+//! hearth's CPU work pool (`HEARTH_WORK_POOL`, default on): the calling thread and `threads - 1` workers take a
+//! job's units from one shared cursor, and the caller waits only for units some thread has *claimed*. A worker that
+//! is not running when a job starts (the OS gave its core to another program) costs nothing: the caller and the
+//! running workers take its share, and the late worker finds the job over. candle's barrier pool, by contrast,
 //! waits for every worker to report each job, so on a busy machine each of a decode step's ~250 jobs waits for a
-//! descheduled worker's next time slice (a SmolLM2 step went from ~10 ms to ~420 ms beside two busy programs).
+//! descheduled worker's next time slice.
 //!
 //! The protocol: the job's state is one atomic word, `epoch << 32 | cursor`. A thread claims unit `c` of epoch `e`
 //! by a compare-exchange from `e | c` to `e | c + 1`; success proves the job is still running (its caller cannot
@@ -19,8 +19,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 /// How long an idle worker spins before it parks: longer than the gaps between a decode step's jobs and between
-/// steps (at 200 µs workers parked at every step boundary: 4–8% slower single-stream decode), far shorter than a
-/// scheduler time slice.
+/// steps (a worker parked at every step boundary pays a wake-up per step), far shorter than a scheduler time slice.
 const SPIN: Duration = Duration::from_millis(1);
 
 /// The running job: a type-erased `&dyn Fn(usize)` over units.

@@ -5,15 +5,39 @@
 //! z = 2·√(2/π)·(x + 0.044715·x³), since 0.5·x·(1 + tanh(u)) = x·sigmoid(2u). candle computes the same
 //! functions with libm's `expf`/`tanhf` one value at a time; results agree to a few ulp.
 
-use super::par_chunks;
+use crate::cpu_matmul::{isa_supported, Isa};
 use crate::weights::config::Activation;
+use crate::work_pool::par_chunks;
+use crate::Result;
+use candle_core::{DType, Device, Tensor};
 
 /// √(2/π)
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_CUBIC: f32 = 0.044_715;
 
+/// `act(gu[.., :I]) * gu[.., I:]` of a fused gate|up output `gu (.., 2I)`: f32 on the CPU, rows over the work pool,
+/// vectorized where AVX2 + FMA are. None for other tensors (the caller uses candle's ops).
+pub fn act_mul(gu: &Tensor, act: Activation) -> Result<Option<Tensor>> {
+    if !gu.device().is_cpu() || gu.dtype() != DType::F32 {
+        return Ok(None);
+    }
+    let dims = gu.dims().to_vec();
+    let Some((&two_i, lead)) = dims.split_last() else { return Ok(None) };
+    let (i, rows) = (two_i / 2, lead.iter().product::<usize>());
+    let gu = gu.contiguous()?;
+    let mut out = vec![0f32; rows * i];
+    {
+        let (storage, layout) = gu.storage_and_layout();
+        let candle_core::Storage::Cpu(cpu) = &*storage else { return Ok(None) };
+        let xs = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + rows * two_i];
+        act_mul_rows(xs, rows, i, act, isa_supported(Isa::Avx2), &mut out);
+    }
+    let out_dims: Vec<usize> = lead.iter().copied().chain([i]).collect();
+    Ok(Some(Tensor::from_vec(out, out_dims, &Device::Cpu)?))
+}
+
 /// `out (rows, i) = act(gu[.., :i]) * gu[.., i..]` for `gu (rows, 2i)`.
-pub fn act_mul(gu: &[f32], rows: usize, i: usize, act: Activation, simd: bool, out: &mut [f32]) {
+pub fn act_mul_rows(gu: &[f32], rows: usize, i: usize, act: Activation, simd: bool, out: &mut [f32]) {
     assert_eq!(gu.len(), rows * 2 * i);
     assert_eq!(out.len(), rows * i);
     let out_ptr = out.as_mut_ptr() as usize;
@@ -52,7 +76,7 @@ fn row_scalar(g: &[f32], u: &[f32], act: Activation, out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
-    use crate::kernels::cpu::x86::exp8;
+    use crate::cpu_simd::exp8;
     use core::arch::x86_64::*;
 
     #[target_feature(enable = "avx2,fma")]
@@ -82,7 +106,6 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{Device, Tensor};
 
     /// The exact functions, in f64.
     fn reference(x: f32, u: f32, act: Activation) -> f64 {
@@ -110,9 +133,9 @@ mod tests {
             };
             let candle: Vec<f32> = (a * &u).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             let scale = candle.iter().fold(0f32, |m, v| m.max(v.abs()));
-            for simd in [false, super::super::isa_supported(super::super::Isa::Avx2)] {
+            for simd in [false, isa_supported(Isa::Avx2)] {
                 let mut out = vec![f32::NAN; rows * i];
-                act_mul(&gu, rows, i, act, simd, &mut out);
+                act_mul_rows(&gu, rows, i, act, simd, &mut out);
                 for (k, (o, c)) in out.iter().zip(&candle).enumerate() {
                     let (r, c0) = (k / i, k % i);
                     let want = reference(gu[r * 2 * i + c0], gu[r * 2 * i + i + c0], act);
