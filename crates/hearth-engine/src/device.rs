@@ -64,8 +64,8 @@ pub fn gpu_free_memory(device: &Device) -> Option<u64> {
 
 /// Settings for a fresh CUDA device: candle's per-tensor CUDA event tracking is off whenever PDL launches are on
 /// (`HEARTH_CUDA_PDL`, compute capability 9.0+: `gpu::launch`), which need consecutive kernels with no event
-/// records between them. (Turning it off without PDL, and keeping freed memory in the driver's pool, showed no
-/// gain in a paired A/B on the H200: docs/benchmarks.md.)
+/// records between them. Without PDL it stays on, and freed memory is not kept in the driver's pool: neither
+/// gains anything there (docs/benchmarks.md).
 #[allow(unused_variables)]
 pub fn tune_cuda(device: &Device) {
     #[cfg(feature = "cuda")]

@@ -44,7 +44,7 @@ const LAZY_MIN_BYTES: usize = 1 << 20;
 /// `n` zeros whose pages become resident only as they are written, as the KV cache's buffers must be: a cache is
 /// sized for a whole budget of tokens and filled as requests come. `calloc` gives that only sometimes: with the
 /// thresholds [`tune`] sets, a buffer below 512 MiB comes from a heap, and glibc clears a reused or non-main-arena
-/// chunk with a memset that touches every page (a 50 MiB layer buffer made 3 GB resident at start). Here the
+/// chunk with a memset that touches every page (every layer's buffer resident at start). Here the
 /// vector's whole pages are dropped with `MADV_DONTNEED` instead, which on Linux makes a private anonymous
 /// mapping (every heap and mmap'd chunk) read back as zeros and hold no memory until written; the partial pages
 /// at both ends are written. Elsewhere, or if `madvise` fails, every byte is written.

@@ -1,7 +1,7 @@
 //! Greedy sampling on the device (`argmax.cu`): a step whose rows all sample greedily copies one token id per row
 //! to the host instead of every row's logits (R x vocab f32: 6.3 MB a step at 32 rows of a 49k vocabulary).
 //!
-//! On by default on CUDA; `HEARTH_GPU_ARGMAX=0` copies the logits and samples on the host as before.
+//! On by default on CUDA; `HEARTH_GPU_ARGMAX=0` copies the logits and samples on the host.
 
 use super::contiguous;
 use super::launch::Launch;

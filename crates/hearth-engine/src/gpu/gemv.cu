@@ -7,7 +7,7 @@
 //   gemv_row_split_*), or computed by the kernel from what the separate kernel before it would have read: the
 //   residual add and RMSNorm (gemv_row_addnorm_*, the projections after a norm: 64 launches and dependent steps a
 //   step fewer on the 8B shape).
-// Several rows go to cuBLAS: a few-row kernel (one warp per column) was not faster there on the 8B shapes.
+// Several rows go to cuBLAS: it reads each weight once for all rows, as a few-row kernel would (docs/benchmarks.md).
 // The K order of every sum is fixed per column.
 #include "common.cuh"
 
@@ -23,9 +23,9 @@ __device__ __forceinline__ void unpack(const uint4 &v, float *out) {
   for (int i = 0; i < Vec16<T>::N; ++i) out[i] = to_f(p[i]);
 }
 
-// Where a one-row kernel's input row comes from (MODE). Not kept: the gated activation of a fused gate|up row
-// computed while loading the down projection's input (bit-identical to act_mul, but 52 us against 32 for act_mul +
-// the plain kernel on the 8B shape: bench/gpu/fusion_probe.cu, docs/benchmarks.md).
+// Where a one-row kernel's input row comes from (MODE). The gated activation stays its own kernel (act_mul): computed
+// while loading the down projection's input it costs every column block the whole activation (docs/benchmarks.md,
+// levers tried and rejected).
 constexpr int X_PLAIN = 0;    // x[K], the previous kernel's output
 constexpr int X_ADDNORM = 1;  // rmsnorm(h + a) * wn (add_rmsnorm's arithmetic; a may be null); block 0 writes h + a
                               // to h_out (unless null)
@@ -108,9 +108,6 @@ __device__ void addnorm_row(const T *h, const T *a, const T *__restrict__ wn, T 
 constexpr int EPI_NONE = 0;  // y[n] = sum
 constexpr int EPI_SILU = 1;  // gate|up: pair (i, i + N/2) -> y[i] = silu(gate) * up (fused.cu act_mul's arithmetic
 constexpr int EPI_GELU = 2;  //   on the sums rounded to T as act_mul reads them: the same values)
-// Not kept: a rotary epilogue on the q|k|v projection (pairs within a head, k and v written into the cache rows,
-// replacing qkv_rope): 16.3 us against 16.3 for the two kernels, and 1% slower at batch 1 in the serving A/B
-// (docs/benchmarks.md).
 
 // The two columns of pair p: (p, p + N/2).
 __device__ __forceinline__ int2 pair_cols(int p, int N) { return make_int2(p, p + N / 2); }

@@ -11,8 +11,7 @@
 //!   its own input (the gated activation) this way: in the one-row kernel that was slower than the two kernels
 //!   (docs/benchmarks.md).
 //!
-//! Several rows go to cuBLAS: a few-row kernel (one warp per column) is not faster than cuBLAS on the 8B shapes
-//! (docs/benchmarks.md).
+//! Several rows go to cuBLAS, which reads each weight once for all rows (docs/benchmarks.md).
 
 use super::fused::Act;
 use super::launch::Launch;

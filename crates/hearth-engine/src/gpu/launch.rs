@@ -6,7 +6,7 @@
 //! predecessor has completed and its writes are visible) before it reads anything a previous kernel wrote or writes
 //! anything at all. What a kernel does before the wait only reads data that no kernel writes — the GEMV streams its
 //! weight rows — so a decode step's ~300 small launches overlap their launch latency, ramp-up and tails instead of
-//! paying them one after the other. Kernels of candle and cuBLAS are launched normally and serialize as before.
+//! paying them one after the other. Kernels of candle and cuBLAS are launched normally and serialize.
 //!
 //! Safety of the chain: a kernel's wait returns only after its predecessor completed, and the predecessor
 //! completed only after its own wait returned, so every earlier kernel is complete when a kernel passes its wait.

@@ -363,8 +363,8 @@ impl Rope {
     }
 
     /// The tables at this batch's positions, computed once per forward and shared by every layer: `cos` and `sin`
-    /// of `position · inv_freq`, the same f32 operations a precomputed `(max_pos, D/2)` table would hold (that
-    /// table cost 2 × 16 MiB per rotary base at Gemma 3's 32k positions).
+    /// of `position · inv_freq`, the same f32 operations a precomputed `(max_pos, D/2)` table would hold (such a
+    /// table would cost 2 × 16 MiB per rotary base at Gemma 3's 32k positions).
     pub fn at(&self, positions: &Tensor) -> Result<RopeAt> {
         let t = positions.dim(0)?;
         let freqs = positions.to_dtype(DType::F32)?.reshape((t, 1))?.broadcast_mul(&self.inv)?;

@@ -144,8 +144,8 @@ impl GgufFile {
     }
 
     /// A CPU tensor read from the file straight into its typed block storage (one copy, no mapped pages in this
-    /// process: copying out of the map held the file's pages and the copy resident at once, which for Gemma 3's
-    /// 178 MB embedding table set the load's peak memory). `None` for a type read through the map instead.
+    /// process: copying out of the map would hold the file's pages and the copy resident at once, which for Gemma
+    /// 3's 178 MB embedding table would set the load's peak memory). `None` for a type read through the map instead.
     fn read_cpu(&self, dtype: GgmlDType, start: usize, dims: &[usize]) -> Result<Option<QTensor>> {
         use candle_core::quantized::k_quants as k;
         let elems: usize = dims.iter().product();
@@ -184,7 +184,7 @@ impl GgufFile {
 
     /// Drop the mapped file pages of bytes `start..start + len` from this process once they are copied: the map
     /// would otherwise hold a second resident copy of every weight until the file is closed (the load's peak
-    /// memory was the file plus its copies). The pages stay in the page cache, so a later read of the same bytes
+    /// memory would be the file plus its copies). The pages stay in the page cache, so a later read of the same bytes
     /// (a tensor read twice, a neighbour sharing an edge page) costs a page-cache hit, not a disk read.
     fn release(&self, start: usize, len: usize) {
         #[cfg(unix)]

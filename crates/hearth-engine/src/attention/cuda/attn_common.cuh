@@ -111,8 +111,7 @@ __device__ __forceinline__ uint32_t tile_table_entry(const uint32_t *__restrict_
 // A warp's walk over its tiles of the block's keys [k_lo, n_keys) (tile k_lo / 32 + warp, then every NWARPS-th):
 // QK^T for the G heads (one key per lane, its row's loads issued before the FMAs), the online softmax, and PV (a
 // slice of D per lane; batched: PV_BATCH value rows loaded before they are used, one memory latency per batch; a
-// key past the tile's last one repeats that row's load with probability 0. Running all 32 keys of every tile lost
-// its A/B at 32-64 streams: not kept). qs: the scaled queries (shared); blk_next: this lane's entry for the warp's
+// key past the tile's last one repeats that row's load with probability 0). qs: the scaled queries (shared); blk_next: this lane's entry for the warp's
 // first tile. PVB: value rows per PV batch (PV_BATCH, or 32 for a whole tile in one memory latency where registers
 // allow; visiting more zero-probability keys adds exact zeros, so the bits do not depend on it). Leaves the warp's
 // state in m, l (lane-partial sums) and acc.

@@ -5,8 +5,7 @@
 //! two kernel boundaries). Compute capability 9.0+ (clusters).
 //!
 //! Decode-only steps of at most [`Params::decode_cluster`] tokens take it (`HEARTH_CUDA_DECODE_CLUSTER`, 0: none;
-//! default 64: the paired A/B on the H200, docs/benchmarks.md, had it ahead at 1, 8 and 32 streams — 225.7 / 225.1
-//! vs 219.6 / 221.3 tok/s at batch 1, 1355.7 vs 1309.4 at 8 streams, 3841.4 vs 3814.2 at 32). One-wave launches
+//! default 64, where a paired A/B on the H200 had it ahead at 1, 8 and 32 streams: docs/benchmarks.md). One-wave launches
 //! load a tile's value rows in one batch (`HEARTH_CUDA_DECODE_PV32=0`: four).
 
 use super::{contiguous_view, supports, Params, StepMeta, ATTN_THREADS, FILL_BLOCKS, SPLIT_MIN_KEYS};
@@ -26,9 +25,8 @@ const MAX_CLUSTER: usize = 8;
 
 /// A launch of at most one block per multiprocessor (batch-1 decode) takes the kernel form that loads a tile's 32
 /// value rows in one batch (~200 registers: one block per multiprocessor) instead of four batches of 8 — the same
-/// bits (it only adds exact zeros). On by default from two paired A/Bs on the H200 (docs/benchmarks.md: batch 1
-/// 224.5 / 229.3 and 232.4 / 230.9 tok/s against 223.7 / 223.2 and 222.4 / 225.0, device 4.25–4.33 vs 4.38–4.41 ms
-/// a step); `HEARTH_CUDA_DECODE_PV32=0` turns it off.
+/// bits (it only adds exact zeros). On by default because paired A/Bs on the H200 had it ahead at batch 1
+/// (docs/benchmarks.md); `HEARTH_CUDA_DECODE_PV32=0` turns it off.
 fn pv32_on() -> bool {
     crate::levers::get().cuda_decode_pv32
 }

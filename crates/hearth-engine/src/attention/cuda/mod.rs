@@ -143,14 +143,13 @@ const MAX_SPLITS: usize = 256;
 /// Blocks a launch aims for when it splits: 2 per multiprocessor of an H100/H200.
 const FILL_BLOCKS: usize = 264;
 
-/// The fewest keys a split block takes (a multiple of 32; 32 and 128 gave no gain over 64 at batch 1 on the H200).
+/// The fewest keys a split block takes (a multiple of 32: a tile per warp).
 const SPLIT_MIN_KEYS: usize = 64;
 
 /// Keys per split block (a multiple of 32, at least `SPLIT_MIN_KEYS`) when a step has too few (token, kv head)
 /// blocks to fill the GPU — decode steps of few rows — or None: one block per (token, kv head) then sees all its
-/// keys (`HEARTH_CUDA_SPLIT_KV=0`: always). A step of `HEARTH_CUDA_SPLIT_FILL` blocks or more does not split: 256
-/// from a paired A/B on the H200 (docs/benchmarks.md), where at 32 streams (256 blocks) not splitting was faster,
-/// while at 8 streams splitting towards FILL_BLOCKS beat splitting less.
+/// keys (`HEARTH_CUDA_SPLIT_KV=0`: always). A step of `HEARTH_CUDA_SPLIT_FILL` blocks or more does not split: such a
+/// step fills the GPU with its own blocks, and the merge of splits would only add work (docs/benchmarks.md).
 pub fn split_keys(tokens: usize, kv_heads: usize, max_keys: usize) -> Option<usize> {
     let levers = crate::levers::get();
     let blocks = tokens * kv_heads;

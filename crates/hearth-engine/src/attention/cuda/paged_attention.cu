@@ -13,8 +13,8 @@
 //                [max(0, p + 1 - window), p] (window 0 = unlimited). Latency, not bandwidth, bounds it at
 //                small batches, so each tile's block-table entries are loaded one tile ahead, a key row's loads
 //                are all issued before its FMAs, and PV loads 8 value rows at a time (HEARTH_CUDA_PV_BATCH=0:
-//                one at a time). (Issuing a tile's value rows before its softmax — 128 bytes a lane — lost its A/B
-//                at 8 and 32 streams: fewer blocks fit a multiprocessor; not kept.)
+//                one at a time). Value rows are not issued before the tile's softmax: the registers that would
+//                take (128 bytes a lane) leave fewer blocks per multiprocessor.
 // Launched with programmatic dependent launch (gpu/launch.rs): the step metadata (host uploads, complete before
 // any kernel of the step starts) is read before pdl_wait(), q and the caches (earlier kernels' writes) after it.
 
