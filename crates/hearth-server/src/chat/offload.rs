@@ -3,7 +3,7 @@
 //! `/health` and write running streams. A prompt whose text alone proves it cannot fit is refused before any of that.
 
 use crate::error::{ApiError, ApiResult};
-use crate::state::Ready;
+use crate::model::Ready;
 use std::sync::LazyLock;
 use tokio::sync::Semaphore;
 

@@ -2,16 +2,19 @@
 //! and resolved against the server's defaults. Each value out of range is a 400 naming the parameter. (Their JSON
 //! shapes were checked when the body was deserialized: `wire::common::GenerationParams`.)
 
+use super::constraint::{self, Requested};
 use crate::config::SamplingDefaults;
 use crate::error::{ApiError, ApiResult};
-use crate::state::Ready;
+use crate::model::Ready;
+use crate::output::generation::TextOptions;
 use crate::wire::GenerationParams;
 use hearth_engine::engine::EngineRequest;
 use hearth_engine::sampling::params::MAX_TOP_LOGPROBS;
 use hearth_engine::sampling::SamplingParams;
+use hearth_engine::types::MAX_CHOICES;
 
-/// Most choices per prompt (the engine's limit).
-pub const MAX_N: i64 = 16;
+/// Most choices per prompt: the engine's limit, as request integers are checked.
+pub const MAX_N: i64 = MAX_CHOICES as i64;
 /// Default completion length when neither the request nor `--max-tokens` sets one.
 pub const DEFAULT_MAX_TOKENS: usize = 2048;
 
@@ -28,7 +31,7 @@ pub struct GenParams {
     pub ignore_eos: bool,
     pub skip_special: bool,
     /// The grammar the output follows, and the field that asked for it.
-    pub constraint: Option<super::constraint::Requested>,
+    pub constraint: Option<Requested>,
 }
 
 /// A number within `[lo, hi]` (`hi = f64::MAX`: no upper bound).
@@ -123,7 +126,7 @@ pub fn resolve(
     let (max_name, max_value) = max_tokens;
     let max_tokens = int_in(max_name, max_value, 1, i64::MAX)?.map(|m| m as usize);
     let n = int_in("n", p.n, 1, MAX_N)?.unwrap_or(1) as usize;
-    let constraint = super::constraint::requested(p)?;
+    let constraint = constraint::requested(p)?;
     let stop_token_ids = match &p.stop_token_ids {
         Some(ids) => ids.check("stop_token_ids", vocab)?,
         None => Vec::new(),
@@ -143,17 +146,13 @@ pub fn resolve(
 }
 
 impl GenParams {
-    /// The engine request for one tokenized prompt. Without an explicit `max_tokens`, the default is capped to
-    /// what is left of the context (and of the KV cache), so a long prompt still gets an answer.
     /// How the choices' text is produced (stop strings, special tokens; chat drops the answer's leading space).
-    pub fn text_options(&self, trim_leading_space: bool) -> crate::generation::TextOptions {
-        crate::generation::TextOptions {
-            stops: self.stops.clone(),
-            trim_leading_space,
-            skip_special: self.skip_special,
-        }
+    pub fn text_options(&self, trim_leading_space: bool) -> TextOptions {
+        TextOptions { stops: self.stops.clone(), trim_leading_space, skip_special: self.skip_special }
     }
 
+    /// The engine request for one tokenized prompt. Without an explicit `max_tokens`, the default is capped to
+    /// what is left of the context (and of the KV cache), so a long prompt still gets an answer.
     pub fn engine_request(&self, prompt: Vec<u32>, ready: &Ready) -> ApiResult<EngineRequest> {
         // The engine's own prompt rule (context and KV pool), as a 400 `context_length_exceeded`.
         ready.engine.info().check_prompt(prompt.len())?;

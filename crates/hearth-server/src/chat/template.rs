@@ -1,12 +1,14 @@
-//! Chat messages: validate OpenAI's message list, normalize it for Hugging Face chat templates, render, tokenize.
+//! Chat messages: validate the message list (OpenAI's message shape, which chat templates read), normalize it for
+//! Hugging Face chat templates, render, tokenize.
 //!
 //! Normalization: text-part arrays become one string (parts joined by "\n", as vLLM does); `developer` becomes
 //! `system` (templates do not know it); a tool call's `arguments` JSON string becomes an object, which is what
 //! HF templates expect. Every other field of a message is passed through.
 
+use super::tools::{pythonic, Tools};
 use crate::error::{ApiError, ApiResult};
-use crate::state::Ready;
-use crate::tools::{Format, Tools};
+use crate::model::Ready;
+use crate::output::tools::Format;
 use crate::wire::chat::Conversation;
 use crate::wire::de::kind;
 use hearth_engine::tokenizer::chat_template::RenderOptions;
@@ -139,7 +141,7 @@ fn add_described_tools(messages: &mut Value, t: &Tools) {
                     let written: Vec<String> = calls
                         .map(|f| {
                             let name = f.get("name").and_then(Value::as_str).unwrap_or("");
-                            crate::tools::pythonic::write(name, f.get("arguments").unwrap_or(&empty))
+                            pythonic::write(name, f.get("arguments").unwrap_or(&empty))
                         })
                         .collect();
                     format!("[{}]", written.join(", "))
@@ -161,6 +163,11 @@ fn add_described_tools(messages: &mut Value, t: &Tools) {
         }
         None => list.insert(0, serde_json::json!({"role": "system", "content": text})),
     }
+}
+
+/// The model's chat template's source ("" without one).
+pub fn source(ready: &Ready) -> &str {
+    ready.tokenizer.chat_template.as_ref().map(|t| t.source.as_str()).unwrap_or("")
 }
 
 /// Render the request's conversation with the model's chat template (`tools`: what `Tools::resolve` made of

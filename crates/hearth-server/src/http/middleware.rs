@@ -7,9 +7,13 @@
 //!   the three.)
 //! - `json_errors`: errors made below the handlers (axum's 405, tower-http's 413) are plain text; the API answers
 //!   every failure in OpenAI's JSON error shape, and on Anthropic's paths (`/v1/messages...`) in Anthropic's.
+//!
+//! The request's log lines (`RequestSpan`, `failure_level`) are made here too.
 
-use crate::body::TOO_LARGE;
-use crate::error::ApiError;
+use super::body::TOO_LARGE;
+use super::guard::cors_origin;
+use crate::error::{ApiError, ErrorShape};
+use crate::origin::AllowList;
 use crate::state::AppState;
 use axum::body::to_bytes;
 use axum::extract::{Request, State};
@@ -17,10 +21,14 @@ use axum::http::{header, HeaderName, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::time::Duration;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::compression::predicate::DefaultPredicate;
 use tower_http::compression::CompressionLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::MakeSpan;
+
+/// The paths whose errors take Anthropic's shape (the Messages API's).
+pub const ANTHROPIC_PATHS: &str = "/v1/messages";
 
 /// Routes that never need the API key.
 const OPEN_PATHS: &[&str] = &["/health"];
@@ -32,7 +40,7 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// the web chat's own files (the app asks for the key when the API answers 401).
 pub async fn require_api_key(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let Some(key) = st.cfg.api_key.as_deref() else { return next.run(req).await };
-    let ui_file = st.cfg.ui && crate::ui::resolve(req.method(), req.uri().path(), req.headers()).is_some();
+    let ui_file = st.cfg.ui && super::ui::resolve(req.method(), req.uri().path(), req.headers()).is_some();
     if OPEN_PATHS.contains(&req.uri().path()) || ui_file {
         return next.run(req).await;
     }
@@ -52,10 +60,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The server's own origin, loopback origins and `--allowed-origins` may call (`origin::cors_origin`);
+/// The server's own origin, loopback origins and `--allowed-origins` may call (`guard::cors_origin`);
 /// preflights need no API key.
-pub fn cors(allowed: crate::origin::AllowList) -> CorsLayer {
-    let origin = if allowed.any { AllowOrigin::any() } else { crate::origin::cors_origin(allowed) };
+pub fn cors(allowed: AllowList) -> CorsLayer {
+    let origin = if allowed.any { AllowOrigin::any() } else { cors_origin(allowed) };
     CorsLayer::new()
         .allow_origin(origin)
         .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
@@ -100,7 +108,7 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    let anthropic = path.starts_with(crate::anthropic::PATH);
+    let anthropic = path.starts_with(ANTHROPIC_PATHS);
     if is_json && !anthropic {
         return resp;
     }
@@ -113,17 +121,17 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
         // An OpenAI-shaped error from a handler, on an Anthropic path.
         let body: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
         let message = body.pointer("/error/message").and_then(|m| m.as_str()).unwrap_or("request failed");
-        return anthropic_error(status, message);
+        return ApiError::from_status(status, message).response_in(ErrorShape::Anthropic);
     }
     let message = match status {
         StatusCode::METHOD_NOT_ALLOWED => format!("{method} is not allowed on {path}"),
-        StatusCode::NOT_FOUND => format!("no route for {method} {path}"),
+        StatusCode::NOT_FOUND => ApiError::no_route(&method, &path).message,
         StatusCode::PAYLOAD_TOO_LARGE => TOO_LARGE.to_string(),
         _ if !text.is_empty() => text,
         s => s.canonical_reason().unwrap_or("request failed").to_string(),
     };
     let mut r = if anthropic {
-        anthropic_error(status, &message)
+        ApiError::from_status(status, message).response_in(ErrorShape::Anthropic)
     } else {
         ApiError::from_status(status, message).into_response()
     };
@@ -160,16 +168,29 @@ pub async fn read_body(State(st): State<AppState>, req: Request, next: Next) -> 
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
 }
 
-/// An error in Anthropic's shape (with `Retry-After` on a 429 or 503, as the OpenAI-shaped one has).
-fn anthropic_error(status: StatusCode, message: &str) -> Response {
-    let mut r = (status, axum::Json(crate::anthropic::error_body(status, message))).into_response();
-    if let Some(v) = crate::error::retry_after(status) {
-        r.headers_mut().insert(header::RETRY_AFTER, v);
-    }
-    r
+/// Whether a response the trace layer counts as failed (a 5xx, or a body that failed) is a fault, logged as an
+/// ERROR. A 503 is not: it is a state the server is in (loading, draining, an engine restarting), which `/health`
+/// reports and load balancers poll for; the response's own log line says its status.
+pub fn is_fault(failure: &ServerErrorsFailureClass) -> bool {
+    !matches!(failure, ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE))
 }
 
-/// The fallback for unknown routes.
-pub async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
-    ApiError::not_found(format!("no route for {method} {}", uri.path()))
+/// The trace layer's log line of a failed response, when it [`is_fault`].
+pub fn log_failure(failure: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
+    if is_fault(&failure) {
+        tracing::error!(classification = %failure, latency = %format!("{} ms", latency.as_millis()), "response failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_503_is_no_fault_and_other_failures_are() {
+        let status = |s| is_fault(&ServerErrorsFailureClass::StatusCode(s));
+        assert!(!status(StatusCode::SERVICE_UNAVAILABLE));
+        assert!(status(StatusCode::INTERNAL_SERVER_ERROR) && status(StatusCode::BAD_GATEWAY));
+        assert!(is_fault(&ServerErrorsFailureClass::Error("the body failed".into())));
+    }
 }

@@ -1,22 +1,15 @@
-//! Crash isolation (`hearth serve --isolate`): the HTTP server, the web chat and request parsing stay in this
-//! process; the engine runs in a child process (the same binary) reached over a UNIX socket, and is respawned when
-//! it dies. [`Engine`] is what the routes hold: the in-process engine, or the supervised child.
-//! Design: docs/design/0012-isolation.md.
+//! [`Engine`]: what the routes submit to, the engine in this process or one in a supervised child process
+//! (`--isolate`, [`super::isolate`]).
 
-pub mod child;
-pub mod pool;
-pub mod proto;
-pub mod supervisor;
-
+use super::isolate::{EngineStatus, Supervisor};
 use hearth_engine::engine::{EngineHandle, EngineInfo, EngineRequest, EngineStats, RequestStream, SubmitError};
 use std::sync::Arc;
-pub use supervisor::{ChildCommand, EngineState, EngineStatus, Supervisor, ENGINE_UNAVAILABLE};
 
 /// Most time a flush of the prompt cache may take before its caller gives up (the writes go on).
 pub const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Flush an in-process engine's prompt cache and wait: `Ok(false)` when it has no SSD tier.
-pub(crate) fn flush_blocking(h: &EngineHandle) -> Result<bool, String> {
+pub fn flush_blocking(h: &EngineHandle) -> Result<bool, String> {
     match h.flush_cache() {
         Ok(Some(done)) => done.recv().map(|()| true).map_err(|_| "the SSD writer stopped".to_string()),
         Ok(None) => Ok(false),

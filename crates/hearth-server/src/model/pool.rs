@@ -8,11 +8,11 @@
 //! Every model's tokenizer and chat template stay loaded in this process, so requests are parsed and rendered
 //! whether or not their engine is resident.
 
-use super::supervisor::{ChildCommand, Supervisor};
-use super::Engine;
+use super::isolate::{ChildCommand, Supervisor};
+use super::{Engine, Ready};
 use crate::config::SamplingDefaults;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{unix_now, Ready};
+use crate::ids::unix_now;
 use hearth_engine::sampling::grammar::Grammars;
 use hearth_engine::tokenizer::Tokenizer;
 use std::sync::{Arc, Mutex};

@@ -2,9 +2,9 @@
 //! tool calls (a request that offers tools). Streaming feeds the decoded text piece by piece; a whole answer is split
 //! at once. Chat Completions, Anthropic Messages and Responses each turn these parts into their own shapes.
 
-use crate::reasoning::{Part, ReasoningSplitter};
-use crate::tools::parser::{CallParser, Piece};
-use crate::tools::{Call, Format};
+use crate::output::reasoning::{Part, ReasoningSplitter};
+use crate::output::tools::parser::{CallParser, Piece};
+use crate::output::tools::{Call, Format};
 
 /// A piece of an answer, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]

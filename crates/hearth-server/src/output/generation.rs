@@ -2,8 +2,8 @@
 //! pipeline, yielding `Event`s in arrival order. Dropping a `Generation` drops its `RequestStream`s, which
 //! cancels the work in the engine (a client that hangs up costs nothing more).
 
-use crate::metrics::{self, Finished};
-use crate::stream::ChoiceText;
+use crate::output::metrics::{self, Finished};
+use crate::output::text::ChoiceText;
 use hearth_engine::engine::{EngineEvent, FinishReason, RequestStream};
 use hearth_engine::sampling::TopLogprob;
 use hearth_engine::tokenizer::Tokenizer;

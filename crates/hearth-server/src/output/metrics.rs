@@ -1,12 +1,10 @@
-//! `GET /metrics`: Prometheus text format, names in vLLM's style under `hearth:`. The request-side series (latency
-//! histograms, finished requests by reason, token counters, prompt-cache hits) are recorded by every API's
-//! `Generation` as its events pass, so they count Chat Completions, Completions and Messages alike; the engine-side
-//! gauges (rows running and waiting, KV usage, preemptions) come from the engine's stats when the scrape happens.
+//! The metrics registry behind `GET /metrics` (`api::admin::metrics`): Prometheus text format, names in vLLM's style
+//! under `hearth:`. The request-side series (latency histograms, finished requests by reason, token counters,
+//! prompt-cache hits) are recorded by every API's `Generation` as its events pass, so they count Chat Completions,
+//! Completions and Messages alike; the engine-side gauges (rows running and waiting, KV usage, preemptions) come from
+//! the engine's stats when the scrape happens.
 
-use crate::state::AppState;
-use axum::extract::State;
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
+use hearth_engine::engine::EngineStats;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -115,21 +113,19 @@ impl Metrics {
         self.generation_tokens.fetch_add(generated as u64, Ordering::Relaxed);
     }
 
-    /// The Prometheus text of these series and the engine's gauges.
-    pub fn render(&self, st: &AppState) -> String {
+    /// The Prometheus text of these series and the gauges of the engine's stats (None: no model is loaded).
+    pub fn render(&self, engine: Option<&EngineStats>) -> String {
         let mut out = String::new();
         let mut series = |name: &str, kind: &str, help: &str, value: String| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
         };
-        let ready = st.get();
         series(
             "hearth:model_loaded",
             "gauge",
             "1 once the model is loaded and serving.",
-            u8::from(ready.is_some()).to_string(),
+            u8::from(engine.is_some()).to_string(),
         );
-        if let Some(r) = &ready {
-            let s = r.engine.stats();
+        if let Some(s) = engine {
             series(
                 "hearth:num_requests_running",
                 "gauge",
@@ -210,12 +206,6 @@ impl Metrics {
         self.e2e.write(&mut out, "hearth:e2e_request_latency_seconds", "Time from a request's acceptance to its end.");
         out
     }
-}
-
-/// `GET /metrics`.
-pub async fn handler(State(st): State<AppState>) -> Response {
-    let body = global().render(&st);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! several pieces is held back until it is known, and a template that opens the thought itself (its generation
 //! prompt ends in `<think>`) starts the answer inside it.
 
-use crate::stream::partial_marker_len;
+use crate::output::text::partial_marker_len;
 
 pub const START: &str = "<think>";
 pub const END: &str = "</think>";
@@ -132,7 +132,7 @@ mod tests {
     }
 
     fn split_all(opened: bool, text: &str) -> (String, String) {
-        crate::stream::same_at_every_split(text, |pieces| {
+        crate::output::text::same_at_every_split(text, |pieces| {
             let mut s = ReasoningSplitter::new(opened);
             let mut got: Vec<Part> = pieces.iter().flat_map(|t| s.feed(t)).collect();
             got.extend(s.finish());

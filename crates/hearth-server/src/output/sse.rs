@@ -11,7 +11,7 @@
 //! fills every pause of the stream.
 
 use crate::error::ApiError;
-use crate::generation::{Event, Generation, Job, TextOptions, UsageTotals};
+use crate::output::generation::{Event, Generation, Job, TextOptions, UsageTotals};
 use axum::http::HeaderValue;
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};

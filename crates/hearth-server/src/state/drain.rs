@@ -1,17 +1,10 @@
-//! Draining: `POST /admin/drain` stops admitting generation requests (they get 503 `draining` with `Retry-After`),
-//! waits for the requests already admitted to finish, writes the prompt cache to the SSD tier (when there is one)
-//! and reports; `POST /admin/undrain` admits again. `/health` says `draining` meanwhile, so a load balancer moves
-//! traffic away. Other routes (`/tokenize`, `/stats`, ...) keep answering.
+//! The drain switch: while it is on, no generation request is admitted (they get 503 `draining` with
+//! `Retry-After`), and the requests admitted before are counted until they reach the engine, so that a drain
+//! (`POST /admin/drain`, `api::admin::drain`) can wait for them. `/health` says `draining` meanwhile, so a load
+//! balancer moves traffic away.
 
-use crate::admin::flush_ssd;
-use crate::error::ApiResult;
-use crate::state::AppState;
-use axum::extract::State;
-use axum::Json;
-use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// Whether the server is draining, and how many admitted generation requests have not reached the engine yet.
 #[derive(Default)]
@@ -42,66 +35,15 @@ impl Drain {
         (!self.is_draining()).then_some(admitted)
     }
 
-    fn preparing(&self) -> usize {
+    /// Turn draining on or off.
+    pub fn set_draining(&self, on: bool) {
+        self.draining.store(on, Ordering::Release);
+    }
+
+    /// Admitted requests not yet queued in the engine.
+    pub fn preparing(&self) -> usize {
         self.preparing.load(Ordering::Acquire)
     }
-}
-
-#[derive(Debug, Serialize)]
-pub struct DrainResponse {
-    pub drained: bool,
-    /// Sequences (choices) running or queued when the drain began; all have finished.
-    pub rows_finished: usize,
-    /// How long the drain waited for them.
-    pub waited_ms: u64,
-    /// Whether the prompt cache was written to the SSD tier (false: there is none).
-    pub ssd_flushed: bool,
-    /// The SSD tier after the flush.
-    pub ssd_files: usize,
-    pub ssd_bytes: u64,
-}
-
-/// How often a drain looks whether the engine has finished.
-const POLL: Duration = Duration::from_millis(50);
-
-/// `POST /admin/drain`: answers once every admitted request has finished and the cache is written.
-pub async fn drain(State(st): State<AppState>) -> ApiResult<Json<DrainResponse>> {
-    let r = st.ready()?;
-    st.drain.draining.store(true, Ordering::Release);
-    tracing::info!("draining: no new generation requests are admitted");
-    let t0 = Instant::now();
-    let busy = |rows_only: bool| {
-        let s = r.engine.stats();
-        let rows = s.rows_running + r.engine.queued_rows();
-        if rows_only {
-            rows
-        } else {
-            rows + st.drain.preparing()
-        }
-    };
-    let rows_finished = busy(true);
-    while busy(false) > 0 {
-        tokio::time::sleep(POLL).await;
-    }
-    let waited_ms = t0.elapsed().as_millis() as u64;
-    let ssd_flushed = flush_ssd(&r).await?;
-    let ssd = r.engine.stats().ssd_cache.unwrap_or_default();
-    tracing::info!(rows_finished, waited_ms, ssd_flushed, "drained");
-    Ok(Json(DrainResponse {
-        drained: true,
-        rows_finished,
-        waited_ms,
-        ssd_flushed,
-        ssd_files: ssd.files,
-        ssd_bytes: ssd.bytes,
-    }))
-}
-
-/// `POST /admin/undrain`: admit generation requests again.
-pub async fn undrain(State(st): State<AppState>) -> Json<serde_json::Value> {
-    st.drain.draining.store(false, Ordering::Release);
-    tracing::info!("admitting generation requests again");
-    Json(serde_json::json!({"drained": false}))
 }
 
 #[cfg(test)]
@@ -113,7 +55,7 @@ mod tests {
         let d = Drain::default();
         let a = d.admit().expect("admitted");
         assert_eq!(d.preparing(), 1);
-        d.draining.store(true, Ordering::Release);
+        d.set_draining(true);
         assert!(d.admit().is_none());
         assert_eq!(d.preparing(), 1, "a refused request is not counted");
         drop(a);

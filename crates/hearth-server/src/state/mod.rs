@@ -1,46 +1,17 @@
-//! Shared server state. The port is bound before the model loads; until `set_ready`, every model route answers
-//! 503 and `/health` says `loading`.
+//! The app container every handler gets: the configuration, the served models once loaded, the drain switch and
+//! the Responses API's store. The port is bound before the model loads; until `set_ready`, every model route
+//! answers 503 and `/health` says `loading`.
 
-use crate::config::{SamplingDefaults, ServerConfig};
-use crate::drain::{Admitted, Drain};
+pub mod drain;
+pub mod store;
+
+use crate::config::ServerConfig;
 use crate::error::{ApiError, ApiResult};
-use crate::responses::store::ResponseStore;
-use hearth_engine::embed::EmbedderHandle;
-use hearth_engine::sampling::grammar::Grammars;
-use hearth_engine::tokenizer::Tokenizer;
+use crate::model::pool::ModelPool;
+use crate::model::{Embedding, Ready};
+use drain::{Admitted, Drain};
 use std::sync::{Arc, OnceLock};
-
-/// Everything a request needs once the model is loaded.
-pub struct Ready {
-    pub engine: crate::isolate::Engine,
-    pub tokenizer: Arc<Tokenizer>,
-    /// Compiles the output constraints of requests (`response_format`, `structured_outputs`, `grammar`, ...).
-    pub grammars: Arc<Grammars>,
-    /// The `--model` string, reported as the model id.
-    pub model_id: String,
-    /// The device, in words (for the banner and /stats).
-    pub device: String,
-    pub defaults: SamplingDefaults,
-    /// `enable_thinking` for requests that do not set it (`--reasoning`); None: the template's default.
-    pub reasoning: Option<bool>,
-    /// Unix time the model became ready (`created` in /v1/models).
-    pub created: u64,
-}
-
-impl Ready {
-    /// Most tokens (prompt + completion) one request can ever hold.
-    pub fn max_request_tokens(&self) -> usize {
-        self.engine.info().max_request_tokens
-    }
-}
-
-/// The embedding model, when the server has one (`--embedding-model`, or `--model` naming one).
-pub struct Embedding {
-    pub handle: EmbedderHandle,
-    /// The model string as given, reported as its id.
-    pub model_id: String,
-    pub created: u64,
-}
+use store::ResponseStore;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -54,7 +25,7 @@ pub struct AppState {
     /// `POST /admin/drain`'s switch.
     pub drain: Arc<Drain>,
     /// The model pool, when the server has several models.
-    pool: Arc<OnceLock<Arc<crate::isolate::pool::ModelPool>>>,
+    pool: Arc<OnceLock<Arc<ModelPool>>>,
 }
 
 impl AppState {
@@ -72,12 +43,12 @@ impl AppState {
     }
 
     /// Install a model pool (once); loading is then finished.
-    pub fn set_pool(&self, pool: Arc<crate::isolate::pool::ModelPool>) {
+    pub fn set_pool(&self, pool: Arc<ModelPool>) {
         let _ = self.pool.set(pool);
         self.finish_loading();
     }
 
-    pub fn pool(&self) -> Option<&Arc<crate::isolate::pool::ModelPool>> {
+    pub fn pool(&self) -> Option<&Arc<ModelPool>> {
         self.pool.get()
     }
 
@@ -156,21 +127,4 @@ impl AppState {
             _ => Err(ApiError::loading()),
         }
     }
-}
-
-pub fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
-/// A fresh id like `chatcmpl-3f9a...` (random per process, unique per call).
-pub fn new_id(prefix: &str) -> String {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    static SEED: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
-    let mut h = SEED.get_or_init(Default::default).build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    let a = h.finish();
-    h.write_u64(a);
-    format!("{prefix}-{:016x}{:08x}", a, h.finish() as u32)
 }

@@ -3,12 +3,12 @@
 //! first block starts); then `message_delta` (`stop_reason`, `stop_sequence`, usage) and `message_stop`. An error
 //! ends the stream as an `error` event.
 
-use super::{error_event, stop_reason, tool_use, usage_of};
-use crate::answer::{AnswerPart, AnswerShape, AnswerSplitter};
+use super::{stop_reason, tool_use, usage_of};
 use crate::error::ApiError;
-use crate::generation::{Event, UsageTotals};
-use crate::sse::{typed, ChunkFormat};
-use crate::tools::Format;
+use crate::output::answer::{AnswerPart, AnswerShape, AnswerSplitter};
+use crate::output::generation::{Event, UsageTotals};
+use crate::output::sse::{typed, ChunkFormat};
+use crate::output::tools::Format;
 use crate::wire::anthropic::{Block as ContentBlock, BlockDelta, Event as Ev, Message, MessageDelta};
 use axum::response::sse::Event as SseEvent;
 use hearth_engine::tokenizer::Tokenizer;
@@ -155,7 +155,7 @@ impl ChunkFormat for MessageEvents {
     }
 
     fn error(&mut self, e: &ApiError) -> SseEvent {
-        typed(&error_event(e))
+        typed(&Ev::Error { error: e.anthropic() })
     }
 
     const DONE: bool = false;

@@ -1,132 +1,122 @@
-//! An Anthropic Messages request translated into the Chat Completions request it means, which the one chat path
-//! then checks and runs: `system` becomes a system message, content blocks become text parts, `tool_use` blocks an
-//! assistant's `tool_calls`, `tool_result` blocks `tool` messages, `thinking` blocks `reasoning_content`; `tools`,
-//! `tool_choice`, `stop_sequences`, `thinking` and the sampling fields map to their Chat Completions names. Every
-//! field is checked here first, so a 400 names the Anthropic field.
+//! An Anthropic Messages request translated into the chat core's [`ChatRequest`]: `system` becomes a system message,
+//! content blocks become text parts, `tool_use` blocks an assistant's `tool_calls`, `tool_result` blocks `tool`
+//! messages, `thinking` blocks `reasoning_content` (the message shapes chat templates read); `tools`,
+//! `tool_choice`, `stop_sequences`, `thinking`, `output_config` and the sampling fields become the request's tools
+//! and parameters. Every field is checked here first, so a 400 names the Anthropic field.
 
+use crate::chat::ChatRequest;
 use crate::error::{ApiError, ApiResult};
-use crate::wire::de::{kind, list_param};
+use crate::wire::anthropic::MessagesRequest;
+use crate::wire::chat::Conversation;
+use crate::wire::common::{ResponseFormat, Stop};
+use crate::wire::de::{field, kind, list_param};
+use crate::wire::GenerationParams;
 use serde_json::{json, Map, Value};
 
-/// Fields that are taken as they are (same name, same meaning).
-const SAME: &[&str] = &["temperature", "top_p", "top_k", "stream"];
-
-/// What a Messages request asks beyond its chat translation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Translated {
-    /// The Chat Completions body.
-    pub chat: Value,
-    pub stream: bool,
-}
-
-/// Translate a Messages body. `count_only`: `/v1/messages/count_tokens`, where `max_tokens` is not sent.
-pub fn translate(body: &Map<String, Value>, count_only: bool) -> ApiResult<Translated> {
-    let mut chat = Map::new();
+/// Translate a Messages request. `count_only`: `/v1/messages/count_tokens`, where `max_tokens` is not sent.
+pub fn translate(req: MessagesRequest, count_only: bool) -> ApiResult<ChatRequest> {
     let mut messages = Vec::new();
-    if let Some(system) = body.get("system").filter(|v| !v.is_null()) {
+    if let Some(system) = &req.system {
         messages.push(json!({"role": "system", "content": text_parts("system", system)?}));
     }
-    let list = match body.get("messages") {
+    let list = match &req.messages {
         Some(Value::Array(l)) if !l.is_empty() => l,
         Some(Value::Array(_)) => return Err(ApiError::param("messages", "`messages` must not be empty")),
-        None | Some(Value::Null) => return Err(ApiError::param("messages", "`messages` is required")),
+        None => return Err(ApiError::param("messages", "`messages` is required")),
         Some(v) => return Err(ApiError::param("messages", format!("`messages` must be a list, got {}", kind(v)))),
     };
     for (i, m) in list.iter().enumerate() {
         message(&format!("messages[{i}]"), m, &mut messages)?;
     }
-    chat.insert("messages".into(), Value::Array(messages));
-    match body.get("max_tokens") {
-        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => {
-            chat.insert("max_tokens".into(), Value::Number(n.clone()));
-        }
-        None | Some(Value::Null) if count_only => {}
-        None | Some(Value::Null) => return Err(ApiError::param("max_tokens", "`max_tokens` is required")),
-        Some(v) => {
-            return Err(ApiError::param("max_tokens", format!("`max_tokens` must be a positive integer, got {v}")))
-        }
-    }
-    for &k in SAME {
-        if let Some(v) = body.get(k).filter(|v| !v.is_null()) {
-            chat.insert(k.into(), v.clone());
-        }
-    }
-    match body.get("stop_sequences") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(l)) if l.iter().all(|s| s.as_str().is_some_and(|s| !s.is_empty())) => {
-            chat.insert("stop".into(), Value::Array(l.clone()));
-        }
-        Some(_) => {
-            return Err(ApiError::param("stop_sequences", "`stop_sequences` must be a list of non-empty strings"))
-        }
-    }
-    match body.get("metadata") {
-        None | Some(Value::Null) | Some(Value::Object(_)) => {}
-        Some(v) => return Err(ApiError::param("metadata", format!("`metadata` must be an object, got {}", kind(v)))),
-    }
+    let max_tokens = max_tokens(req.max_tokens.as_ref(), count_only)?;
+    let stop = stop_sequences(req.stop_sequences.as_ref())?;
+    let mut conversation = Conversation { messages: Some(messages), ..Conversation::default() };
     let mut parallel = true;
-    if let Some(tc) = body.get("tool_choice").filter(|v| !v.is_null()) {
+    if let Some(tc) = &req.tool_choice {
         let (choice, one_call) = tool_choice(tc)?;
-        chat.insert("tool_choice".into(), choice);
+        conversation.tool_choice = Some(choice);
         parallel = !one_call;
     }
-    if let Some(tools) = body.get("tools").filter(|v| !v.is_null()) {
-        chat.insert("tools".into(), self::tools(tools)?);
-        chat.insert("parallel_tool_calls".into(), Value::Bool(parallel));
+    if let Some(tools) = &req.tools {
+        conversation.tools = Some(self::tools(tools)?);
+        conversation.parallel_tool_calls = Some(Value::Bool(parallel));
     }
-    // `budget_tokens` is checked; the thought is bounded by `max_tokens` only (the engine has no thinking budget).
-    // `display` is accepted; the thought is always returned.
-    match body.get("thinking") {
-        None | Some(Value::Null) => {}
-        Some(t) => {
-            let on = match t.get("type").and_then(Value::as_str) {
-                Some("enabled") => {
-                    if t.get("budget_tokens").and_then(Value::as_u64).is_none_or(|b| b < 1) {
-                        return Err(ApiError::param(
-                            "thinking.budget_tokens",
-                            "`thinking.budget_tokens` must be a positive integer",
-                        ));
-                    }
-                    true
-                }
-                Some("adaptive" | "between_tools") => true,
-                Some("disabled") => false,
-                _ => {
-                    return Err(ApiError::param(
-                        "thinking",
-                        "`thinking.type` must be `enabled` (with `budget_tokens`), `adaptive`, `between_tools` or `disabled`",
-                    ))
-                }
-            };
-            chat.insert("chat_template_kwargs".into(), json!({"enable_thinking": on}));
-        }
+    if let Some(on) = thinking(req.thinking.as_ref())? {
+        conversation.chat_template_kwargs = Some(Map::from_iter([("enable_thinking".to_string(), Value::Bool(on))]));
     }
-    // Structured output: `output_config.format` is a JSON schema the answer follows (`effort` is accepted).
-    match body.get("output_config").and_then(|c| c.get("format")).filter(|f| !f.is_null()) {
-        None => {}
-        Some(f)
-            if f.get("type").and_then(Value::as_str) == Some("json_schema")
-                && f.get("schema").is_some_and(Value::is_object) =>
-        {
-            let schema = f.get("schema").cloned().unwrap_or_default();
-            chat.insert(
-                "response_format".into(),
-                json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}),
-            );
-        }
-        Some(_) => {
-            return Err(ApiError::param(
-                "output_config.format",
-                "`output_config.format` must be {\"type\": \"json_schema\", \"schema\": {...}}",
-            ))
-        }
-    }
-    let stream = match body.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(v) => return Err(ApiError::param("stream", format!("`stream` must be a boolean, got {}", kind(v)))),
+    let params = GenerationParams {
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        max_tokens,
+        stop,
+        stream: req.stream,
+        response_format: output_format(req.output_config.as_ref())?,
+        ..GenerationParams::default()
     };
-    Ok(Translated { chat: Value::Object(chat), stream })
+    Ok(ChatRequest::new(conversation, params))
+}
+
+/// `max_tokens`: a positive integer, required unless `count_only`.
+fn max_tokens(v: Option<&Value>, count_only: bool) -> ApiResult<Option<i64>> {
+    match v {
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => {
+            Ok(n.as_u64().map(|n| i64::try_from(n).unwrap_or(i64::MAX)))
+        }
+        None if count_only => Ok(None),
+        None => Err(ApiError::param("max_tokens", "`max_tokens` is required")),
+        Some(v) => Err(ApiError::param("max_tokens", format!("`max_tokens` must be a positive integer, got {v}"))),
+    }
+}
+
+/// `stop_sequences`: non-empty strings, as stop strings (whose own limits name `stop`).
+fn stop_sequences(v: Option<&Value>) -> ApiResult<Option<Stop>> {
+    match v {
+        None => Ok(None),
+        Some(l @ Value::Array(items)) if items.iter().all(|s| s.as_str().is_some_and(|s| !s.is_empty())) => {
+            Ok(field("stop", l.clone())?)
+        }
+        Some(_) => Err(ApiError::param("stop_sequences", "`stop_sequences` must be a list of non-empty strings")),
+    }
+}
+
+/// `thinking` as `enable_thinking` (None: not set). `budget_tokens` is checked; the thought is bounded by
+/// `max_tokens` only (the engine has no thinking budget). `display` is accepted; the thought is always returned.
+fn thinking(v: Option<&Value>) -> ApiResult<Option<bool>> {
+    let Some(t) = v else { return Ok(None) };
+    match t.get("type").and_then(Value::as_str) {
+        Some("enabled") => {
+            if t.get("budget_tokens").and_then(Value::as_u64).is_none_or(|b| b < 1) {
+                return Err(ApiError::param(
+                    "thinking.budget_tokens",
+                    "`thinking.budget_tokens` must be a positive integer",
+                ));
+            }
+            Ok(Some(true))
+        }
+        Some("adaptive" | "between_tools") => Ok(Some(true)),
+        Some("disabled") => Ok(Some(false)),
+        _ => Err(ApiError::param(
+            "thinking",
+            "`thinking.type` must be `enabled` (with `budget_tokens`), `adaptive`, `between_tools` or `disabled`",
+        )),
+    }
+}
+
+/// Structured output: `output_config.format` is a JSON schema the answer follows (`effort` is accepted).
+fn output_format(config: Option<&Value>) -> ApiResult<Option<ResponseFormat>> {
+    let schema = match config.and_then(|c| c.get("format")).filter(|f| !f.is_null()) {
+        None => return Ok(None),
+        Some(f) if f.get("type").and_then(Value::as_str) == Some("json_schema") => f.get("schema"),
+        Some(_) => None,
+    };
+    match schema {
+        Some(s @ Value::Object(_)) => Ok(Some(ResponseFormat::JsonSchema(Some(s.clone())))),
+        _ => Err(ApiError::param(
+            "output_config.format",
+            "`output_config.format` must be {\"type\": \"json_schema\", \"schema\": {...}}",
+        )),
+    }
 }
 
 /// A string, or a list of text blocks, as a string or a list of text parts.
@@ -265,8 +255,8 @@ fn joined(v: &Value) -> String {
     }
 }
 
-/// `tools` as Chat Completions function tools.
-fn tools(v: &Value) -> ApiResult<Value> {
+/// `tools` as function tools (the shape chat templates read).
+fn tools(v: &Value) -> ApiResult<Vec<Value>> {
     let list = list_param("tools", v)?;
     let mut out = Vec::with_capacity(list.len());
     for (i, t) in list.iter().enumerate() {
@@ -295,7 +285,7 @@ fn tools(v: &Value) -> ApiResult<Value> {
         }
         out.push(json!({"type": "function", "function": f}));
     }
-    Ok(Value::Array(out))
+    Ok(out)
 }
 
 /// `tool_choice` as Chat Completions' and whether it allows one call only (`disable_parallel_tool_use`).
@@ -317,9 +307,10 @@ fn tool_choice(v: &Value) -> ApiResult<(Value, bool)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::RequestBody;
 
-    fn tr(v: Value) -> ApiResult<Translated> {
-        translate(v.as_object().expect("object"), false)
+    fn tr(v: Value) -> ApiResult<ChatRequest> {
+        translate(MessagesRequest::from_body(&v)?, false)
     }
 
     #[test]
@@ -341,16 +332,18 @@ mod tests {
             ]
         }))
         .unwrap();
-        let c = &t.chat;
-        assert_eq!(c["messages"][0], json!({"role": "system", "content": [{"type": "text", "text": "be brief"}]}));
-        assert_eq!(c["messages"][2]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
-        assert_eq!(c["messages"][2]["reasoning_content"], "hmm");
-        assert_eq!(c["messages"][3], json!({"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"}));
-        assert_eq!(c["messages"][4]["role"], "user");
-        assert_eq!((c["stop"].clone(), c["tool_choice"].clone()), (json!(["END"]), json!("required")));
-        assert_eq!(c["parallel_tool_calls"], false);
-        assert_eq!(c["tools"][0]["function"]["parameters"], json!({"type": "object"}));
-        assert_eq!((c["top_k"].clone(), c["max_tokens"].clone()), (json!(5), json!(64)));
+        let (c, p) = (&t.conversation, &t.params);
+        let m = c.messages.clone().unwrap_or_default();
+        assert_eq!(m[0], json!({"role": "system", "content": [{"type": "text", "text": "be brief"}]}));
+        assert_eq!(m[2]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+        assert_eq!(m[2]["reasoning_content"], "hmm");
+        assert_eq!(m[3], json!({"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"}));
+        assert_eq!(m[4]["role"], "user");
+        assert_eq!(p.stop, Some(Stop(vec!["END".into()])));
+        assert_eq!(c.tool_choice, Some(json!("required")));
+        assert_eq!(c.parallel_tool_calls, Some(json!(false)));
+        assert_eq!(c.tools.as_ref().map(|t| t[0]["function"]["parameters"].clone()), Some(json!({"type": "object"})));
+        assert_eq!((p.top_k, p.max_tokens, p.temperature), (Some(5), Some(64), Some(0.2)));
     }
 
     #[test]
@@ -388,9 +381,12 @@ mod tests {
             ),
             "tools[0]"
         );
-        assert!(
-            translate(json!({"messages": m}).as_object().unwrap(), true).is_ok(),
-            "count_tokens needs no max_tokens"
+        assert_eq!(
+            param(json!({"messages": m, "max_tokens": 5, "stop_sequences": vec!["a"; 17]})),
+            "stop",
+            "the stop strings' own limit names `stop`"
         );
+        let count = MessagesRequest::from_body(&json!({"messages": m})).map_err(ApiError::from);
+        assert!(count.and_then(|r| translate(r, true)).is_ok(), "count_tokens needs no max_tokens");
     }
 }

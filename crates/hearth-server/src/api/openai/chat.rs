@@ -1,27 +1,25 @@
-//! `POST /v1/chat/completions`.
+//! `POST /v1/chat/completions`: the body as the chat core's [`ChatRequest`], its answer as `chat.completion` (or
+//! streamed `chat.completion.chunk`s): reasoning as `reasoning_content`, calls as `tool_calls`.
 
-use super::constraint::Requested;
-use super::params::GenParams;
-use super::{logprobs, messages, params};
-use crate::answer::{Answer, AnswerPart, AnswerShape, AnswerSplitter};
-use crate::body::JsonBody;
-use crate::error::{ApiError, ApiResult};
-use crate::generation::{collect, ChoiceResult, Event, Generation, Job, TextOptions, UsageTotals};
-use crate::reasoning;
-use crate::sse::{self, ChunkFormat, StreamSpec};
-use crate::state::{new_id, unix_now, AppState, Ready};
-use crate::tools::{Call, Format, ToolChoice, Tools};
+use super::logprobs;
+use crate::chat::{self, ChatRequest};
+use crate::error::ApiResult;
+use crate::http::body::JsonBody;
+use crate::ids::{new_id, unix_now};
+use crate::output::answer::{Answer, AnswerPart, AnswerSplitter};
+use crate::output::generation::{Event, UsageTotals};
+use crate::output::sse::ChunkFormat;
+use crate::output::tools::{call_id, Call, Format};
+use crate::state::AppState;
 use crate::wire::chat::{
-    AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionRequest, Delta, FunctionCall, ToolCall, ToolCallDelta,
+    AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionRequest, ChatLogprobs, Delta, FunctionCall, ToolCall,
+    ToolCallDelta,
 };
-use crate::wire::{Chunk, RequestBody, ResponseMeta};
+use crate::wire::{Chunk, ResponseMeta};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use hearth_engine::engine::EngineRequest;
-use hearth_engine::sampling::grammar::ConstraintSpec;
 use hearth_engine::tokenizer::Tokenizer;
-use std::sync::Arc;
 use tracing::Instrument;
 
 const OBJECT: &str = "chat.completion";
@@ -33,134 +31,21 @@ pub async fn handler(
 ) -> ApiResult<Response> {
     let id = new_id("chatcmpl");
     let span = tracing::info_span!("chat", id = %id);
-    run(st, req, id).instrument(span).await
+    run(st, req.into(), id).instrument(span).await
 }
 
-/// A chat request translated onto the engine: what every chat-shaped API (Chat Completions, Anthropic Messages,
-/// Responses) submits, and how its answers split.
-pub(crate) struct Prepared {
-    pub req: EngineRequest,
-    pub g: GenParams,
-    pub shape: AnswerShape,
-    pub want_logprobs: bool,
-}
-
-/// Check a chat request and build its engine request: sampling, the template's prompt with the tools, the tools'
-/// grammar or the request's own constraint, and the reasoning split.
-pub(crate) fn prepare(ready: &Ready, req: ChatCompletionRequest) -> ApiResult<Prepared> {
-    let ChatCompletionRequest { params: p, options, conversation } = req;
-    crate::offload::check_text_fits(ready, messages::text_bytes(&conversation), "messages")?;
-    let max_tokens = match options.max_completion_tokens {
-        Some(m) => ("max_completion_tokens", Some(m)),
-        None => ("max_tokens", p.max_tokens),
-    };
-    let mut g = params::resolve(&p, &ready.defaults, ready.engine.info().vocab_size, max_tokens)?;
-    let want_logprobs = options.logprobs.unwrap_or(false);
-    let top = params::top_count("top_logprobs", options.top_logprobs)?;
-    if top.is_some_and(|k| k > 0) && !want_logprobs {
-        return Err(ApiError::param("top_logprobs", "`top_logprobs` needs `logprobs: true`"));
-    }
-    if want_logprobs {
-        g.sampling.logprobs = Some(top.unwrap_or(0));
-    }
-    let template = ready.tokenizer.chat_template.as_ref().map(|t| t.source.as_str()).unwrap_or("");
-    let tools = Tools::resolve(&conversation, template)?;
-    // The tools' grammar; with `auto` a request's own constraint wins (its answer is then parsed for calls only).
-    let auto = tools.as_ref().is_some_and(|t| t.choice == ToolChoice::Auto);
-    if let Some(spec) =
-        tools.as_ref().and_then(|t| t.constraint(&ready.tokenizer)).filter(|_| !(auto && g.constraint.is_some()))
-    {
-        if let Some(other) = &g.constraint {
-            return Err(ApiError::param(
-                "tool_choice",
-                format!("`tool_choice` and `{}` both constrain the output; send one of them", other.param),
-            ));
-        }
-        g.constraint = Some(Requested { spec, param: "tool_choice" });
-    }
-    let (prompt_text, prompt) = messages::prompt_ids(ready, &conversation, tools.as_ref())?;
-    // A template that thinks: the answer's `<think>...</think>` part becomes the reasoning.
-    let thinks = reasoning::template_thinks(template);
-    let opened = thinks && reasoning::prompt_opens_thought(&prompt_text);
-    // A model that may open its own thought (the prompt neither opened nor closed one: Qwen3 with thinking on) may
-    // think first: the constraint applies after `</think>`, or from the first token when it does not think.
-    if thinks && !opened && !reasoning::prompt_closes_thought(&prompt_text) {
-        if let Some(r) = g.constraint.as_mut() {
-            r.spec = ConstraintSpec::AfterOptionalThought(Box::new(r.spec.clone()));
-        }
-    }
-    let mut req = g.engine_request(prompt, ready)?;
-    // A thought the prompt opened is free text: the constraint (a schema, a tool grammar) applies after it.
-    if opened {
-        req.constraint = req.constraint.take().map(|c| c.after_marker(reasoning::END));
-    }
-    let shape = AnswerShape { thinks, opened, tools: tools.as_ref().map(|t| t.format) };
-    Ok(Prepared { req, g, shape, want_logprobs })
-}
-
-/// A chat request of another API (Anthropic Messages, Responses), translated into Chat Completions' body, checked
-/// and submitted as one choice.
-pub(crate) struct Submitted {
-    pub jobs: Vec<Job>,
-    pub text: TextOptions,
-    pub shape: AnswerShape,
-    pub prompt_tokens: usize,
-}
-
-pub(crate) async fn submit_translated(
-    ready: &Arc<Ready>,
-    chat: serde_json::Value,
-    stream: bool,
-) -> ApiResult<Submitted> {
-    let r = ready.clone();
-    let Prepared { req, g, shape, .. } =
-        crate::offload::run(move || prepare(&r, ChatCompletionRequest::from_body(&chat)?)).await?;
-    let prompt_tokens = req.prompt.len();
-    tracing::info!(prompt_tokens, max_tokens = req.max_tokens, stream, "accepted");
-    let rs = ready.engine.submit(req).await?;
-    Ok(Submitted {
-        jobs: vec![Job { stream: rs, prompt_tokens, n: 1 }],
-        text: g.text_options(true),
-        shape,
-        prompt_tokens,
-    })
-}
-
-impl Submitted {
-    /// Stream the choice in `fmt`'s events.
-    pub fn stream<F: ChunkFormat>(self, ready: &Ready, keepalive: std::time::Duration, fmt: F) -> Response {
-        let spec = StreamSpec { jobs: self.jobs, text: self.text, include_usage: false, keepalive };
-        sse::respond(ready.tokenizer.clone(), spec, fmt)
-    }
-
-    /// The whole choice and the usage.
-    pub async fn answer(self, ready: &Ready) -> ApiResult<(ChoiceResult, UsageTotals)> {
-        let tok = ready.tokenizer.clone();
-        let (choices, usage) = collect(Generation::new(&tok, self.jobs, &self.text)).await.map_err(ApiError::engine)?;
-        let c = choices.into_iter().next().ok_or_else(|| ApiError::internal("the engine returned no answer"))?;
-        tracing::info!(completion_tokens = usage.completion_tokens, "done");
-        Ok((c, usage))
-    }
-}
-
-async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<Response> {
+async fn run(st: AppState, req: ChatRequest, id: String) -> ApiResult<Response> {
     let (ready, _admitted) = st.generator_for(req.params.model.as_deref()).await?;
-    let r = ready.clone();
-    let Prepared { req, g, shape, want_logprobs } = crate::offload::run(move || prepare(&r, req)).await?;
-    let prompt_tokens = req.prompt.len();
-    tracing::info!(prompt_tokens, max_tokens = req.max_tokens, n = g.n, stream = g.stream, "accepted");
-    let stream = ready.engine.submit(req).await?;
-    let jobs = vec![Job { stream, prompt_tokens, n: g.n }];
-    let text = g.text_options(true);
+    let sub = chat::submit(&ready, req).await?;
+    let (shape, n, want_logprobs) = (sub.shape, sub.n, sub.want_logprobs);
     let meta = ResponseMeta { id, created: unix_now(), model: ready.model_id.clone() };
-    if g.stream {
-        let splitters = (0..g.n).map(|_| AnswerSplitter::new(shape)).collect();
-        let fmt = ChatChunks { meta, n: g.n, include_usage: g.include_usage, splitters, format: shape.tools };
-        let spec = StreamSpec { jobs, text, include_usage: g.include_usage, keepalive: st.cfg.keepalive };
-        return Ok(sse::respond(ready.tokenizer.clone(), spec, fmt));
+    if sub.stream {
+        let splitters = (0..n).map(|_| AnswerSplitter::new(shape)).collect();
+        let fmt = ChatChunks { meta, n, include_usage: sub.include_usage, splitters, format: shape.tools };
+        return Ok(sub.into_sse(&ready, st.cfg.keepalive, fmt));
     }
-    let tok = ready.tokenizer.clone();
-    let (choices, usage) = collect(Generation::new(&tok, jobs, &text)).await.map_err(ApiError::engine)?;
+    let (choices, usage) = sub.collect(&ready).await?;
+    let tok = &ready.tokenizer;
     let choices = choices
         .into_iter()
         .enumerate()
@@ -173,7 +58,7 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
                 .map(|f| a.calls.into_iter().map(|c| tool_call(c, f)).collect());
             ChatChoice {
                 index,
-                logprobs: want_logprobs.then(|| logprobs::chat(&tok, &c.logprobs)),
+                logprobs: want_logprobs.then(|| logprobs::chat(tok, &c.logprobs)),
                 message: AssistantMessage {
                     role: "assistant",
                     reasoning_content: a.reasoning,
@@ -184,8 +69,28 @@ async fn run(st: AppState, req: ChatCompletionRequest, id: String) -> ApiResult<
             }
         })
         .collect();
-    tracing::info!(completion_tokens = usage.completion_tokens, "done");
     Ok(Json(crate::wire::Response::new(&meta, OBJECT, choices, usage.into())).into_response())
+}
+
+/// A Chat Completions request as the chat core's: `max_completion_tokens` wins over `max_tokens`.
+impl From<ChatCompletionRequest> for ChatRequest {
+    fn from(r: ChatCompletionRequest) -> Self {
+        let ChatCompletionRequest { mut params, options, conversation } = r;
+        let max_tokens_field = match options.max_completion_tokens {
+            Some(m) => {
+                params.max_tokens = Some(m);
+                "max_completion_tokens"
+            }
+            None => "max_tokens",
+        };
+        ChatRequest {
+            conversation,
+            params,
+            max_tokens_field,
+            logprobs: options.logprobs.unwrap_or(false),
+            top_logprobs: options.top_logprobs,
+        }
+    }
 }
 
 /// `tool_calls` when a choice that stopped on its own made calls.
@@ -198,11 +103,7 @@ fn finish_reason(reason: &'static str, called: bool) -> &'static str {
 }
 
 fn tool_call(c: Call, format: Format) -> ToolCall {
-    ToolCall {
-        id: crate::tools::call_id(format),
-        kind: "function",
-        function: FunctionCall { name: c.name, arguments: c.arguments },
-    }
+    ToolCall { id: call_id(format), kind: "function", function: FunctionCall { name: c.name, arguments: c.arguments } }
 }
 
 /// `chat.completion.chunk` objects.
@@ -246,7 +147,7 @@ impl ChatChunks {
         &self,
         index: usize,
         deltas: Vec<Delta>,
-        logprobs: Option<crate::wire::chat::ChatLogprobs>,
+        logprobs: Option<ChatLogprobs>,
     ) -> Vec<Chunk<'_, ChatChunkChoice>> {
         let mut deltas = deltas;
         if deltas.is_empty() && logprobs.is_some() {

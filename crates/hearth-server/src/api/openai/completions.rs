@@ -1,12 +1,15 @@
 //! `POST /v1/completions`: each prompt (`wire::completions::Prompts`) is one engine request with `n` choices;
 //! choice `i` of prompt `p` has index `p*n + i`.
 
-use super::{logprobs, params};
-use crate::body::JsonBody;
+use super::logprobs;
+use crate::chat::{offload, params};
 use crate::error::{ApiError, ApiResult};
-use crate::generation::{collect, Event, Generation, Job, UsageTotals};
-use crate::sse::{self, ChunkFormat, StreamSpec};
-use crate::state::{new_id, unix_now, AppState, Ready};
+use crate::http::body::JsonBody;
+use crate::ids::{new_id, unix_now};
+use crate::model::Ready;
+use crate::output::generation::{collect, Event, Generation, Job, UsageTotals};
+use crate::output::sse::{self, ChunkFormat, StreamSpec};
+use crate::state::AppState;
 use crate::wire::completions::{CompletionChoice, CompletionLogprobs, CompletionRequest, Prompt, Prompts};
 use crate::wire::{Chunk, ResponseMeta};
 use axum::extract::State;
@@ -31,7 +34,7 @@ pub fn checked_prompts(prompts: Option<Prompts>, vocab: usize) -> ApiResult<Vec<
         .into_iter()
         .map(|p| match p {
             Prompt::Text(t) => Ok(PromptInput::Text(t)),
-            Prompt::Tokens(ids) => ids.check("prompt", vocab).map(PromptInput::Tokens),
+            Prompt::Tokens(ids) => Ok(PromptInput::Tokens(ids.check("prompt", vocab)?)),
         })
         .collect()
 }
@@ -46,7 +49,7 @@ pub async fn handler(State(st): State<AppState>, JsonBody(req): JsonBody<Complet
 fn tokens_and_text(ready: &Ready, prompt: PromptInput) -> ApiResult<(Vec<u32>, String)> {
     match prompt {
         PromptInput::Text(t) => {
-            crate::offload::check_text_fits(ready, t.len(), "prompt")?;
+            offload::check_text_fits(ready, t.len(), "prompt")?;
             let ids = ready
                 .tokenizer
                 .encode(&t, true)
@@ -84,7 +87,7 @@ async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Resp
     }
     let prompts = checked_prompts(o.prompt, ready.engine.info().vocab_size)?;
     let r = ready.clone();
-    let (g, prepared) = crate::offload::run(move || {
+    let (g, prepared) = offload::run(move || {
         let reqs = prompts
             .into_iter()
             .map(|p| {

@@ -2,8 +2,8 @@
 //! tokenizer and special tokens, or token ids as given). Requests from many clients share forward passes on the
 //! embedder's worker (`hearth_engine::embed`).
 
-use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
+use crate::http::body::JsonBody;
 use crate::state::AppState;
 use crate::wire::completions::Prompt;
 use crate::wire::embeddings::{Embedding, EmbeddingsRequest, EmbeddingsResponse, EmbeddingsUsage, Inputs, Vector};

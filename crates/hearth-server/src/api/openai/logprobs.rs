@@ -1,6 +1,6 @@
 //! Log-probabilities in OpenAI's two wire shapes.
 
-use crate::generation::TokenLogprob;
+use crate::output::generation::TokenLogprob;
 use crate::wire::chat::{ChatLogprobs, ChatTokenLogprob, ChatTopLogprob};
 use crate::wire::completions::{CompletionLogprobs, TopLogprobs};
 use hearth_engine::tokenizer::Tokenizer;

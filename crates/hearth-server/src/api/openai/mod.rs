@@ -1,9 +1,18 @@
-//! OpenAI-compatible routes: `/v1/chat/completions`, `/v1/completions`, `/v1/models`.
+//! OpenAI-compatible routes: `/v1/chat/completions` ([`chat`]), `/v1/completions` ([`completions`]),
+//! `/v1/embeddings` ([`embeddings`]), `/v1/models` ([`models`]). (The Responses API is its own peer: `api::responses`.)
 
 pub mod chat;
 pub mod completions;
-pub mod constraint;
+pub mod embeddings;
 pub mod logprobs;
-pub mod messages;
 pub mod models;
-pub mod params;
+
+use crate::output::generation::UsageTotals;
+use crate::wire::Usage;
+
+/// OpenAI's `usage` of a request's totals.
+impl From<UsageTotals> for Usage {
+    fn from(u: UsageTotals) -> Self {
+        Usage::new(u.prompt_tokens, u.completion_tokens, u.cached_tokens)
+    }
+}

@@ -1,7 +1,8 @@
 //! `GET /v1/models` and `GET /v1/models/{id}`: the served models (the generative one, the embedding one, or both).
 
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, Embedding, Ready};
+use crate::model::{Embedding, Ready};
+use crate::state::AppState;
 use crate::wire::admin::{ModelList, ModelObject};
 use axum::extract::{Path, State};
 use axum::Json;

@@ -7,11 +7,12 @@
 //! engine failure ends the stream with an `error` event.
 
 use super::{call_item, finish, response_object, Echo};
-use crate::answer::{AnswerPart, AnswerShape, AnswerSplitter};
 use crate::error::ApiError;
-use crate::generation::{Event, UsageTotals};
-use crate::sse::{typed, ChunkFormat};
-use crate::tools::{call_id, Call, Format};
+use crate::ids::item_id;
+use crate::output::answer::{AnswerPart, AnswerShape, AnswerSplitter};
+use crate::output::generation::{Event, UsageTotals};
+use crate::output::sse::{typed, ChunkFormat};
+use crate::output::tools::{call_id, Call, Format};
 use crate::wire::responses::{At, Event as Ev, OutputItem, OutputText, Sequenced};
 use axum::response::sse::Event as SseEvent;
 use hearth_engine::tokenizer::Tokenizer;
@@ -132,9 +133,9 @@ impl ResponseEvents {
         };
         if !fits {
             let open = if reasoning {
-                Open::Reasoning { id: super::item_id("rs"), text: String::new() }
+                Open::Reasoning { id: item_id("rs"), text: String::new() }
             } else {
-                Open::Message { id: super::item_id("msg"), text: String::new() }
+                Open::Message { id: item_id("msg"), text: String::new() }
             };
             self.open(open, out);
         }
@@ -160,7 +161,7 @@ impl ResponseEvents {
                 AnswerPart::Content(t) => self.text(false, t, &mut out),
                 AnswerPart::CallStart { call, whole, .. } => {
                     let open = Open::Call {
-                        id: super::item_id("fc"),
+                        id: item_id("fc"),
                         call_id: call_id(self.format),
                         name: call.name,
                         args: String::new(),

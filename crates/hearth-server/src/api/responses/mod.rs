@@ -1,36 +1,31 @@
 //! OpenAI's Responses API: `POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`. A request is translated into
-//! the Chat Completions request it means ([`request`]; a `previous_response_id` continues the stored conversation) and
-//! runs on the one chat path; the answer's parts become output items (`reasoning`, `message`, `function_call`),
-//! streamed as the API's events ([`events`]). Stored responses live in [`store`].
+//! the chat core's `ChatRequest` ([`request`]; a `previous_response_id` continues the stored conversation) and runs on
+//! the one chat path; the answer's parts become output items (`reasoning`, `message`, `function_call`), streamed as
+//! the API's events ([`events`]). Stored responses live in `state::store`.
 
 pub mod events;
 pub mod request;
-pub mod store;
 
-use crate::answer::{Answer, AnswerShape};
-use crate::body::parse_object;
+use crate::chat;
 use crate::error::{ApiError, ApiResult};
-use crate::generation::UsageTotals;
-use crate::openai::chat::submit_translated;
-use crate::state::{new_id, unix_now, AppState};
-use crate::tools::{call_id, Call, Format};
+use crate::http::body::JsonBody;
+use crate::ids::{item_id, unix_now};
+use crate::output::answer::{Answer, AnswerShape};
+use crate::output::generation::UsageTotals;
+use crate::output::tools::{call_id, Call, Format};
+use crate::state::store::{ResponseStore, Stored};
+use crate::state::AppState;
 use crate::wire::responses::{
-    Deleted, IncompleteDetails, InputTokensDetails, OutputItem, OutputTokensDetails, ResponseObject, Usage,
+    Deleted, IncompleteDetails, InputTokensDetails, OutputItem, OutputTokensDetails, ResponseObject, ResponsesRequest,
+    Usage,
 };
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use hearth_engine::tokenizer::Tokenizer;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
-use store::{ResponseStore, Stored};
 use tracing::Instrument;
-
-/// A fresh id with an underscore: `resp_...`, `msg_...`, `fc_...`, `rs_...`.
-fn item_id(prefix: &str) -> String {
-    new_id(prefix).replacen(&format!("{prefix}-"), &format!("{prefix}_"), 1)
-}
 
 /// What a response echoes of its request, and where it is stored.
 #[derive(Clone)]
@@ -47,33 +42,32 @@ pub struct Echo {
 }
 
 /// `POST /v1/responses`.
-pub async fn create(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
+pub async fn create(State(st): State<AppState>, JsonBody(req): JsonBody<ResponsesRequest>) -> ApiResult<Response> {
     let id = item_id("resp");
     let span = tracing::info_span!("responses", id = %id);
-    run(st, body, id).instrument(span).await
+    run(st, req, id).instrument(span).await
 }
 
-async fn run(st: AppState, body: Bytes, id: String) -> ApiResult<Response> {
-    let body = parse_object(&body)?;
-    let previous = match body.get("previous_response_id") {
-        None | Some(Value::Null) => Vec::new(),
+async fn run(st: AppState, req: ResponsesRequest, id: String) -> ApiResult<Response> {
+    let previous = match &req.previous_response_id {
+        None => Vec::new(),
         Some(Value::String(p)) => st.responses.get(p).map(|s| s.messages).ok_or_else(|| unknown(p))?,
         Some(_) => return Err(ApiError::param("previous_response_id", "`previous_response_id` must be a string")),
     };
-    let t = request::translate(&body, previous)?;
-    let (ready, _admitted) = st.generator_for(body.get("model").and_then(Value::as_str)).await?;
-    let sub = submit_translated(&ready, t.chat, t.stream).await?;
+    let t = request::translate(&req, previous)?;
+    let (ready, _admitted) = st.generator_for(req.model()).await?;
+    let sub = chat::submit(&ready, t.chat).await?;
     let shape = sub.shape;
     let echo = Echo {
         id,
         created_at: unix_now(),
         model: ready.model_id.clone(),
-        fields: echoed(&body),
+        fields: echoed(&req),
         store: t.store.then(|| (st.responses.clone(), t.conversation)),
         tok: ready.tokenizer.clone(),
     };
-    if t.stream {
-        return Ok(sub.stream(&ready, st.cfg.keepalive, events::ResponseEvents::new(echo, shape)));
+    if sub.stream {
+        return Ok(sub.into_sse(&ready, st.cfg.keepalive, events::ResponseEvents::new(echo, shape)));
     }
     let (c, usage) = sub.answer(&ready).await?;
     let output = output_items(shape, &c.text);
@@ -100,30 +94,24 @@ pub async fn delete(State(st): State<AppState>, Path(id): Path<String>) -> ApiRe
     }
 }
 
-/// The request's fields a response object repeats, with the API's defaults.
-fn echoed(body: &Map<String, Value>) -> Map<String, Value> {
-    let get = |k: &str, default: Value| body.get(k).filter(|v| !v.is_null()).cloned().unwrap_or(default);
+/// The request's fields a response object repeats (as they were sent), with the API's defaults.
+fn echoed(req: &ResponsesRequest) -> Map<String, Value> {
+    let or = |v: &Option<Value>, default: Value| v.clone().unwrap_or(default);
     let mut m = Map::new();
-    for (k, default) in [
-        ("instructions", Value::Null),
-        ("max_output_tokens", Value::Null),
-        ("metadata", json!({})),
-        ("parallel_tool_calls", json!(true)),
-        ("previous_response_id", Value::Null),
-        ("store", json!(true)),
-        ("temperature", Value::Null),
-        ("tool_choice", json!("auto")),
-        ("tools", json!([])),
-        ("top_p", Value::Null),
-        ("user", Value::Null),
-    ] {
-        m.insert(k.into(), get(k, default));
-    }
-    m.insert(
-        "text".into(),
-        json!({"format": body.get("text").and_then(|t| t.get("format")).cloned().unwrap_or(json!({"type": "text"}))}),
-    );
-    let effort = body.get("reasoning").and_then(|r| r.get("effort")).cloned().unwrap_or(Value::Null);
+    m.insert("instructions".into(), or(&req.instructions, Value::Null));
+    m.insert("max_output_tokens".into(), or(&req.max_output_tokens, Value::Null));
+    m.insert("metadata".into(), req.metadata.clone().map_or(json!({}), Value::Object));
+    m.insert("parallel_tool_calls".into(), or(&req.parallel_tool_calls, json!(true)));
+    m.insert("previous_response_id".into(), or(&req.previous_response_id, Value::Null));
+    m.insert("store".into(), json!(req.store.unwrap_or(true)));
+    m.insert("temperature".into(), or(&req.temperature, Value::Null));
+    m.insert("tool_choice".into(), or(&req.tool_choice, json!("auto")));
+    m.insert("tools".into(), or(&req.tools, json!([])));
+    m.insert("top_p".into(), or(&req.top_p, Value::Null));
+    m.insert("user".into(), or(&req.user, Value::Null));
+    let format = req.text.as_ref().and_then(|t| t.get("format")).cloned().unwrap_or(json!({"type": "text"}));
+    m.insert("text".into(), json!({ "format": format }));
+    let effort = req.reasoning.as_ref().and_then(|r| r.get("effort")).cloned().unwrap_or(Value::Null);
     m.insert("reasoning".into(), json!({"effort": effort, "summary": null}));
     m.insert("truncation".into(), json!("disabled"));
     m

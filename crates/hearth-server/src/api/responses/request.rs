@@ -1,30 +1,35 @@
-//! A Responses API request translated into the Chat Completions request it means: `instructions` become the system
+//! A Responses API request translated into the chat core's [`ChatRequest`]: `instructions` become the system
 //! message, `input` items (messages, `function_call`, `function_call_output`, `reasoning`) become chat messages
 //! after the stored conversation of `previous_response_id`, and `tools`, `tool_choice`, `text.format`,
-//! `reasoning`, `max_output_tokens` and the sampling fields take their Chat Completions names. Every field is checked
-//! here first, so a 400 names the Responses field.
+//! `reasoning`, `max_output_tokens` and the sampling fields become the request's tools and parameters. Every field
+//! is checked here first, so a 400 names the Responses field.
 
+use crate::chat::ChatRequest;
 use crate::error::{ApiError, ApiResult};
-use crate::wire::de::{kind, list_param};
+use crate::wire::chat::Conversation;
+use crate::wire::common::ResponseFormat;
+use crate::wire::de::{field, kind, list_param, want};
+use crate::wire::responses::ResponsesRequest;
+use crate::wire::GenerationParams;
 use serde_json::{json, Map, Value};
 
 /// A request, translated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Translated {
-    /// The Chat Completions body.
-    pub chat: Value,
+    pub chat: ChatRequest,
     /// The conversation without the instructions (the previous response's, then this input), as chat messages.
     pub conversation: Vec<Value>,
-    pub stream: bool,
     pub store: bool,
 }
 
-/// Translate `body`, continuing `previous` (the stored conversation of `previous_response_id`) when given.
-pub fn translate(body: &Map<String, Value>, previous: Vec<Value>) -> ApiResult<Translated> {
-    for (k, what) in
-        [("conversation", "conversations"), ("background", "background responses"), ("prompt", "prompt templates")]
-    {
-        if body.get(k).is_some_and(|v| !v.is_null() && v != &Value::Bool(false)) {
+/// Translate `req`, continuing `previous` (the stored conversation of `previous_response_id`) when given.
+pub fn translate(req: &ResponsesRequest, previous: Vec<Value>) -> ApiResult<Translated> {
+    for (k, v, what) in [
+        ("conversation", &req.conversation, "conversations"),
+        ("background", &req.background, "background responses"),
+        ("prompt", &req.prompt, "prompt templates"),
+    ] {
+        if v.as_ref().is_some_and(|v| v != &Value::Bool(false)) {
             return Err(ApiError::param(
                 k,
                 format!("`{k}`: hearth does not serve {what}; send `input` (and `previous_response_id`)"),
@@ -32,11 +37,11 @@ pub fn translate(body: &Map<String, Value>, previous: Vec<Value>) -> ApiResult<T
         }
     }
     let mut conversation = previous;
-    match body.get("input") {
+    match &req.input {
         Some(Value::String(s)) => conversation.push(json!({"role": "user", "content": s})),
         Some(Value::Array(items)) if !items.is_empty() => items_to_messages(items, &mut conversation)?,
         Some(Value::Array(_)) => return Err(ApiError::param("input", "`input` must not be empty")),
-        None | Some(Value::Null) => return Err(ApiError::param("input", "`input` is required")),
+        None => return Err(ApiError::param("input", "`input` is required")),
         Some(v) => {
             return Err(ApiError::param(
                 "input",
@@ -45,68 +50,50 @@ pub fn translate(body: &Map<String, Value>, previous: Vec<Value>) -> ApiResult<T
         }
     }
     let mut messages = Vec::with_capacity(conversation.len() + 1);
-    match body.get("instructions") {
-        None | Some(Value::Null) => {}
+    match &req.instructions {
+        None => {}
         Some(Value::String(s)) => messages.push(json!({"role": "system", "content": s})),
         Some(v) => {
             return Err(ApiError::param("instructions", format!("`instructions` must be a string, got {}", kind(v))))
         }
     }
     messages.extend(conversation.iter().cloned());
-    let mut chat = Map::new();
-    chat.insert("messages".into(), Value::Array(messages));
-    for (from, to) in [
-        ("temperature", "temperature"),
-        ("top_p", "top_p"),
-        ("max_output_tokens", "max_tokens"),
-        ("parallel_tool_calls", "parallel_tool_calls"),
-        ("top_logprobs", "top_logprobs"),
-    ] {
-        if let Some(v) = body.get(from).filter(|v| !v.is_null()) {
-            chat.insert(to.into(), v.clone());
-        }
-    }
-    if let Some(tools) = body.get("tools").filter(|v| !v.is_null()) {
-        chat.insert("tools".into(), self::tools(tools)?);
-    }
-    if let Some(tc) = body.get("tool_choice").filter(|v| !v.is_null()) {
-        chat.insert("tool_choice".into(), tool_choice(tc)?);
-    }
-    if let Some(format) = body.get("text").filter(|v| !v.is_null()).map(text_format).transpose()?.flatten() {
-        chat.insert("response_format".into(), format);
-    }
-    if let Some(r) = body.get("reasoning").filter(|v| !v.is_null()) {
-        let effort = r.get("effort").filter(|e| !e.is_null());
-        let on = match effort.map(|e| e.as_str()) {
-            None => None,
-            Some(Some("none" | "minimal")) => Some(false),
-            Some(Some("low" | "medium" | "high")) => Some(true),
-            Some(_) => {
-                return Err(ApiError::param(
-                    "reasoning.effort",
-                    "`reasoning.effort` must be `none`, `minimal`, `low`, `medium` or `high`",
-                ))
-            }
-        };
-        if let Some(on) = on {
-            chat.insert("chat_template_kwargs".into(), json!({"enable_thinking": on}));
-        }
-    }
-    let flag = |k: &str, default: bool| match body.get(k) {
-        None | Some(Value::Null) => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(ApiError::param(k, format!("`{k}` must be a boolean, got {}", kind(v)))),
+    let mut chat = Conversation {
+        messages: Some(messages),
+        tools: req.tools.as_ref().map(tools).transpose()?,
+        tool_choice: req.tool_choice.as_ref().map(tool_choice).transpose()?,
+        parallel_tool_calls: req.parallel_tool_calls.clone(),
+        ..Conversation::default()
     };
-    let stream = flag("stream", false)?;
-    let store = flag("store", true)?;
-    chat.insert("stream".into(), Value::Bool(stream));
-    for k in ["metadata"] {
-        match body.get(k) {
-            None | Some(Value::Null) | Some(Value::Object(_)) => {}
-            Some(v) => return Err(ApiError::param(k, format!("`{k}` must be an object, got {}", kind(v)))),
-        }
+    let response_format = req.text.as_ref().map(text_format).transpose()?.flatten();
+    if let Some(on) = req.reasoning.as_ref().map(thinking).transpose()?.flatten() {
+        chat.chat_template_kwargs = Some(Map::from_iter([("enable_thinking".to_string(), Value::Bool(on))]));
     }
-    Ok(Translated { chat: Value::Object(chat), conversation, stream, store })
+    // Checked under the names the chat core knows them by.
+    let number = |k: &str, v: &Option<Value>| v.clone().map_or(Ok(None), |v| field::<f64>(k, v));
+    let params = GenerationParams {
+        temperature: number("temperature", &req.temperature)?,
+        top_p: number("top_p", &req.top_p)?,
+        max_tokens: req.max_output_tokens.clone().map_or(Ok(None), |v| field::<i64>("max_tokens", v))?,
+        stream: Some(req.stream.unwrap_or(false)),
+        response_format,
+        ..GenerationParams::default()
+    };
+    let chat = ChatRequest { top_logprobs: req.top_logprobs, ..ChatRequest::new(chat, params) };
+    Ok(Translated { chat, conversation, store: req.store.unwrap_or(true) })
+}
+
+/// `reasoning.effort` as `enable_thinking` (None: not set).
+fn thinking(r: &Value) -> ApiResult<Option<bool>> {
+    match r.get("effort").filter(|e| !e.is_null()).map(Value::as_str) {
+        None => Ok(None),
+        Some(Some("none" | "minimal")) => Ok(Some(false)),
+        Some(Some("low" | "medium" | "high")) => Ok(Some(true)),
+        Some(_) => Err(ApiError::param(
+            "reasoning.effort",
+            "`reasoning.effort` must be `none`, `minimal`, `low`, `medium` or `high`",
+        )),
+    }
 }
 
 /// The text of a message's content: a string, or parts of `input_text` / `output_text`.
@@ -228,8 +215,9 @@ fn items_to_messages(items: &[Value], out: &mut Vec<Value>) -> ApiResult<()> {
     Ok(())
 }
 
-/// Function tools (`{"type": "function", "name", "description", "parameters"}`) as Chat Completions tools.
-fn tools(v: &Value) -> ApiResult<Value> {
+/// Function tools (`{"type": "function", "name", "description", "parameters"}`) as the function tools chat templates
+/// read.
+fn tools(v: &Value) -> ApiResult<Vec<Value>> {
     let list = list_param("tools", v)?;
     let mut out = Vec::with_capacity(list.len());
     for (i, t) in list.iter().enumerate() {
@@ -253,7 +241,7 @@ fn tools(v: &Value) -> ApiResult<Value> {
         }
         out.push(json!({"type": "function", "function": f}));
     }
-    Ok(Value::Array(out))
+    Ok(out)
 }
 
 /// `tool_choice`: `auto`, `none`, `required` or `{"type": "function", "name"}`.
@@ -273,20 +261,21 @@ fn tool_choice(v: &Value) -> ApiResult<Value> {
     }
 }
 
-/// `text.format` as `response_format` (None: plain text).
-fn text_format(text: &Value) -> ApiResult<Option<Value>> {
+/// `text.format` as the output constraint (None: plain text).
+fn text_format(text: &Value) -> ApiResult<Option<ResponseFormat>> {
     let Some(format) = text.get("format").filter(|f| !f.is_null()) else { return Ok(None) };
     match format.get("type").and_then(Value::as_str) {
         Some("text") => Ok(None),
-        Some("json_object") => Ok(Some(json!({"type": "json_object"}))),
-        Some("json_schema") => {
-            let mut schema = json!({"name": format.get("name").cloned().unwrap_or(json!("response")),
-                "schema": format.get("schema").cloned().unwrap_or(Value::Null)});
-            if let Some(strict) = format.get("strict") {
-                schema["strict"] = strict.clone();
-            }
-            Ok(Some(json!({"type": "json_schema", "json_schema": schema})))
-        }
+        Some("json_object") => Ok(Some(ResponseFormat::JsonObject)),
+        // The schema is checked as Chat Completions' `response_format.json_schema.schema` is.
+        Some("json_schema") => match format.get("schema") {
+            None | Some(Value::Null) => Ok(Some(ResponseFormat::JsonSchema(None))),
+            Some(s @ (Value::Object(_) | Value::Bool(_))) => Ok(Some(ResponseFormat::JsonSchema(Some(s.clone())))),
+            Some(s) => Err(ApiError::param(
+                "response_format",
+                format!("`response_format.json_schema.schema` {}", want("an object", s)),
+            )),
+        },
         _ => Err(ApiError::param(
             "text.format",
             "`text.format` must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"name\", \"schema\"}",
@@ -297,9 +286,10 @@ fn text_format(text: &Value) -> ApiResult<Option<Value>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::RequestBody;
 
     fn tr(v: Value, previous: Vec<Value>) -> ApiResult<Translated> {
-        translate(v.as_object().expect("object"), previous)
+        translate(&ResponsesRequest::from_body(&v)?, previous)
     }
 
     #[test]
@@ -321,7 +311,7 @@ mod tests {
             previous,
         )
         .unwrap();
-        let m = &t.chat["messages"];
+        let m = t.chat.conversation.messages.clone().unwrap_or_default();
         assert_eq!(m[0], json!({"role": "system", "content": "be brief"}));
         assert_eq!(m[2]["content"], "hello");
         assert_eq!(m[3]["tool_calls"].as_array().map(Vec::len), Some(2));
@@ -329,11 +319,14 @@ mod tests {
         assert_eq!(m[4], json!({"role": "tool", "tool_call_id": "call_1", "content": "42"}));
         assert_eq!(m[5]["content"], json!([{"type": "text", "text": "and?"}]));
         assert_eq!(t.conversation.len(), 5, "the instructions are not part of the conversation");
-        assert_eq!(t.chat["max_tokens"], 9);
-        assert_eq!(t.chat["response_format"]["json_schema"]["name"], "x");
-        assert_eq!(t.chat["chat_template_kwargs"], json!({"enable_thinking": false}));
-        assert_eq!(t.chat["tool_choice"], json!({"type": "function", "function": {"name": "f"}}));
-        assert!(!t.store && !t.stream);
+        let p = &t.chat.params;
+        assert_eq!(p.max_tokens, Some(9));
+        assert_eq!(p.response_format, Some(ResponseFormat::JsonSchema(Some(json!({"type": "object"})))));
+        let kwargs = t.chat.conversation.chat_template_kwargs.clone().map(Value::Object);
+        assert_eq!(kwargs, Some(json!({"enable_thinking": false})));
+        let choice = t.chat.conversation.tool_choice.clone();
+        assert_eq!(choice, Some(json!({"type": "function", "function": {"name": "f"}})));
+        assert!(!t.store && p.stream == Some(false));
     }
 
     #[test]
@@ -354,5 +347,10 @@ mod tests {
         assert_eq!(param(json!({"input": "x", "text": {"format": {"type": "xml"}}})), "text.format");
         assert_eq!(param(json!({"input": "x", "reasoning": {"effort": "max"}})), "reasoning.effort");
         assert_eq!(param(json!({"input": "x", "store": "yes"})), "store");
+        assert_eq!(param(json!({"input": "x", "max_output_tokens": "9"})), "max_tokens");
+        assert_eq!(
+            param(json!({"input": "x", "text": {"format": {"type": "json_schema", "schema": 5}}})),
+            "response_format"
+        );
     }
 }

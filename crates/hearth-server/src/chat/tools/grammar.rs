@@ -11,7 +11,8 @@
 //! - the whole-answer formats (Llama 3 JSON, pythonic, generic): an answer whose first character opens a call (`{`,
 //!   `[`) is calls, any other answer is free text; Llama 3's `<|python_tag|>` control token opens calls too.
 
-use super::{hermes, llama3, mistral, pythonic, Format, ToolChoice, Tools};
+use super::{pythonic, ToolChoice, Tools};
+use crate::output::tools::{hermes, llama3, mistral, Format};
 use hearth_engine::sampling::grammar::{lark_string, ConstraintSpec};
 use hearth_engine::tokenizer::Tokenizer;
 use serde_json::{json, Value};

@@ -96,7 +96,7 @@ pub async fn fallback(State(st): State<AppState>, method: Method, uri: Uri, head
             return ApiError::not_found(msg).into_response();
         }
     }
-    crate::middleware::not_found(method, uri).await.into_response()
+    ApiError::no_route(&method, uri.path()).into_response()
 }
 
 #[cfg(test)]

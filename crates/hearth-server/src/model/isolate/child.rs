@@ -51,7 +51,7 @@ pub async fn serve(
             ToChild::Flush { query } => {
                 let (engine, out) = (engine.clone(), out.clone());
                 tokio::task::spawn_blocking(move || {
-                    let result = super::flush_blocking(&engine);
+                    let result = crate::model::engine::flush_blocking(&engine);
                     let _ = out.send(ToParent::Flushed { query, result });
                 });
             }

@@ -9,6 +9,7 @@
 //! and resets once a child has stayed up for `STABLE_AFTER`.
 
 use super::proto::{read_frame, write_queue, ToChild, ToParent, WireRequest, VERSION};
+use crate::error::ENGINE_UNAVAILABLE;
 use hearth_engine::engine::{EngineEvent, EngineInfo, EngineRequest, EngineStats, RequestStream, SubmitError};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -20,9 +21,6 @@ use tokio::io::BufWriter;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot};
-
-/// How an `Error` event of a request the engine process took down with it begins.
-pub const ENGINE_UNAVAILABLE: &str = "the engine process stopped";
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const STABLE_AFTER: Duration = Duration::from_secs(30);

@@ -5,7 +5,7 @@
 //! opens with `{`, a pythonic one that opens with `[`, a Mistral one's first word until what follows it shows).
 
 use super::{generic, hermes, llama3, mistral, pythonic, Call, Format};
-use crate::stream::partial_marker_len;
+use crate::output::text::partial_marker_len;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
@@ -349,7 +349,7 @@ mod tests {
     /// Feed `text` split at every byte boundary pair (char boundaries) and in one piece: the same pieces come out,
     /// merged.
     fn parse_all(format: Format, text: &str) -> (String, Vec<Call>) {
-        crate::stream::same_at_every_split(text, |pieces| {
+        crate::output::text::same_at_every_split(text, |pieces| {
             let mut p = CallParser::new(format);
             let mut got: Vec<Piece> = pieces.iter().flat_map(|t| p.feed(t)).collect();
             got.extend(p.finish());
