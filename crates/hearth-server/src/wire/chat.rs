@@ -24,6 +24,13 @@ pub struct Conversation {
     pub add_generation_prompt: Option<bool>,
 }
 
+impl Conversation {
+    /// Set the template argument `enable_thinking` (templates that think read it).
+    pub fn enable_thinking(&mut self, on: bool) {
+        self.chat_template_kwargs.get_or_insert_with(Map::new).insert("enable_thinking".into(), Value::Bool(on));
+    }
+}
+
 impl RequestBody for Conversation {
     fn from_body(body: &Value) -> Result<Self, ShapeError> {
         parse(body)

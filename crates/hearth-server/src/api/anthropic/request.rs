@@ -11,7 +11,7 @@ use crate::wire::chat::Conversation;
 use crate::wire::common::{ResponseFormat, Stop};
 use crate::wire::de::{field, kind, list_param};
 use crate::wire::GenerationParams;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 /// Translate a Messages request. `count_only`: `/v1/messages/count_tokens`, where `max_tokens` is not sent.
 pub fn translate(req: MessagesRequest, count_only: bool) -> ApiResult<ChatRequest> {
@@ -42,7 +42,7 @@ pub fn translate(req: MessagesRequest, count_only: bool) -> ApiResult<ChatReques
         conversation.parallel_tool_calls = Some(Value::Bool(parallel));
     }
     if let Some(on) = thinking(req.thinking.as_ref())? {
-        conversation.chat_template_kwargs = Some(Map::from_iter([("enable_thinking".to_string(), Value::Bool(on))]));
+        conversation.enable_thinking(on);
     }
     let params = GenerationParams {
         temperature: req.temperature,

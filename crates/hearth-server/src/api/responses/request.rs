@@ -11,7 +11,7 @@ use crate::wire::common::ResponseFormat;
 use crate::wire::de::{field, kind, list_param, want};
 use crate::wire::responses::ResponsesRequest;
 use crate::wire::GenerationParams;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 /// A request, translated.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,7 +67,7 @@ pub fn translate(req: &ResponsesRequest, previous: Vec<Value>) -> ApiResult<Tran
     };
     let response_format = req.text.as_ref().map(text_format).transpose()?.flatten();
     if let Some(on) = req.reasoning.as_ref().map(thinking).transpose()?.flatten() {
-        chat.chat_template_kwargs = Some(Map::from_iter([("enable_thinking".to_string(), Value::Bool(on))]));
+        chat.enable_thinking(on);
     }
     // Checked under the names the chat core knows them by.
     let number = |k: &str, v: &Option<Value>| v.clone().map_or(Ok(None), |v| field::<f64>(k, v));
