@@ -1,8 +1,9 @@
 //! Operational and llama-server-style utility routes: `/v1` (the index of endpoints), `/health`, `/stats`,
-//! `/engine` ([`status`]), `/metrics` ([`metrics`]), the prompt cache and draining ([`cache`]), `/tokenize`,
+//! `/engine` ([`status`]), `/metrics` ([`metrics`]), the prompt cache ([`cache`]), draining ([`drain`]), `/tokenize`,
 //! `/detokenize` and `/apply-template` ([`tokens`]). None of them waits for the engine thread.
 
 pub mod cache;
+pub mod drain;
 pub mod metrics;
 pub mod status;
 pub mod tokens;
