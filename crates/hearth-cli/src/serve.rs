@@ -7,8 +7,10 @@ use hearth_engine::embed::{Embedder, EmbedderOptions};
 use hearth_engine::engine::{blocks_for_budget, CacheConfig, EngineConfig, SsdSettings};
 use hearth_engine::sampling::grammar::Grammars;
 use hearth_engine::weights::resolve::ModelLocation;
-use hearth_server::isolate::pool::{ModelPool, PoolModel};
-use hearth_server::isolate::{ChildCommand, Engine, Supervisor};
+use hearth_server::ids::unix_now;
+use hearth_server::model::isolate::{ChildCommand, Supervisor};
+use hearth_server::model::pool::{ModelPool, PoolModel};
+use hearth_server::model::Engine;
 use hearth_server::origin::AllowList;
 use hearth_server::{DefaultOverrides, Embedding, Loaded, Ready, SamplingDefaults, ServerConfig};
 use std::sync::Arc;
@@ -18,6 +20,10 @@ use std::time::Duration;
 pub struct ServeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    /// The model's id in requests and responses (`model`, /v1/models). Default: a .gguf file's name without the
+    /// extension, else the --model string as given (an alias, a directory, an HF id).
+    #[arg(long, env = "HEARTH_SERVED_MODEL_NAME")]
+    pub served_model_name: Option<String>,
     /// Address to listen on (0.0.0.0 for every interface).
     #[arg(long, env = "HEARTH_HOST", default_value = "127.0.0.1")]
     pub host: String,
@@ -204,6 +210,14 @@ fn check(a: &ServeArgs) -> anyhow::Result<()> {
         "--isolate-backoff-max must be a number of seconds from 0 to 3600"
     );
     anyhow::ensure!(a.model_pool >= 1, "--model-pool must be at least 1");
+    anyhow::ensure!(
+        a.served_model_name.as_deref().is_none_or(|n| !n.trim().is_empty()),
+        "--served-model-name must not be empty"
+    );
+    anyhow::ensure!(
+        a.served_model_name.is_none() || a.model.model.len() <= 1,
+        "--served-model-name names one model; a model pool's models are named by their --model"
+    );
     let mut seen = std::collections::HashSet::new();
     for m in &a.model.model {
         anyhow::ensure!(seen.insert(m.as_str()), "--model {m} is given twice");
@@ -246,6 +260,22 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     served
 }
 
+/// The id a model is served under: a GGUF file's name without `.gguf`
+/// (`SmolLM2-135M-Instruct.Q4_1` for `/models/SmolLM2-135M-Instruct.Q4_1.gguf`), else `spec` as given.
+fn model_id(spec: &str) -> String {
+    let path = std::path::Path::new(spec);
+    let gguf = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    match path.file_stem().and_then(|s| s.to_str()) {
+        Some(stem) if gguf && !stem.is_empty() => stem.to_string(),
+        _ => spec.to_string(),
+    }
+}
+
+/// The id of `--model`: `--served-model-name`, else [`model_id`].
+fn served_id(a: &ServeArgs) -> String {
+    a.served_model_name.clone().unwrap_or_else(|| model_id(a.model.spec()))
+}
+
 /// Whether `spec` names an embedding model (a sentence-transformers directory: it has `modules.json`).
 fn is_embedding_model(spec: &str) -> bool {
     matches!(hearth_engine::weights::resolve::resolve(spec), Ok(ModelLocation::HfDir(d)) if d.join("modules.json").is_file())
@@ -255,7 +285,7 @@ fn is_embedding_model(spec: &str) -> bool {
 /// with several --model, a model pool.
 fn load_all(a: &ServeArgs) -> anyhow::Result<Loaded> {
     if a.model.model.len() > 1 {
-        let embedding = a.embedding_model.as_deref().map(|spec| load_embedding(a, spec)).transpose()?;
+        let embedding = a.embedding_model.as_deref().map(|spec| load_embedding(a, spec, model_id(spec))).transpose()?;
         return Ok(Loaded { ready: None, embedding, pool: Some(load_pool(a)?) });
     }
     let (ready, embedding_spec) = if is_embedding_model(a.model.spec()) {
@@ -264,15 +294,16 @@ fn load_all(a: &ServeArgs) -> anyhow::Result<Loaded> {
             "--model {} is an embedding model; give a chat model with --model to serve it beside --embedding-model",
             a.model.spec()
         );
-        (None, Some(a.model.spec().to_string()))
+        (None, Some((a.model.spec().to_string(), served_id(a))))
     } else {
-        (Some(if a.isolate { load_isolated(a)? } else { load(a)? }), a.embedding_model.clone())
+        let ready = if a.isolate { load_isolated(a)? } else { load(a)? };
+        (Some(ready), a.embedding_model.clone().map(|spec| (spec.clone(), model_id(&spec))))
     };
-    let embedding = embedding_spec.map(|spec| load_embedding(a, &spec)).transpose()?;
+    let embedding = embedding_spec.map(|(spec, id)| load_embedding(a, &spec, id)).transpose()?;
     Ok(Loaded { ready, embedding, pool: None })
 }
 
-fn load_embedding(a: &ServeArgs, spec: &str) -> anyhow::Result<Embedding> {
+fn load_embedding(a: &ServeArgs, spec: &str, model_id: String) -> anyhow::Result<Embedding> {
     hearth_engine::device::set_cpu_threads(a.model.threads)?;
     let device = hearth_engine::device::select_device(&a.model.device)?;
     let opts = EmbedderOptions { max_queued_inputs: a.max_queue.max(1) * 64, ..EmbedderOptions::default() };
@@ -281,7 +312,7 @@ fn load_embedding(a: &ServeArgs, spec: &str) -> anyhow::Result<Embedding> {
     let info = embedder.info();
     tracing::info!(model = %info.dir.display(), dimensions = info.dimensions, pooling = info.pooling.name(), "embedding model loaded");
     let handle = hearth_engine::embed::start(embedder).context("starting the embedding worker")?;
-    Ok(Embedding { handle, model_id: spec.to_string(), created: hearth_server::state::unix_now() })
+    Ok(Embedding { handle, model_id, created: unix_now() })
 }
 
 /// What cached KV is shared under: the model's fingerprint, the device kind and every lever's value (a kernel
@@ -343,10 +374,10 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
         tokenizer,
         grammars,
         reasoning: a.reasoning,
-        model_id: a.model.spec().to_string(),
+        model_id: served_id(a),
         device,
         defaults,
-        created: hearth_server::state::unix_now(),
+        created: unix_now(),
     })
 }
 
@@ -390,9 +421,9 @@ fn load_isolated(a: &ServeArgs) -> anyhow::Result<Ready> {
         tokenizer,
         grammars,
         reasoning: a.reasoning,
-        model_id: a.model.spec().to_string(),
+        model_id: served_id(a),
         defaults: sampling_defaults(a, side.generation_config.as_ref()),
-        created: hearth_server::state::unix_now(),
+        created: unix_now(),
     })
 }
 
@@ -409,7 +440,7 @@ fn load_pool(a: &ServeArgs) -> anyhow::Result<Arc<ModelPool>> {
             .with_context(|| format!("loading the tokenizer of {spec}"))?;
         let tokenizer = Arc::new(side.tokenizer);
         models.push(PoolModel {
-            id: spec.clone(),
+            id: model_id(spec),
             grammars: warm_grammars(&tokenizer, side.config.vocab_size),
             tokenizer,
             defaults: sampling_defaults(a, side.generation_config.as_ref()),
@@ -489,7 +520,7 @@ pub fn run_engine_child(a: EngineChildArgs) -> anyhow::Result<()> {
         let stream = tokio::net::UnixStream::connect(&a.socket)
             .await
             .with_context(|| format!("connecting to the server at {}", a.socket.display()))?;
-        hearth_server::isolate::child::serve(stream, *handle, ready.grammars, ready.device).await?;
+        hearth_server::model::isolate::child::serve(stream, *handle, ready.grammars, ready.device).await?;
         anyhow::Ok(())
     })?;
     // The engine thread and its rows go with the process.
@@ -512,6 +543,16 @@ mod tests {
         let args = ["serve", "-m", "serve", "--isolate", "--port", "0"].map(std::ffi::OsString::from);
         let got = super::child_args(args.into_iter());
         assert_eq!(got, ["engine-child", "-m", "serve", "--port", "0"].map(std::ffi::OsString::from));
+    }
+
+    #[test]
+    fn model_ids() {
+        let id = super::model_id;
+        assert_eq!(id("/models/SmolLM2-135M-Instruct.Q4_1.gguf"), "SmolLM2-135M-Instruct.Q4_1");
+        assert_eq!(id("relative/Model.GGUF"), "Model");
+        assert_eq!(id("smollm2-135m"), "smollm2-135m");
+        assert_eq!(id("HuggingFaceTB/SmolLM2-135M-Instruct"), "HuggingFaceTB/SmolLM2-135M-Instruct");
+        assert_eq!(id("/models/qwen3-dir"), "/models/qwen3-dir");
     }
 
     #[test]

@@ -55,6 +55,10 @@ fn clear_errors() {
 
     let out = hearth(&["generate", "--device", "tpu", "x"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown device"));
+
+    let out = hearth(&["serve", "-m", "smollm2-135m", "-m", "gemma3-270m", "--served-model-name", "x"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--served-model-name names one model"));
 }
 
 #[test]

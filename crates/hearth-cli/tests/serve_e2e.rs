@@ -640,6 +640,28 @@ fn embeddings_beside_and_alone() {
     assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("model_not_embedding")), "{}", r.text());
 }
 
+/// A server started with a `.gguf` file's path serves the model under the file's name without the extension;
+/// `--served-model-name` (or `HEARTH_SERVED_MODEL_NAME`) names it instead, in `/v1/models` and in every answer.
+#[test]
+fn a_gguf_path_is_served_under_its_stem_or_the_served_model_name() {
+    let path = match hearth_engine::weights::resolve::resolve("smollm2-135m") {
+        Ok(hearth_engine::weights::resolve::ModelLocation::Gguf(p)) => p,
+        other => panic!("smollm2-135m is a GGUF file (scripts/fetch-models): {other:?}"),
+    };
+    let path = path.to_string_lossy();
+    let ask = json!({"messages": user("Hi"), "max_tokens": 1});
+    let s = Server::start(&["-m", &path], &[]);
+    assert_eq!(ok(s.get("/v1/models"))["data"][0]["id"], "SmolLM2-135M-Instruct.Q4_1");
+    assert_eq!(ok(s.post("/v1/chat/completions", &ask))["model"], "SmolLM2-135M-Instruct.Q4_1");
+    drop(s);
+    let s = Server::start(&["-m", &path, "--served-model-name", "my-model"], &[]);
+    assert_eq!(ok(s.get("/v1/models/my-model"))["id"], "my-model");
+    assert_eq!(ok(s.post("/v1/chat/completions", &ask))["model"], "my-model");
+    drop(s);
+    let s = Server::start(&[], &[("HEARTH_SERVED_MODEL_NAME", "from-env")]);
+    assert_eq!(ok(s.get("/v1/models"))["data"][0]["id"], "from-env");
+}
+
 /// A decoder embedding model (the tiny Qwen3 in Qwen3-Embedding's layout) beside the chat model and alone: the
 /// server's vectors match the sentence-transformers golden, and its token counts include the appended
 /// `<|endoftext|>`.

@@ -27,7 +27,7 @@ pub struct ServerConfig {
     pub timeout: Duration,
     /// On shutdown, how long requests in flight get to finish.
     pub shutdown_grace: Duration,
-    /// Most open connections (None: from the open-file limit, see `conns::default_max_connections`).
+    /// Most open connections (None: from the open-file limit, see `http::conns::default_max_connections`).
     pub max_connections: Option<usize>,
     /// Web origins that may call the server besides its own and loopback ones (`--allowed-origins`).
     pub allowed_origins: AllowList,

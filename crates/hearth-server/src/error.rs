@@ -1,10 +1,26 @@
-//! Every failure leaves the server in OpenAI's error shape:
-//! `{"error": {"message": "...", "type": "...", "param": null | "name", "code": null | "..."}}`.
+//! The server's one error type, [`ApiError`], and its one mapping to HTTP: a status, `Retry-After` where a retry
+//! helps, and a body in the shape of the API that was called. That is OpenAI's by default,
+//! `{"error": {"message": "...", "type": "...", "param": null | "name", "code": null | "..."}}`, and Anthropic's on
+//! its paths, `{"type": "error", "error": {"type": "...", "message": "..."}}` ([`ErrorShape`]).
 
-use crate::wire::{ErrorBody, ErrorObject};
-use axum::http::StatusCode;
+use crate::wire::anthropic;
+use crate::wire::{ErrorBody, ErrorObject, ShapeError};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hearth_engine::engine::SubmitError;
+
+/// How the message of a request's engine error begins when the isolated engine's process died under it (the
+/// supervisor writes it; the answer is a 502 `engine_unavailable`).
+pub const ENGINE_UNAVAILABLE: &str = "the engine process stopped";
+
+/// Which API's error shape a response takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorShape {
+    /// OpenAI's (Chat Completions, Completions, Responses, and every route that is not Anthropic's).
+    OpenAi,
+    /// Anthropic's (the Messages API).
+    Anthropic,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -40,6 +56,11 @@ impl ApiError {
 
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found_error", message).with_code("not_found")
+    }
+
+    /// The 404 of a path no route serves.
+    pub fn no_route(method: &Method, path: &str) -> Self {
+        Self::not_found(format!("no route for {method} {path}"))
     }
 
     pub fn unauthorized() -> Self {
@@ -85,7 +106,7 @@ impl ApiError {
         if message.starts_with(hearth_engine::sampling::grammar::GRAMMAR_FAILED) {
             return Self::bad_request(message).with_code("constraint_unsatisfiable");
         }
-        if message.starts_with(crate::isolate::ENGINE_UNAVAILABLE) {
+        if message.starts_with(ENGINE_UNAVAILABLE) {
             // The engine process died under the request (`--isolate`); the server itself is fine.
             return Self::new(StatusCode::BAD_GATEWAY, "engine_unavailable", message).with_code("engine_unavailable");
         }
@@ -107,6 +128,7 @@ impl ApiError {
         Self { status, message: message.into(), kind, param: None, code }
     }
 
+    /// The body in OpenAI's shape.
     pub fn body(&self) -> ErrorBody<'_> {
         ErrorBody {
             error: ErrorObject {
@@ -116,6 +138,47 @@ impl ApiError {
                 code: self.code,
             },
         }
+    }
+
+    /// The error object in Anthropic's shape (its `type` follows from the status).
+    pub fn anthropic(&self) -> anthropic::ErrorObject {
+        anthropic::ErrorObject { kind: anthropic_type(self.status), message: self.message.clone() }
+    }
+
+    /// The response in `shape`, with `Retry-After` on a 429 or 503 (not logged: see `IntoResponse`).
+    pub fn response_in(self, shape: ErrorShape) -> Response {
+        let mut r = match shape {
+            ErrorShape::OpenAi => (self.status, axum::Json(self.body())).into_response(),
+            ErrorShape::Anthropic => {
+                let body = anthropic::ErrorBody { kind: "error", error: self.anthropic() };
+                (self.status, axum::Json(body)).into_response()
+            }
+        };
+        if let Some(v) = retry_after(self.status) {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        r
+    }
+}
+
+/// Anthropic's error `type` for a status.
+fn anthropic_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        s if s >= 500 => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// A body or field of the wrong shape: a 400 that names the field.
+impl From<ShapeError> for ApiError {
+    fn from(e: ShapeError) -> Self {
+        ApiError { param: e.param, code: e.code, ..ApiError::bad_request(e.message) }
     }
 }
 
@@ -142,14 +205,16 @@ const RETRY_AFTER_BUSY: &str = "1";
 const RETRY_AFTER_UNAVAILABLE: &str = "5";
 
 /// The `Retry-After` a response of this status carries, if any.
-pub fn retry_after(status: StatusCode) -> Option<axum::http::HeaderValue> {
+fn retry_after(status: StatusCode) -> Option<HeaderValue> {
     match status {
-        StatusCode::TOO_MANY_REQUESTS => Some(axum::http::HeaderValue::from_static(RETRY_AFTER_BUSY)),
-        StatusCode::SERVICE_UNAVAILABLE => Some(axum::http::HeaderValue::from_static(RETRY_AFTER_UNAVAILABLE)),
+        StatusCode::TOO_MANY_REQUESTS => Some(HeaderValue::from_static(RETRY_AFTER_BUSY)),
+        StatusCode::SERVICE_UNAVAILABLE => Some(HeaderValue::from_static(RETRY_AFTER_UNAVAILABLE)),
         _ => None,
     }
 }
 
+/// A handler's error, logged (a server error as a warning) and answered in OpenAI's shape; the error layer
+/// (`http::middleware::json_errors`) reshapes it on Anthropic's paths.
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if self.status.is_server_error() {
@@ -157,11 +222,7 @@ impl IntoResponse for ApiError {
         } else {
             tracing::debug!(status = self.status.as_u16(), "{}", self.message);
         }
-        let mut r = (self.status, axum::Json(self.body())).into_response();
-        if let Some(v) = retry_after(self.status) {
-            r.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
-        }
-        r
+        self.response_in(ErrorShape::OpenAi)
     }
 }
 
@@ -188,5 +249,25 @@ mod tests {
         assert_eq!((kv.param.as_deref(), kv.code), (Some("n"), Some("context_length_exceeded")));
         assert_eq!(ApiError::from(SubmitError::Unavailable).status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(ApiError::from_status(StatusCode::PAYLOAD_TOO_LARGE, "big").code, Some("body_too_large"));
+    }
+
+    #[test]
+    fn shape_errors_are_400s_naming_the_field() {
+        let e = ApiError::from(ShapeError::field("top_p", "`top_p` must be a number, got a string"));
+        assert_eq!(
+            (e.status, e.param.as_deref(), e.code),
+            (StatusCode::BAD_REQUEST, Some("top_p"), Some("invalid_value"))
+        );
+        let e = ApiError::from(ShapeError::body("not JSON").with_code("invalid_json"));
+        assert_eq!((e.param, e.code, e.kind), (None, Some("invalid_json"), "invalid_request_error"));
+    }
+
+    #[test]
+    fn anthropic_shape() {
+        let e = ApiError::loading();
+        assert_eq!(e.anthropic().kind, "overloaded_error");
+        let r = e.response_in(ErrorShape::Anthropic);
+        assert_eq!(r.headers().get("retry-after").map(|v| v.as_bytes()), Some(&b"5"[..]));
+        assert_eq!(ApiError::bad_request("x").anthropic().kind, "invalid_request_error");
     }
 }

@@ -1,49 +1,55 @@
 //! hearth-server: the HTTP side. Routes and wire types over `hearth_engine::engine`; no tensor code.
 //!
+//! The modules are layers, each importing only layers below it (docs/design/0014-server-layers.md):
+//!
+//! 1. [`ids`], [`shutdown`], [`config`], [`origin`] (the origin policy) and [`wire`] (the bodies, and their shape
+//!    errors): nothing of the runtime;
+//! 2. [`error`]: the one error type and its one mapping to HTTP;
+//! 3. [`model`]: the served models, their engines (in process or isolated) and the model pool;
+//! 4. [`chat`] (the protocol-neutral chat core: a typed `ChatRequest` to a queued engine request) and [`output`]
+//!    (what a request yields: generation, text, answers split into thought, text and tool calls, SSE);
+//! 5. [`state`]: the app container;
+//! 6. [`http`]: connections, the layers every route shares, the body extractor, the web chat;
+//! 7. [`api`]: the handlers of each API (`openai`, `anthropic`, `responses`, `admin`), peers that import none of
+//!    each other;
+//! 8. this file: the router.
+//!
 //! `run` binds the port first, loads the model in a blocking task (`/health` says `loading` meanwhile), then
-//! serves until SIGINT / SIGTERM (`conns` holds the accept loop and the shutdown's phases, `shutdown` the signals).
+//! serves until SIGINT / SIGTERM (`http::conns` holds the accept loop and the shutdown's phases, `shutdown` the
+//! signals).
 
-pub mod admin;
-pub mod answer;
-pub mod anthropic;
-pub mod body;
+pub mod api;
+pub mod chat;
 pub mod config;
-pub mod conns;
-pub mod drain;
-pub mod embeddings;
 pub mod error;
-pub mod generation;
-pub mod isolate;
-pub mod metrics;
-pub mod middleware;
-pub mod offload;
-pub mod openai;
+pub mod http;
+pub mod ids;
+pub mod model;
 pub mod origin;
-pub mod reasoning;
-pub mod responses;
+pub mod output;
 pub mod shutdown;
-pub mod sse;
 pub mod state;
-pub mod stream;
-pub mod tools;
-pub mod ui;
 pub mod wire;
 
 pub use config::{DefaultOverrides, SamplingDefaults, ServerConfig};
-pub use state::{AppState, Embedding, Ready};
+pub use model::{Embedding, Ready};
+pub use state::AppState;
 
 /// What loading produced: a generative model, an embedding model, or both.
 pub struct Loaded {
     pub ready: Option<Ready>,
     pub embedding: Option<Embedding>,
     /// A model pool (several `--model`s), instead of `ready`.
-    pub pool: Option<Arc<isolate::pool::ModelPool>>,
+    pub pool: Option<Arc<ModelPool>>,
 }
 
 use anyhow::Context;
+use api::{admin, anthropic, openai, responses};
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
+use http::{conns, guard, middleware, ui};
+use model::pool::ModelPool;
 use std::sync::Arc;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
@@ -51,7 +57,8 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 /// Every route, behind these layers (outermost first): request id, tracing span, CORS, compression, JSON errors,
-/// the browser guard (`origin`: Host, Origin, Content-Type), API key, body limit, body read deadline. The fallback serves the web chat (`ui`) where it applies, else a JSON 404.
+/// the browser guard (`http::guard`: Host, Origin, Content-Type), API key, body limit, body read deadline. The
+/// fallback serves the web chat (`http::ui`) where it applies, else a JSON 404.
 pub fn router(state: AppState) -> Router {
     let max_body = state.cfg.max_body;
     Router::new()
@@ -59,22 +66,22 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(openai::completions::handler))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
-        .route("/v1/embeddings", post(embeddings::handler))
+        .route("/v1/embeddings", post(openai::embeddings::handler))
         .route("/v1/responses", post(responses::create))
         .route("/v1/responses/{id}", get(responses::get).delete(responses::delete))
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::get))
         .route("/v1", get(admin::index))
-        .route("/metrics", get(metrics::handler))
-        .route("/health", get(admin::health))
-        .route("/stats", get(admin::stats))
-        .route("/engine", get(admin::engine))
-        .route("/admin/cache/flush", post(admin::cache_flush))
-        .route("/admin/drain", post(drain::drain))
-        .route("/admin/undrain", post(drain::undrain))
-        .route("/tokenize", post(admin::tokenize))
-        .route("/detokenize", post(admin::detokenize))
-        .route("/apply-template", post(admin::apply_template))
+        .route("/metrics", get(admin::metrics::handler))
+        .route("/health", get(admin::status::health))
+        .route("/stats", get(admin::status::stats))
+        .route("/engine", get(admin::status::engine))
+        .route("/admin/cache/flush", post(admin::cache::cache_flush))
+        .route("/admin/drain", post(admin::drain::drain))
+        .route("/admin/undrain", post(admin::drain::undrain))
+        .route("/tokenize", post(admin::tokens::tokenize))
+        .route("/detokenize", post(admin::tokens::detokenize))
+        .route("/apply-template", post(admin::tokens::apply_template))
         .fallback(ui::fallback)
         // Each `Router::layer` wraps what is already there, so these calls read innermost first (the
         // `ServiceBuilder` in the last one reads outermost first).
@@ -84,14 +91,21 @@ pub fn router(state: AppState) -> Router {
         .layer(RequestBodyLimitLayer::new(max_body))
         .layer(DefaultBodyLimit::disable())
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::require_api_key))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), origin::guard))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard::guard))
         .layer(axum::middleware::from_fn(middleware::json_errors))
         .layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::new(middleware::REQUEST_ID, MakeRequestUuid))
-                .layer(TraceLayer::new_for_http().make_span_with(middleware::RequestSpan).on_response(
-                    DefaultOnResponse::new().level(tracing::Level::INFO).latency_unit(tower_http::LatencyUnit::Millis),
-                ))
+                .layer(
+                    TraceLayer::new_for_http()
+                        .make_span_with(middleware::RequestSpan)
+                        .on_response(
+                            DefaultOnResponse::new()
+                                .level(tracing::Level::INFO)
+                                .latency_unit(tower_http::LatencyUnit::Millis),
+                        )
+                        .on_failure(middleware::log_failure),
+                )
                 .layer(PropagateRequestIdLayer::new(middleware::REQUEST_ID))
                 .layer(middleware::cors(state.cfg.allowed_origins.clone()))
                 .layer(middleware::compression()),
@@ -99,7 +113,7 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serve on an already-bound listener until SIGINT / SIGTERM, then shut down gracefully (`conns::serve`).
+/// Serve on an already-bound listener until SIGINT / SIGTERM, then shut down gracefully (`http::conns::serve`).
 pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> anyhow::Result<()> {
     let cfg = &state.cfg;
     let limits = conns::Limits {
@@ -191,7 +205,7 @@ pub fn chat_url(addr: std::net::SocketAddr) -> String {
 const EXIT_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// On shutdown, write the cached KV blocks to the SSD tier (when there is one) so a restart finds them.
-async fn flush_on_exit(engine: &isolate::Engine) {
+async fn flush_on_exit(engine: &model::Engine) {
     if engine.stats().ssd_cache.is_none() || !engine.is_alive() {
         return;
     }

@@ -6,7 +6,7 @@ use hearth_engine::sampling::grammar::{Constraint, Grammars};
 use hearth_engine::tokenizer::Tokenizer;
 use hearth_engine::weights::resolve::{resolve, ModelLocation};
 use hearth_engine::weights::{GgufFile, ModelConfig};
-use hearth_server::tools::{ToolChoice, Tools};
+use hearth_server::chat::tools::{ToolChoice, Tools};
 use hearth_server::wire::chat::Conversation;
 use hearth_server::wire::RequestBody;
 use serde_json::json;
@@ -182,7 +182,7 @@ fn whole_answer_formats_open_calls_at_their_first_character() {
         assert!(c.allows(tok.eos_ids()[0]).unwrap(), "{template}");
         assert!(!c.allows(tag).unwrap(), "{template}");
         let mut c = g.compile(&spec).unwrap();
-        assert_eq!(c.allows(tag).unwrap(), tools.format == hearth_server::tools::Format::Llama3, "{template}");
+        assert_eq!(c.allows(tag).unwrap(), tools.format == hearth_server::output::tools::Format::Llama3, "{template}");
     }
     // After Llama 3's tag only a call fits.
     let spec = weather("{{ '<|python_tag|>' }}", "auto").constraint(&tok).unwrap();

@@ -1,9 +1,8 @@
 //! The utility routes' bodies (`/health`, `/stats`, `/tokenize`, `/detokenize`, `/apply-template`; llama-server's
-//! shapes) and `/v1/models`.
+//! shapes), the admin routes' (`/engine`, `/admin/...`) and `/v1/models`.
 
 use super::de::{opt, parse, TokenIds};
-use crate::error::ApiResult;
-use crate::wire::RequestBody;
+use super::{RequestBody, ShapeError};
 use hearth_engine::engine::EngineStats;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -20,7 +19,7 @@ pub struct TokenizeRequest {
 }
 
 impl RequestBody for TokenizeRequest {
-    fn from_body(body: &Value) -> ApiResult<Self> {
+    fn from_body(body: &Value) -> Result<Self, ShapeError> {
         parse(body)
     }
 }
@@ -52,7 +51,7 @@ pub struct DetokenizeRequest {
 }
 
 impl RequestBody for DetokenizeRequest {
-    fn from_body(body: &Value) -> ApiResult<Self> {
+    fn from_body(body: &Value) -> Result<Self, ShapeError> {
         parse(body)
     }
 }
@@ -119,6 +118,21 @@ pub struct Stats {
     pub max_positions: usize,
     /// Every runtime lever's effective value (`hearth levers`), by variable name.
     pub levers: serde_json::Map<String, serde_json::Value>,
+}
+
+/// `POST /admin/drain`: every admitted request has finished and the prompt cache is written.
+#[derive(Debug, Serialize)]
+pub struct DrainResponse {
+    pub drained: bool,
+    /// Sequences (choices) running or queued when the drain began; all have finished.
+    pub rows_finished: usize,
+    /// How long the drain waited for them.
+    pub waited_ms: u64,
+    /// Whether the prompt cache was written to the SSD tier (false: there is none).
+    pub ssd_flushed: bool,
+    /// The SSD tier after the flush.
+    pub ssd_files: usize,
+    pub ssd_bytes: u64,
 }
 
 /// `POST /admin/cache/flush`: everything cached is durable on the SSD tier, which now holds this much.

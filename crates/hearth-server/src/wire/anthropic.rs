@@ -1,8 +1,56 @@
-//! Anthropic's Messages API on the wire: the message a request answers with, its content blocks, usage, stream
-//! events and the error body. (Requests are translated into Chat Completions bodies: `anthropic::request`.)
+//! Anthropic's Messages API on the wire: the request, the message it is answered with, its content blocks, usage,
+//! stream events and the error body.
 
-use serde::Serialize;
-use serde_json::Value;
+use super::de::{opt, parse};
+use super::{RequestBody, ShapeError};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// `POST /v1/messages` and `POST /v1/messages/count_tokens`. The sampling fields are typed here; the structured ones
+/// (`system`, `messages`, `tools`, ...) stay JSON and are checked part by part as the request is translated for
+/// the chat core (`api::anthropic::request`), so that an error names the exact place
+/// (`messages[2].content[0].input`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct MessagesRequest {
+    /// Any value: a string names the model (of a model pool); anything else is ignored.
+    pub model: Option<Value>,
+    /// A string or a list of text blocks.
+    pub system: Option<Value>,
+    pub messages: Option<Value>,
+    /// A positive integer; required, but by `count_tokens`.
+    pub max_tokens: Option<Value>,
+    #[serde(deserialize_with = "opt")]
+    pub temperature: Option<f64>,
+    #[serde(deserialize_with = "opt")]
+    pub top_p: Option<f64>,
+    #[serde(deserialize_with = "opt")]
+    pub top_k: Option<i64>,
+    pub stop_sequences: Option<Value>,
+    #[serde(deserialize_with = "opt")]
+    pub metadata: Option<Map<String, Value>>,
+    pub tool_choice: Option<Value>,
+    pub tools: Option<Value>,
+    /// `{"type": "enabled", "budget_tokens": n}`, `adaptive`, `between_tools` or `disabled`.
+    pub thinking: Option<Value>,
+    /// Its `format`: a JSON schema the answer follows.
+    pub output_config: Option<Value>,
+    #[serde(deserialize_with = "opt")]
+    pub stream: Option<bool>,
+}
+
+impl MessagesRequest {
+    /// The model the request names, if it names one.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_ref().and_then(Value::as_str)
+    }
+}
+
+impl RequestBody for MessagesRequest {
+    fn from_body(body: &Value) -> Result<Self, ShapeError> {
+        parse(body)
+    }
+}
 
 /// A content block of an answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -2,13 +2,12 @@
 
 use super::common::GenerationParams;
 use super::de::{opt, parse};
-use crate::error::ApiResult;
-use crate::wire::RequestBody;
+use super::{RequestBody, ShapeError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// What the chat template renders. `messages` and `tools` stay JSON: the template reads any field a client puts
-/// there (`name`, `tool_call_id`, `reasoning_content`, ...); `openai::messages` checks and normalizes them.
+/// there (`name`, `tool_call_id`, `reasoning_content`, ...); `chat::template` checks and normalizes them.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct Conversation {
@@ -25,8 +24,15 @@ pub struct Conversation {
     pub add_generation_prompt: Option<bool>,
 }
 
+impl Conversation {
+    /// Set the template argument `enable_thinking` (templates that think read it).
+    pub fn enable_thinking(&mut self, on: bool) {
+        self.chat_template_kwargs.get_or_insert_with(Map::new).insert("enable_thinking".into(), Value::Bool(on));
+    }
+}
+
 impl RequestBody for Conversation {
-    fn from_body(body: &Value) -> ApiResult<Self> {
+    fn from_body(body: &Value) -> Result<Self, ShapeError> {
         parse(body)
     }
 }
@@ -53,7 +59,7 @@ pub struct ChatCompletionRequest {
 }
 
 impl RequestBody for ChatCompletionRequest {
-    fn from_body(body: &Value) -> ApiResult<Self> {
+    fn from_body(body: &Value) -> Result<Self, ShapeError> {
         Ok(Self { params: parse(body)?, options: parse(body)?, conversation: parse(body)? })
     }
 }

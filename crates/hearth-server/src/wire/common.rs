@@ -2,7 +2,6 @@
 //! and the envelope of a response and of a stream chunk.
 
 use super::de::{kind, opt, want, FromJson, TokenIds};
-use crate::generation::UsageTotals;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -10,7 +9,7 @@ use serde_json::{Map, Value};
 pub const MAX_STOPS: usize = 16;
 
 /// The generation parameters of `/v1/chat/completions` and `/v1/completions` (OpenAI's names, plus vLLM's and
-/// llama.cpp's common extensions). Ranges and token ids are checked against the model in `openai::params`.
+/// llama.cpp's common extensions). Ranges and token ids are checked against the model in `chat::params`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct GenerationParams {
@@ -211,13 +210,14 @@ pub struct PromptTokensDetails {
     pub cached_tokens: usize,
 }
 
-impl From<UsageTotals> for Usage {
-    fn from(u: UsageTotals) -> Self {
+impl Usage {
+    /// The prompt's tokens (of them `cached` read from the prompt cache) and the completion's.
+    pub fn new(prompt_tokens: usize, completion_tokens: usize, cached_tokens: usize) -> Self {
         Self {
-            prompt_tokens: u.prompt_tokens,
-            completion_tokens: u.completion_tokens,
-            total_tokens: u.prompt_tokens + u.completion_tokens,
-            prompt_tokens_details: PromptTokensDetails { cached_tokens: u.cached_tokens },
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: PromptTokensDetails { cached_tokens },
         }
     }
 }
@@ -324,14 +324,14 @@ mod tests {
         let asked = serde_json::to_value(Chunk::new(&meta, "o", vec![1], true)).unwrap_or_default();
         assert_eq!(asked["usage"], Value::Null);
         assert!(asked.as_object().is_some_and(|o| o.contains_key("usage")));
-        let totals = UsageTotals { prompt_tokens: 3, completion_tokens: 2, cached_tokens: 1 };
-        let last = serde_json::to_value(Chunk::<u8>::usage(&meta, "o", totals.into())).unwrap_or_default();
+        let totals = Usage::new(3, 2, 1);
+        let last = serde_json::to_value(Chunk::<u8>::usage(&meta, "o", totals)).unwrap_or_default();
         assert_eq!(last["choices"], json!([]));
         assert_eq!(
             last["usage"],
             json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}})
         );
-        let whole = serde_json::to_string(&Response::new(&meta, "o", vec![1], totals.into())).unwrap_or_default();
+        let whole = serde_json::to_string(&Response::new(&meta, "o", vec![1], totals)).unwrap_or_default();
         assert!(
             whole.starts_with(r#"{"id":"x-1","object":"o","created":7,"model":"m","choices":[1],"usage":{"#),
             "{whole}"

@@ -2,8 +2,7 @@
 
 use super::common::GenerationParams;
 use super::de::{kind, opt, parse, want, FromJson, TokenIds};
-use crate::error::ApiResult;
-use crate::wire::RequestBody;
+use super::{RequestBody, ShapeError};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -36,7 +35,7 @@ pub struct CompletionRequest {
 }
 
 impl RequestBody for CompletionRequest {
-    fn from_body(body: &Value) -> ApiResult<Self> {
+    fn from_body(body: &Value) -> Result<Self, ShapeError> {
         Ok(Self { params: parse(body)?, options: parse(body)? })
     }
 }

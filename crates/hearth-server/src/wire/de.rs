@@ -1,18 +1,19 @@
 //! How request fields are deserialized: every field of a request struct is `Option<T>` with
 //! `#[serde(deserialize_with = "opt")]`, and `T: FromJson` says what shape it takes and, when the value has another
 //! shape, what was wrong in the API's own words. `parse` runs serde over the body and turns the first failing field
-//! into a 400 that names it (`param`) and says `` `field` must be a number, got a string ``.
+//! into a [`ShapeError`] that names it (`param`) and says `` `field` must be a number, got a string ``.
+//! [`parse_object`] reads the body's bytes as the JSON object every request body is.
 
-use crate::error::{ApiError, ApiResult};
+use super::shape::ShapeError;
 use serde::de::{DeserializeOwned, Deserializer, Error as _};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-/// A list parameter's items, or a 400 naming it.
-pub fn list_param<'a>(name: &str, v: &'a Value) -> crate::error::ApiResult<&'a [Value]> {
+/// A list parameter's items, or an error naming it.
+pub fn list_param<'a>(name: &str, v: &'a Value) -> Result<&'a [Value], ShapeError> {
     match v {
         Value::Array(l) => Ok(l),
-        v => Err(crate::error::ApiError::param(name, format!("`{name}` must be a list, got {}", kind(v)))),
+        v => Err(ShapeError::field(name, format!("`{name}` must be a list, got {}", kind(v)))),
     }
 }
 
@@ -48,19 +49,36 @@ pub fn opt<'de, D: Deserializer<'de>, T: FromJson>(d: D) -> Result<Option<T>, D:
     }
 }
 
-/// Deserialize a JSON object into `T`; the first field that fails is a 400 naming it.
-pub fn parse<T: DeserializeOwned>(body: &Value) -> ApiResult<T> {
+/// Deserialize a JSON object into `T`; the first field that fails is an error naming it.
+pub fn parse<T: DeserializeOwned>(body: &Value) -> Result<T, ShapeError> {
     serde_path_to_error::deserialize(body).map_err(|e| {
         let field = e.path().to_string();
         let msg = e.inner().to_string();
         if field == "." {
-            ApiError::bad_request(msg)
-        } else if msg.starts_with(&format!("`{field}")) {
-            ApiError::param(&field, msg)
+            ShapeError::body(msg)
         } else {
-            ApiError::param(&field, format!("`{field}` {msg}"))
+            complaint(&field, msg)
         }
     })
+}
+
+/// One field's value as `T`, worded as [`parse`] words it (`null` is not set): for a value an API's body carries
+/// under another name than the one it is checked under.
+pub fn field<T: FromJson>(name: &str, v: Value) -> Result<Option<T>, ShapeError> {
+    match v {
+        Value::Null => Ok(None),
+        v => T::from_json(v).map(Some).map_err(|msg| complaint(name, msg)),
+    }
+}
+
+/// `msg` about `field`, which it continues (`must be a number, got a string`) unless it begins with the field's
+/// quoted name itself (a nested field's message).
+fn complaint(field: &str, msg: String) -> ShapeError {
+    if msg.starts_with(&format!("`{field}")) {
+        ShapeError::field(field, msg)
+    } else {
+        ShapeError::field(field, format!("`{field}` {msg}"))
+    }
 }
 
 impl FromJson for f64 {
@@ -133,12 +151,12 @@ impl TokenIds {
     }
 
     /// The ids as `u32`, each below `vocab`; `field` names them in the error.
-    pub fn check(&self, field: &str, vocab: usize) -> ApiResult<Vec<u32>> {
+    pub fn check(&self, field: &str, vocab: usize) -> Result<Vec<u32>, ShapeError> {
         self.0
             .iter()
             .map(|&id| match u32::try_from(id) {
                 Ok(small) if (small as usize) < vocab => Ok(small),
-                _ => Err(ApiError::param(
+                _ => Err(ShapeError::field(
                     field,
                     format!("token id {id} in `{field}` is outside the vocabulary (size {vocab})"),
                 )),
@@ -154,6 +172,47 @@ impl FromJson for TokenIds {
             other => Err(want("an array", other)),
         }
     }
+}
+
+/// The request body as the JSON object every body is (not JSON, or not an object, is an error).
+pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ShapeError> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(other) => Err(ShapeError::body(format!("the request body must be a JSON object, got {}", kind(&other)))
+            .with_code("invalid_json")),
+        // A number too large for a float (`1e999`, which some clients write for infinity): name its field.
+        Err(e) if e.to_string().starts_with("number out of range") => match key_at(bytes, e.line(), e.column()) {
+            Some(key) => Err(ShapeError::field(&key, format!("`{key}` must be a finite number: {e}"))),
+            None => Err(ShapeError::body(format!("the request body has a number that is not finite: {e}"))
+                .with_code("invalid_value")),
+        },
+        Err(e) => Err(ShapeError::body(format!("the request body is not valid JSON: {e}")).with_code("invalid_json")),
+    }
+}
+
+/// The object key whose value is at (1-based) `line` and `column` of `bytes`: `"key": <value here>`.
+fn key_at(bytes: &[u8], line: usize, column: usize) -> Option<String> {
+    let start: usize = bytes.split(|&b| b == b'\n').take(line.saturating_sub(1)).map(|l| l.len() + 1).sum();
+    let at = (start + column).min(bytes.len());
+    let before = &bytes[..at];
+    // Back over the number, then whitespace, the colon, whitespace, to the key's closing quote.
+    let mut i = before.iter().rposition(|b| !(b.is_ascii_digit() || b"+-.eE".contains(b)))?;
+    let skip_ws = |mut i: usize| {
+        while i > 0 && before[i].is_ascii_whitespace() {
+            i -= 1;
+        }
+        i
+    };
+    i = skip_ws(i);
+    if before[i] != b':' {
+        return None;
+    }
+    i = skip_ws(i.checked_sub(1)?);
+    if before[i] != b'"' {
+        return None;
+    }
+    let open = before[..i].iter().rposition(|&b| b == b'"')?;
+    String::from_utf8(before[open + 1..i].to_vec()).ok()
 }
 
 #[cfg(test)]
@@ -174,7 +233,7 @@ mod tests {
         ids: Option<TokenIds>,
     }
 
-    fn err(v: Value) -> ApiError {
+    fn err(v: Value) -> ShapeError {
         parse::<Sample>(&v).expect_err("should fail")
     }
 
@@ -202,5 +261,21 @@ mod tests {
         assert_eq!(ids.check("ids", 100).ok(), Some(vec![1, 2, 99]));
         let big: Sample = parse(&json!({"n": 18446744073709551615u64})).expect("parses");
         assert_eq!(big.n, Some(i64::MAX));
+    }
+
+    #[test]
+    fn body_must_be_an_object() {
+        assert!(parse_object(b"{\"a\":1}").is_ok());
+        assert!(parse_object(b"[1]").is_err_and(|e| e.message.contains("JSON object")));
+        assert!(parse_object(b"{nope").is_err_and(|e| e.message.contains("not valid JSON")));
+    }
+
+    #[test]
+    fn an_infinite_number_names_its_field() {
+        let e = parse_object(b"{\"model\": \"x\",\n  \"temperature\": 1e999, \"top_p\": 1}").err();
+        assert_eq!(e.and_then(|e| e.param), Some("temperature".to_string()));
+        let e = parse_object(b"{\"top_p\":-2e400}").err();
+        assert_eq!(e.and_then(|e| e.param), Some("top_p".to_string()));
+        assert!(parse_object(b"[1e999]").is_err_and(|e| e.param.is_none() && e.message.contains("finite")));
     }
 }

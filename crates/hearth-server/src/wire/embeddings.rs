@@ -2,8 +2,7 @@
 
 use super::completions::{prompt_list, Prompt};
 use super::de::{opt, parse, FromJson};
-use crate::error::ApiResult;
-use crate::wire::RequestBody;
+use super::{RequestBody, ShapeError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -33,7 +32,7 @@ pub struct EmbeddingsRequest {
 }
 
 impl RequestBody for EmbeddingsRequest {
-    fn from_body(body: &Value) -> ApiResult<Self> {
+    fn from_body(body: &Value) -> Result<Self, ShapeError> {
         parse(body)
     }
 }

@@ -13,12 +13,15 @@
 //! - `de::parse` runs serde through `serde_path_to_error`, which knows which field failed, and prefixes its name.
 //!   (Axum's own `Json` extractor uses the same crate.)
 //! - Range and vocabulary checks need the loaded model or name a limit, so they run after deserialization, in
-//!   `openai::params` and the handlers.
+//!   `chat::params` and the handlers.
 //! - Chat and completions share `GenerationParams`. Each request type is several structs read from the same JSON
 //!   object rather than one struct with `#[serde(flatten)]`: flatten buffers the fields and deserializes them
 //!   outside `serde_path_to_error`'s view, so the failing field's name would be lost.
 //! - `messages` and `tools` stay JSON values: chat templates read whatever fields a client puts in a message, so
-//!   `openai::messages` checks the parts the server relies on and passes the rest through.
+//!   `chat::template` checks the parts the server relies on and passes the rest through.
+//!
+//! This layer imports nothing of the server's runtime: its failures are [`ShapeError`]s, which `error::ApiError`
+//! turns into the API's error.
 
 pub mod admin;
 pub mod anthropic;
@@ -28,13 +31,14 @@ pub mod completions;
 pub mod de;
 pub mod embeddings;
 pub mod responses;
+pub mod shape;
 
 pub use common::{Chunk, ErrorBody, ErrorObject, GenerationParams, Response, ResponseMeta, Usage};
+pub use shape::ShapeError;
 
-use crate::error::ApiResult;
 use serde_json::Value;
 
-/// A request body type, built from the request's JSON object (`body::JsonBody` extracts it).
+/// A request body type, built from the request's JSON object (`http::body::JsonBody` extracts it).
 pub trait RequestBody: Sized {
-    fn from_body(body: &Value) -> ApiResult<Self>;
+    fn from_body(body: &Value) -> Result<Self, ShapeError>;
 }

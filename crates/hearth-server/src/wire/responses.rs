@@ -1,8 +1,60 @@
-//! OpenAI's Responses API on the wire: the response object, its output items, usage and stream events.
-//! (Requests are translated into Chat Completions bodies: `responses::request`.)
+//! OpenAI's Responses API on the wire: the request, the response object, its output items, usage and stream events.
 
-use serde::Serialize;
+use super::de::{opt, parse};
+use super::{RequestBody, ShapeError};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+/// `POST /v1/responses`. The flags are typed here; the rest stays JSON: the structured fields (`input`, `tools`,
+/// `text`, ...) are checked part by part as the request is translated for the chat core
+/// (`api::responses::request`), so that an error names the exact place (`input[3].content[0]`), and the fields a
+/// response repeats are repeated as they were sent.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct ResponsesRequest {
+    /// Any value: a string names the model (of a model pool); anything else is ignored.
+    pub model: Option<Value>,
+    /// A string, or a list of items (messages, `function_call`, `function_call_output`, `reasoning`).
+    pub input: Option<Value>,
+    pub instructions: Option<Value>,
+    pub previous_response_id: Option<Value>,
+    /// Not served: `conversation`, `background` and `prompt` are refused when set.
+    pub conversation: Option<Value>,
+    pub background: Option<Value>,
+    pub prompt: Option<Value>,
+    pub temperature: Option<Value>,
+    pub top_p: Option<Value>,
+    pub max_output_tokens: Option<Value>,
+    pub parallel_tool_calls: Option<Value>,
+    #[serde(deserialize_with = "opt")]
+    pub top_logprobs: Option<i64>,
+    pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
+    /// Its `format`: text, a JSON object or a JSON schema.
+    pub text: Option<Value>,
+    /// Its `effort` turns thinking on or off.
+    pub reasoning: Option<Value>,
+    #[serde(deserialize_with = "opt")]
+    pub stream: Option<bool>,
+    #[serde(deserialize_with = "opt")]
+    pub store: Option<bool>,
+    #[serde(deserialize_with = "opt")]
+    pub metadata: Option<Map<String, Value>>,
+    pub user: Option<Value>,
+}
+
+impl ResponsesRequest {
+    /// The model the request names, if it names one.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_ref().and_then(Value::as_str)
+    }
+}
+
+impl RequestBody for ResponsesRequest {
+    fn from_body(body: &Value) -> Result<Self, ShapeError> {
+        parse(body)
+    }
+}
 
 /// An `output_text` content part.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -5,11 +5,16 @@ use super::server::{Template, SERVERS};
 use axum::body::{to_bytes, Body};
 use axum::http::{header, HeaderName, Method, Request};
 use axum::Router;
-use hearth_server::body::parse_object;
-use hearth_server::openai::{completions, messages, params};
+use hearth_server::api::openai::completions;
+use hearth_server::api::{anthropic, responses};
+use hearth_server::chat::{params, template};
+use hearth_server::error::ApiError;
 use hearth_server::wire::admin::DetokenizeRequest;
+use hearth_server::wire::anthropic::MessagesRequest;
 use hearth_server::wire::chat::{ChatCompletionRequest, Conversation};
 use hearth_server::wire::completions::CompletionRequest;
+use hearth_server::wire::de::parse_object;
+use hearth_server::wire::responses::ResponsesRequest;
 use hearth_server::wire::RequestBody;
 use hearth_server::SamplingDefaults;
 use serde_json::Value;
@@ -335,35 +340,39 @@ pub async fn run_case(router: &Router, case: &Case) -> Result<u16, String> {
 
 /// The same body through the public parsers directly (they must not panic; their errors are OpenAI errors).
 pub fn direct_parsers(body: &[u8], vocab: usize) -> Result<(), String> {
-    let as_json = |e: &hearth_server::error::ApiError| serde_json::to_value(e.body()).map_err(|e| e.to_string());
+    let as_json = |e: &ApiError| serde_json::to_value(e.body()).map_err(|e| e.to_string());
     let m = match parse_object(body) {
         Ok(m) => Value::Object(m),
-        Err(e) => return check_error(&as_json(&e)?),
+        Err(e) => return check_error(&as_json(&e.into())?),
     };
     let d = SamplingDefaults::default();
-    let mut errs = Vec::new();
+    let mut errs: Vec<Option<ApiError>> = Vec::new();
     match ChatCompletionRequest::from_body(&m) {
         Ok(chat) => {
             let max = ("max_completion_tokens", chat.options.max_completion_tokens);
             errs.push(params::resolve(&chat.params, &d, vocab, max).err());
             errs.push(params::top_count("top_logprobs", chat.options.top_logprobs).err());
-            errs.push(messages::normalize(&chat.conversation).err());
+            errs.push(template::normalize(&chat.conversation).err());
         }
-        Err(e) => errs.push(Some(e)),
+        Err(e) => errs.push(Some(e.into())),
     }
     match CompletionRequest::from_body(&m) {
         Ok(c) => errs.push(completions::checked_prompts(c.options.prompt, vocab).err()),
-        Err(e) => errs.push(Some(e)),
+        Err(e) => errs.push(Some(e.into())),
     }
-    errs.push(Conversation::from_body(&m).err());
-    if let Value::Object(o) = &m {
-        errs.push(hearth_server::anthropic::request::translate(o, false).err());
-        errs.push(hearth_server::responses::request::translate(o, Vec::new()).err());
+    errs.push(Conversation::from_body(&m).err().map(ApiError::from));
+    match MessagesRequest::from_body(&m) {
+        Ok(r) => errs.push(anthropic::request::translate(r, false).err()),
+        Err(e) => errs.push(Some(e.into())),
+    }
+    match ResponsesRequest::from_body(&m) {
+        Ok(r) => errs.push(responses::request::translate(&r, Vec::new()).err()),
+        Err(e) => errs.push(Some(e.into())),
     }
     match DetokenizeRequest::from_body(&m) {
-        Ok(DetokenizeRequest { tokens: Some(ids) }) => errs.push(ids.check("tokens", vocab).err()),
+        Ok(DetokenizeRequest { tokens: Some(ids) }) => errs.push(ids.check("tokens", vocab).err().map(ApiError::from)),
         Ok(_) => {}
-        Err(e) => errs.push(Some(e)),
+        Err(e) => errs.push(Some(e.into())),
     }
     for e in errs.into_iter().flatten() {
         check_error(&as_json(&e)?)?;
@@ -394,7 +403,7 @@ pub fn show(case: &Case) -> String {
 }
 
 pub static PANICS: AtomicUsize = AtomicUsize::new(0);
-/// Panics inside minijinja, which `messages::render` contains and answers as a 400 `template_error`.
+/// Panics inside minijinja, which `template::render` contains and answers as a 400 `template_error`.
 pub static TEMPLATE_PANICS: AtomicUsize = AtomicUsize::new(0);
 pub static LAST_PANIC: Mutex<String> = Mutex::new(String::new());
 

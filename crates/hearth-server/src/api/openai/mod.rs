@@ -1,0 +1,18 @@
+//! OpenAI-compatible routes: `/v1/chat/completions` ([`chat`]), `/v1/completions` ([`completions`]),
+//! `/v1/embeddings` ([`embeddings`]), `/v1/models` ([`models`]). (The Responses API is its own peer: `api::responses`.)
+
+pub mod chat;
+pub mod completions;
+pub mod embeddings;
+pub mod logprobs;
+pub mod models;
+
+use crate::output::generation::UsageTotals;
+use crate::wire::Usage;
+
+/// OpenAI's `usage` of a request's totals.
+impl From<UsageTotals> for Usage {
+    fn from(u: UsageTotals) -> Self {
+        Usage::new(u.prompt_tokens, u.completion_tokens, u.cached_tokens)
+    }
+}

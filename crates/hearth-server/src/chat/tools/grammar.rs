@@ -1,0 +1,161 @@
+//! The grammar of a request's tool calls: `required` and a named function are enforced (the answer is calls and
+//! nothing else); `auto` is guided lazily — the text stays free until the model opens a call the way its format
+//! does, and from there only a valid call of an offered function fits:
+//!
+//! - Hermes: the lazy rule `TEXT <tool_call>` (text matches as little as it can before the tag), text again after
+//!   `</tool_call>`;
+//! - Mistral: its `[TOOL_CALLS]` control token (`<[id]>` in the grammar, a token no text can produce) opens the
+//!   calls; where the vocabulary spells it as text, the lazy rule as for Hermes. A vocabulary that has `[ARGS]` as a
+//!   control token gets the newer form `[TOOL_CALLS]name[ARGS]{..}` per call, the list `[TOOL_CALLS] [{..}]`
+//!   otherwise;
+//! - the whole-answer formats (Llama 3 JSON, pythonic, generic): an answer whose first character opens a call (`{`,
+//!   `[`) is calls, any other answer is free text; Llama 3's `<|python_tag|>` control token opens calls too.
+
+use super::{pythonic, ToolChoice, Tools};
+use crate::output::tools::{hermes, llama3, mistral, Format};
+use hearth_engine::sampling::grammar::{lark_string, ConstraintSpec};
+use hearth_engine::tokenizer::Tokenizer;
+use serde_json::{json, Value};
+
+/// Any text.
+const TEXT: &str = "TEXT: /(.|\\n)*/\n";
+
+/// A control token as a grammar terminal, if the vocabulary has it.
+fn control(tok: &Tokenizer, text: &str) -> Option<String> {
+    tok.control_id(text).map(|id| format!("<[{id}]>"))
+}
+
+impl Tools {
+    /// The grammar that enforces `required` or a named function, or guides `auto` (see the module's text).
+    pub fn constraint(&self, tok: &Tokenizer) -> Option<ConstraintSpec> {
+        let auto = self.choice == ToolChoice::Auto;
+        let more = |sep: &str| if self.parallel { format!(" ({} call)*", lark_string(sep)) } else { String::new() };
+        let calls = if self.parallel { "+" } else { "" };
+        // A whole answer that is calls (after an optional control token `tag`), or for `auto` free text when its
+        // first character does not open them.
+        let whole = |open: char, body: String, tag: Option<String>| match (auto, tag) {
+            (true, tag) => {
+                let tagged = tag.map(|t| format!(" | {t} {body}")).unwrap_or_default();
+                let free = format!("FREE: /[^\\s{}](.|\\n)*/\nWS: /\\s+/\n", regex_escape(open));
+                format!("start: WS? (FREE | {body})?{tagged}\n{free}")
+            }
+            (false, Some(t)) => format!("start: {t}? {body}\n"),
+            (false, None) => format!("start: {body}\n"),
+        };
+        let top = match self.format {
+            Format::Hermes if auto => {
+                let more = if self.parallel { "*" } else { "?" };
+                format!(
+                    "start: tc{more} TEXT\ntc: tc_open \"\\n\" call \"\\n\" {}\ntc_open[lazy]: TEXT {}\n{TEXT}",
+                    lark_string(hermes::END),
+                    lark_string(hermes::START)
+                )
+            }
+            Format::Hermes => format!(
+                "start: tc{calls}\ntc: {} \"\\n\" call \"\\n\" {} \"\\n\"?\n",
+                lark_string(hermes::START),
+                lark_string(hermes::END)
+            ),
+            Format::Mistral => return Some(self.mistral(tok)),
+            Format::Llama3 => whole('{', format!("call{}", more("; ")), control(tok, llama3::MARKER)),
+            Format::Generic => {
+                whole('{', format!("{} call{} \"]}}\"", lark_string("{\"tool_calls\": ["), more(", ")), None)
+            }
+            Format::Pythonic => whole('[', format!("\"[\" call{} \"]\"", more(", ")), None),
+        };
+        let rules = match self.format {
+            Format::Pythonic => pythonic::call_rules(self.callable()),
+            Format::Llama3 => self.call_rules("parameters"),
+            _ => self.call_rules("arguments"),
+        };
+        Some(ConstraintSpec::Lark(format!("%llguidance {{}}\n{top}{rules}")))
+    }
+
+    /// Mistral's calls (see the module's text).
+    fn mistral(&self, tok: &Tokenizer) -> ConstraintSpec {
+        let auto = self.choice == ToolChoice::Auto;
+        let marker = control(tok, mistral::MARKER);
+        let args = control(tok, mistral::ARGS);
+        let (top, rules) = match (&marker, &args) {
+            // `[TOOL_CALLS]name[ARGS]{..}`, one marker per call.
+            (Some(m), Some(a)) => {
+                let calls = if self.parallel { "ncall+" } else { "ncall" };
+                let start = if auto { format!("TEXT | {calls}") } else { calls.to_string() };
+                let mut names = Vec::new();
+                let mut rules = String::new();
+                for (i, (name, params)) in self.callable().enumerate() {
+                    rules.push_str(&format!("n{i}: {} {a} %json {}\n", lark_string(name), compact(params, params)));
+                    names.push(format!("n{i}"));
+                }
+                (format!("start: {start}\nncall: {m} ({})\n{TEXT}", names.join(" | ")), rules)
+            }
+            _ => {
+                let more = if self.parallel { " (\", \" call)*" } else { "" };
+                let list = format!("\" \"? \"[\" call{more} \"]\"");
+                let top = match (marker, auto) {
+                    (Some(m), true) => format!("start: TEXT | {m} {list}\n{TEXT}"),
+                    (Some(m), false) => format!("start: {m}? {list}\n"),
+                    // The marker is text here: no text or grammar can keep a model from writing it, so the calls
+                    // open where it appears (as for Hermes).
+                    (None, true) => format!(
+                        "start: TEXT | tc_open {list}\ntc_open[lazy]: TEXT {}\n{TEXT}",
+                        lark_string(mistral::MARKER)
+                    ),
+                    (None, false) => {
+                        format!("start: ({} \" \"?)? \"[\" call{more} \"]\"\n", lark_string(mistral::MARKER))
+                    }
+                };
+                (top, self.call_rules("arguments"))
+            }
+        };
+        ConstraintSpec::Lark(format!("%llguidance {{}}\n{top}{rules}"))
+    }
+
+    /// The functions a call may name under `tool_choice`.
+    pub(super) fn callable(&self) -> impl Iterator<Item = &(String, Value)> {
+        self.functions.iter().filter(move |(n, _)| match &self.choice {
+            ToolChoice::Named(want) => n == want,
+            _ => true,
+        })
+    }
+
+    /// Lark rules `call: f0 | f1 ...` with each function's `{"name": .., KEY: ..}` as a JSON schema (KEY:
+    /// `arguments`, or Llama 3's `parameters`).
+    fn call_rules(&self, key: &str) -> String {
+        let mut names = Vec::new();
+        let mut rules = String::new();
+        for (i, (name, params)) in self.callable().enumerate() {
+            let schema = json!({
+                "type": "object",
+                "properties": {"name": {"const": name}, key: params},
+                "required": ["name", key],
+                "additionalProperties": false,
+            });
+            rules.push_str(&format!("f{i}: %json {}\n", compact(&schema, params)));
+            names.push(format!("f{i}"));
+        }
+        format!("call: {}\n{rules}", names.join(" | "))
+    }
+}
+
+/// `schema` as the root of a nested JSON grammar: compact JSON (with free whitespace a small model can pad an empty
+/// object forever), and the definitions of `params` (whose `$ref`s point into their own root) carried to it.
+fn compact(schema: &Value, params: &Value) -> Value {
+    let mut schema = schema.clone();
+    schema["x-guidance"] = json!({"whitespace_flexible": false});
+    for defs in ["$defs", "definitions"] {
+        if let Some(d) = params.get(defs) {
+            schema[defs] = d.clone();
+        }
+    }
+    schema
+}
+
+/// `c` inside a regex character class.
+fn regex_escape(c: char) -> String {
+    if c.is_ascii_punctuation() {
+        format!("\\{c}")
+    } else {
+        c.to_string()
+    }
+}

@@ -1,0 +1,183 @@
+//! One choice's answer split into what every API shows: its thought (a template that thinks), its text, and its
+//! tool calls (a request that offers tools). Streaming feeds the decoded text piece by piece; a whole answer is split
+//! at once. Chat Completions, Anthropic Messages and Responses each turn these parts into their own shapes.
+
+use crate::output::reasoning::{Part, ReasoningSplitter};
+use crate::output::tools::parser::{CallParser, Piece};
+use crate::output::tools::{Call, Format};
+
+/// A piece of an answer, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerPart {
+    Reasoning(String),
+    Content(String),
+    /// Call `index` (0-based, in this answer) begins; with the whole call when its format parses calls whole, else
+    /// its name only (its arguments follow as `CallArgs`).
+    CallStart {
+        index: usize,
+        call: Call,
+        whole: bool,
+    },
+    /// The next fragment of the arguments' JSON text of call `index`.
+    CallArgs {
+        index: usize,
+        args: String,
+    },
+}
+
+/// How a request's answers are split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AnswerShape {
+    /// The template thinks (`<think>...</think>`).
+    pub thinks: bool,
+    /// The prompt opened the thought: the answer starts inside it.
+    pub opened: bool,
+    /// The request offers tools in this format.
+    pub tools: Option<Format>,
+}
+
+/// The streaming splitter of one choice.
+pub struct AnswerSplitter {
+    thinker: Option<ReasoningSplitter>,
+    parser: Option<CallParser>,
+}
+
+impl AnswerSplitter {
+    pub fn new(shape: AnswerShape) -> Self {
+        Self {
+            thinker: shape.thinks.then(|| ReasoningSplitter::new(shape.opened)),
+            parser: shape.tools.map(CallParser::new),
+        }
+    }
+
+    /// Calls begun so far.
+    pub fn calls(&self) -> usize {
+        self.parser.as_ref().map_or(0, CallParser::calls)
+    }
+
+    /// The parts of the next text (`end`: the choice ended, flush what was held back).
+    pub fn feed(&mut self, text: &str, end: bool) -> Vec<AnswerPart> {
+        let mut out = Vec::new();
+        let answer = match self.thinker.as_mut() {
+            Some(t) => {
+                let mut pieces = t.feed(text);
+                if end {
+                    pieces.extend(t.finish());
+                }
+                let mut answer = String::new();
+                for p in pieces {
+                    match p {
+                        Part::Reasoning(r) => out.push(AnswerPart::Reasoning(r)),
+                        Part::Content(c) => answer.push_str(&c),
+                    }
+                }
+                answer
+            }
+            None => text.to_string(),
+        };
+        let Some(p) = self.parser.as_mut() else {
+            if !answer.is_empty() {
+                out.push(AnswerPart::Content(answer));
+            }
+            return out;
+        };
+        let mut next = p.calls();
+        let mut pieces = p.feed(&answer);
+        if end {
+            pieces.extend(p.finish());
+        }
+        for piece in pieces {
+            match piece {
+                Piece::Text(t) => out.push(AnswerPart::Content(t)),
+                Piece::Call(call) => {
+                    out.push(AnswerPart::CallStart { index: next, call, whole: true });
+                    next += 1;
+                }
+                Piece::CallStart(name) => {
+                    out.push(AnswerPart::CallStart {
+                        index: next,
+                        call: Call { name, arguments: String::new() },
+                        whole: false,
+                    });
+                    next += 1;
+                }
+                Piece::CallArgs(args) => out.push(AnswerPart::CallArgs { index: next.saturating_sub(1), args }),
+            }
+        }
+        out
+    }
+}
+
+/// A whole answer, split.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Answer {
+    /// Its thought (None when it has none).
+    pub reasoning: Option<String>,
+    /// Its text: None when it is only calls, or only a thought (cut off by the length limit).
+    pub content: Option<String>,
+    pub calls: Vec<Call>,
+}
+
+impl Answer {
+    pub fn split(shape: AnswerShape, text: &str) -> Answer {
+        let mut s = AnswerSplitter::new(shape);
+        let mut a = Answer::default();
+        let mut content = String::new();
+        for part in s.feed(text, true) {
+            match part {
+                AnswerPart::Reasoning(r) => a.reasoning.get_or_insert_with(String::new).push_str(&r),
+                AnswerPart::Content(c) => content.push_str(&c),
+                AnswerPart::CallStart { call, .. } => a.calls.push(call),
+                AnswerPart::CallArgs { args, .. } => {
+                    if let Some(c) = a.calls.last_mut() {
+                        c.arguments.push_str(&args);
+                    }
+                }
+            }
+        }
+        let only_calls = !a.calls.is_empty() && content.trim().is_empty();
+        let only_thought = a.reasoning.is_some() && content.is_empty();
+        a.content = (!only_calls && !only_thought).then_some(content);
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whole_answer_and_its_stream_split_alike() {
+        let shape = AnswerShape { thinks: true, opened: false, tools: Some(Format::Hermes) };
+        let text = "<think>hmm</think>\n\nSure.<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>";
+        let whole = Answer::split(shape, text);
+        assert_eq!(whole.reasoning.as_deref(), Some("hmm"));
+        assert_eq!(whole.content.as_deref(), Some("Sure."));
+        assert_eq!(whole.calls, vec![Call { name: "f".into(), arguments: "{\"x\": 1}".into() }]);
+        let mut s = AnswerSplitter::new(shape);
+        let mut streamed = Vec::new();
+        let chars: Vec<char> = text.chars().collect();
+        for (i, c) in chars.iter().enumerate() {
+            streamed.extend(s.feed(&c.to_string(), i + 1 == chars.len()));
+        }
+        let args: String = streamed
+            .iter()
+            .filter_map(|p| match p {
+                AnswerPart::CallArgs { index: 0, args } => Some(args.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(args, "{\"x\": 1}");
+        assert_eq!(s.calls(), 1);
+    }
+
+    #[test]
+    fn only_calls_or_only_a_thought_have_no_content() {
+        let calls = AnswerShape { tools: Some(Format::Hermes), ..AnswerShape::default() };
+        let a = Answer::split(calls, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>");
+        assert_eq!((a.content, a.calls.len()), (None, 1));
+        let thought = AnswerShape { thinks: true, opened: true, tools: None };
+        assert_eq!(Answer::split(thought, "still thinking").content, None);
+        assert_eq!(Answer::split(AnswerShape::default(), "").content.as_deref(), Some(""));
+    }
+}

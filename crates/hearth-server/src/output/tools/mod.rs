@@ -1,0 +1,121 @@
+//! Tool calls in the answer: which format a chat template speaks, and reading a model's calls back out of its text
+//! ([`parser`], streamed as they complete). The request side (what `tools` / `tool_choice` ask for, the grammar that
+//! enforces it, the system text for templates that do not render tools) is `chat::tools`.
+//!
+//! Formats: [`hermes`] (`<tool_call>{"name": .., "arguments": {..}}</tool_call>`: Hermes, Qwen 2.5/3, SmolLM3 and
+//! every template that mentions `<tool_call>`), [`mistral`] (`[TOOL_CALLS] [{"name": .., "arguments": {..}}]` or
+//! `[TOOL_CALLS]name[ARGS]{..}`: templates that mention `[TOOL_CALLS]`), [`llama3`] (`{"name": .., "parameters": {..}}`
+//! as the whole answer: Llama 3.1–3.3, templates that mention `<|python_tag|>`), [`pythonic`]
+//! (`[name(key=value, ..)]` as the whole answer: Gemma, Llama 4 and the pythonic tool templates), and [`generic`] for
+//! templates that do not render tools: the tools are described in a system message and the model answers
+//! `{"tool_calls": [{"name": .., "arguments": {..}}]}`. Gemma's own templates do not render tools either: they are
+//! described in a system message too, asking for the pythonic form.
+
+pub mod generic;
+pub mod hermes;
+pub mod llama3;
+pub mod mistral;
+pub mod parser;
+pub mod pythonic;
+
+use serde_json::{json, Value};
+
+/// How a model writes tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Hermes,
+    Mistral,
+    Llama3,
+    Pythonic,
+    Generic,
+}
+
+impl Format {
+    /// The format a chat template speaks (a template that spells out the pythonic form is pythonic even where it
+    /// has Llama 3's markers too).
+    pub fn of_template(source: &str) -> Format {
+        if source.contains(hermes::START) {
+            Format::Hermes
+        } else if mistral::speaks(source) {
+            Format::Mistral
+        } else if llama3::speaks(source) && !pythonic::asked(source) {
+            Format::Llama3
+        } else if pythonic::speaks(source) {
+            Format::Pythonic
+        } else {
+            Format::Generic
+        }
+    }
+}
+
+/// A new `tool_calls[].id`: `call_` and 24 hex digits, or for the Mistral format 9 of those digits (Mistral's
+/// templates raise on ids of any other length when the calls come back in `messages`).
+pub fn call_id(format: Format) -> String {
+    let id = crate::ids::item_id("call");
+    match format {
+        Format::Mistral => id[id.len() - 9..].to_string(),
+        _ => id,
+    }
+}
+
+/// One parsed call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub name: String,
+    /// The arguments object as JSON text.
+    pub arguments: String,
+}
+
+/// The first JSON value of `s` and the bytes it takes (what follows it is left to the caller).
+fn first_json(s: &str) -> Option<(Value, usize)> {
+    let mut it = serde_json::Deserializer::from_str(s).into_iter::<Value>();
+    let v = it.next()?.ok()?;
+    Some((v, it.byte_offset()))
+}
+
+/// A call from a JSON object `{"name": .., "arguments": {..}}` (`parameters` is taken for `arguments` too).
+pub fn call_of(v: &Value) -> Option<Call> {
+    let name = v.get("name")?.as_str()?.to_string();
+    let args = v.get("arguments").or_else(|| v.get("parameters")).cloned().unwrap_or_else(|| json!({}));
+    let args = match args {
+        Value::String(s) => serde_json::from_str::<Value>(&s).ok().filter(Value::is_object)?,
+        a @ Value::Object(_) => a,
+        _ => return None,
+    };
+    Some(Call { name, arguments: args.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_of_real_templates() {
+        let t = |name: &str| {
+            let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(name);
+            Format::of_template(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        };
+        assert_eq!(t("tools/oracle/templates/qwen3_like.jinja"), Format::Hermes);
+        assert_eq!(t("tools/oracle/templates/llama31_like.jinja"), Format::Llama3);
+        assert_eq!(t("tools/oracle/templates/mistral_like.jinja"), Format::Mistral);
+        assert_eq!(t("bench/templates/gemma3.jinja"), Format::Pythonic);
+        let cases = [
+            ("{{ '<|python_tag|>' }}", Format::Llama3),
+            ("{{ '[TOOL_CALLS]' + name + '[ARGS]' + arguments }}", Format::Mistral),
+            ("Environment: ipython\nRespond in the format [func_name1(params_name1=params_value1)]", Format::Pythonic),
+            ("{{ '<|header_start|>assistant<|header_end|>' }}{{ '<|python_start|>' }}", Format::Pythonic),
+            ("<|im_start|>{{ message.content }}", Format::Generic),
+        ];
+        for (source, want) in cases {
+            assert_eq!(Format::of_template(source), want, "{source:?}");
+        }
+    }
+
+    #[test]
+    fn mistral_ids_have_nine_characters() {
+        let id = call_id(Format::Mistral);
+        assert!(id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric()), "{id}");
+        assert!(call_id(Format::Hermes).starts_with("call_"));
+        assert_ne!(call_id(Format::Mistral), call_id(Format::Mistral));
+    }
+}
