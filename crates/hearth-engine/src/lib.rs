@@ -7,7 +7,6 @@ pub mod embed;
 pub mod engine;
 pub mod error;
 pub mod generate;
-#[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod kernels;
 pub mod kv;
