@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// What the engine core needs from whatever executes its plans (the model runner; a fake in policy tests).
 pub trait Runner {
-    /// Execute a plan's block transfers in order: spills (to the cold tier), copies, restores (from it; they may
+    /// Make a plan's block transfers in order: spills (to the cold tier), copies, restores (from it; they may
     /// complete in a later transfer). Returns the restores resolved so far, of this plan or earlier ones; a plan
     /// with no rows may wait a little for one.
     fn transfer(&mut self, plan: &StepPlan) -> Result<RestoreReport>;
@@ -40,7 +40,7 @@ pub trait Runner {
     fn idle(&mut self) {}
     /// Everything was failed and the block pool started afresh.
     fn reset(&mut self) {}
-    /// Add the runner's counters (step time) to a `/stats` snapshot.
+    /// Add the runner's counters (step time, the prompt cache's bytes, the SSD tier) to a `/stats` snapshot.
     fn add_stats(&self, _stats: &mut EngineStats) {}
 }
 
