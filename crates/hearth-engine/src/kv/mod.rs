@@ -8,6 +8,8 @@
 pub mod block_pool;
 mod inflight;
 pub mod manager;
+#[cfg(test)]
+mod manager_tests;
 pub mod mover;
 pub mod paged;
 pub mod prefix;
