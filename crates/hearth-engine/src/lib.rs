@@ -11,7 +11,6 @@ pub mod embed;
 pub mod engine;
 pub mod error;
 pub mod generate;
-#[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod kv;
 pub mod levers;

@@ -736,10 +736,10 @@ fn kv_blocks_move_between_vram_host_and_ssd() {
     assert_eq!(gpu.read_blocks(&[0, 2, 3]).unwrap(), vec![bytes.clone(), other, bytes.clone()]);
     // Evictions: the gather on the compute stream, the copy on the second stream, the bytes picked up later.
     let mut sp = hearth_engine::gpu::spill::AsyncSpiller::new(&dev).unwrap().expect("a CUDA device");
-    let spill = |block: u32| hearth_engine::scheduler::Spill {
+    let spill = |block: u32| hearth_engine::kv::Spill {
         block,
         meta: hearth_engine::kv::CachedBlock { hash, parent: root, tokens: tokens.clone() },
-        kind: hearth_engine::scheduler::SpillKind::Evicted,
+        kind: hearth_engine::kv::SpillKind::Evicted,
     };
     sp.start(gpu.gather_blocks(&[2, 0]).unwrap(), vec![spill(2), spill(0)]).unwrap();
     let got = sp.collect(true).unwrap();

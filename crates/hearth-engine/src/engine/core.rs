@@ -1,9 +1,11 @@
-//! The engine core: one step is `plan = scheduler.schedule(); out = runner.run(&plan); scheduler.postprocess(plan,
-//! out)`, and the thread loop that feeds it submitted requests. Nothing here knows tensors or policy.
+//! The engine core: one step is `plan = scheduler.schedule(); runner.transfer(&plan); out = runner.run(&plan);
+//! scheduler.postprocess(plan, out)`, then the scheduler's updates go out as `EngineEvent`s on the requests'
+//! streams; and the thread loop that feeds it submitted requests. Nothing here knows tensors or policy.
 
 use super::runner::Runner;
-use crate::scheduler::{Scheduler, Sequence, StepOutput, StepPlan};
-use crate::types::EngineStats;
+use crate::kv::Transfers;
+use crate::scheduler::{Outcome, Scheduler, Sequence, StepOutput, StepPlan, Update};
+use crate::types::{EngineEvent, EngineStats};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,8 +42,24 @@ pub struct EngineCore<R: Runner> {
     left_rows: usize,
 }
 
-/// The constraints of a step's sampled rows after their masks were computed, and each one's milliseconds.
-type Prepared = (Vec<(usize, crate::sampling::grammar::Constraint)>, Vec<f64>);
+/// The grammars of a step's sampled rows (borrowed from their rows) after their masks were computed, and each
+/// one's milliseconds.
+type Prepared<'a> = (Vec<(usize, &'a mut crate::sampling::grammar::Constraint)>, Vec<f64>);
+
+/// Send each update to its request as an `EngineEvent` (a closed stream means the client went away; the next step
+/// drops the row).
+fn emit(updates: impl Iterator<Item = Update>) {
+    for Update { to, outcome } in updates {
+        let ev = match outcome {
+            Outcome::Token { choice, sampled } => {
+                EngineEvent::Token { choice, id: sampled.id, logprob: sampled.logprob, top: sampled.top }
+            }
+            Outcome::Finished { choice, reason, usage } => EngineEvent::Finished { choice, reason, usage },
+            Outcome::Failed { message } => EngineEvent::Error { message },
+        };
+        let _ = to.send(ev);
+    }
+}
 
 impl<R: Runner> EngineCore<R> {
     pub fn new(scheduler: Scheduler, runner: R) -> Self {
@@ -73,8 +91,8 @@ impl<R: Runner> EngineCore<R> {
         // A chunk at a time: the blocks' host copies stay bounded however large the cache.
         let spills = self.scheduler.flush_spills();
         for chunk in spills.chunks(FLUSH_CHUNK) {
-            let plan = StepPlan { spills: chunk.to_vec(), ..Default::default() };
-            match self.runner.transfer(&plan) {
+            let transfers = Transfers { spills: chunk.to_vec(), ..Default::default() };
+            match self.runner.transfer(&StepPlan { transfers, ..Default::default() }) {
                 // Restores in flight may resolve in any transfer.
                 Ok(report) => self.scheduler.restores_resolved(&report),
                 Err(e) => {
@@ -89,6 +107,7 @@ impl<R: Runner> EngineCore<R> {
     /// Run one step. Returns whether any work was done (false: nothing can run until something changes).
     pub fn step(&mut self) -> bool {
         let plan = self.scheduler.schedule();
+        emit(self.scheduler.take_updates());
         // Restores in flight: a transfer with no rows polls for them (the runner waits a little for one).
         if plan.is_empty() && !self.scheduler.restores_in_flight() {
             self.runner.idle();
@@ -97,7 +116,7 @@ impl<R: Runner> EngineCore<R> {
         let restored = match self.runner.transfer(&plan) {
             Ok(r) => r,
             Err(e) => {
-                self.scheduler.fail_step(plan, None, &format!("moving KV blocks failed: {e}"));
+                self.fail_step(plan, None, &format!("moving KV blocks failed: {e}"));
                 return true;
             }
         };
@@ -109,10 +128,11 @@ impl<R: Runner> EngineCore<R> {
             Ok(out) => {
                 let t = Instant::now();
                 self.scheduler.postprocess(plan, &restored, &out);
+                emit(self.scheduler.take_updates());
                 self.sample_ms += t.elapsed().as_secs_f64() * 1e3;
             }
             // Fail the rows of this step, keep serving.
-            Err(e) => self.scheduler.fail_step(plan, Some(&restored), &format!("model forward failed: {e}")),
+            Err(e) => self.fail_step(plan, Some(&restored), &format!("model forward failed: {e}")),
         }
         // No rows left: the engine blocks for the next request, so the next step does not follow this one.
         if self.scheduler.stats().rows_running == 0 {
@@ -121,32 +141,39 @@ impl<R: Runner> EngineCore<R> {
         true
     }
 
+    /// Fail a step's rows (`restored`: what its transfer resolved, None when it failed) and tell their requests.
+    pub(crate) fn fail_step(&mut self, plan: StepPlan, restored: Option<&crate::kv::RestoreReport>, message: &str) {
+        self.scheduler.fail_step(plan, restored, message);
+        emit(self.scheduler.take_updates());
+    }
+
     /// Run the plan's forward pass while another thread computes the grammar masks of its constrained rows that
-    /// sample this step (a mask depends only on the tokens committed so far). When every sampled row picks
-    /// greedily, the masks go to the runner, which may pick the tokens on its device.
+    /// sample this step (a mask depends only on the tokens committed so far); the grammars stay in their rows,
+    /// borrowed for the step. When every sampled row picks greedily, the masks go to the runner, which may pick the
+    /// tokens on its device.
     fn run_with_masks(&mut self, plan: &StepPlan) -> crate::Result<StepOutput> {
-        let taken = self.scheduler.take_constraints(plan);
-        if taken.is_empty() {
+        let grammars = self.scheduler.grammars(plan);
+        if grammars.is_empty() {
             return self.runner.run(plan);
         }
         let runner = &mut self.runner;
-        let (out, back) = std::thread::scope(|sc| {
+        let (out, ms) = std::thread::scope(|sc| {
             let worker = sc.spawn(move || {
                 use rayon::prelude::*;
-                let mut taken = taken;
-                // Rows in parallel; an error here reappears when the row samples (and fails that row). The
-                // constraints always come back, even from a panic in the grammar library.
+                let mut grammars = grammars;
+                // Rows in parallel; an error here reappears when the row samples (and fails that row). A panic in
+                // the grammar library loses only the timings.
                 let ms = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    taken.par_iter_mut().map(|(_, c)| c.prepare().unwrap_or(0.0)).collect::<Vec<f64>>()
+                    grammars.par_iter_mut().map(|(_, c)| c.prepare().unwrap_or(0.0)).collect::<Vec<f64>>()
                 }))
                 .unwrap_or_default();
-                (taken, ms)
+                (grammars, ms)
             });
             let mut worker = Some(worker);
-            let mut done: Option<Prepared> = None;
+            let mut done: Option<Prepared<'_>> = None;
             let out = if plan.greedy_or_masked() {
                 let mut masks = || {
-                    let Some((mut taken, ms)) = worker.take().and_then(|w| w.join().ok()) else {
+                    let Some((mut grammars, ms)) = worker.take().and_then(|w| w.join().ok()) else {
                         return Vec::new();
                     };
                     // A mask that failed allows nothing: the row reports the grammar's error when it samples.
@@ -154,11 +181,11 @@ impl<R: Runner> EngineCore<R> {
                         .rows
                         .iter()
                         .map(|r| {
-                            let c = taken.iter_mut().find(|(slot, _)| *slot == r.slot).map(|(_, c)| c)?;
+                            let c = grammars.iter_mut().find(|(slot, _)| *slot == r.slot).map(|(_, c)| c)?;
                             Some(c.mask_words().unwrap_or_default())
                         })
                         .collect();
-                    done = Some((taken, ms));
+                    done = Some((grammars, ms));
                     words
                 };
                 runner.run_masked(plan, &mut masks)
@@ -166,13 +193,14 @@ impl<R: Runner> EngineCore<R> {
                 runner.run(plan)
             };
             let back = done.or_else(|| worker.take().and_then(|w| w.join().ok()));
-            (out, back)
+            (out, back.map(|(_, ms)| ms))
         });
-        // Without its constraints the step's rows cannot go on (never unconstrained in silence): fail them.
-        let Some((taken, ms)) = back else {
+        // The worker died outside the grammar library's calls: its masks may be missing or half made, and a device
+        // may have picked tokens without them. The step's rows cannot go on (never unconstrained in silence).
+        let Some(ms) = ms else {
             return Err(crate::Error::Unsupported("the grammar masks of this step were lost".into()));
         };
-        self.scheduler.return_constraints(taken, &ms);
+        self.scheduler.note_masks(&ms);
         out
     }
 
@@ -188,9 +216,10 @@ impl<R: Runner> EngineCore<R> {
         self.left_rows = left;
     }
 
-    /// Fail everything in flight (after a panic inside a step).
+    /// Fail everything in flight (after a panic inside a step). What happened before the panic goes out first.
     pub fn fail_all(&mut self, message: &str) {
         self.scheduler.fail_all(message);
+        emit(self.scheduler.take_updates());
         self.runner.reset();
     }
 

@@ -1,6 +1,7 @@
 //! The serving engine: [`start`] moves the model onto a dedicated OS thread running the [`core::EngineCore`] step
-//! loop (`scheduler::Scheduler` plans, [`runner::ModelRunner`] executes); [`EngineHandle::submit`] validates a
-//! request, queues it and returns its event stream. Nothing on the async side ever waits for a step.
+//! loop (`scheduler::Scheduler` plans, [`runner::ModelRunner`] executes, the core sends the events);
+//! [`EngineHandle::submit`] validates a request, queues it and returns its event stream. Nothing on the async side
+//! ever waits for a step. `docs/design/0003-engine.md` follows a request through it hop by hop.
 
 pub mod core;
 pub mod handle;
@@ -13,7 +14,7 @@ pub use crate::types::{
 pub use handle::EngineHandle;
 
 use crate::kv::ssd::{BlockLayout, SsdConfig, SsdStore};
-use crate::kv::{BlockHash, ColdTier, PagedKv};
+use crate::kv::{BlockHash, PagedKv};
 use crate::models::Model;
 use crate::scheduler::Scheduler;
 use crate::{Error, Result};
@@ -44,12 +45,6 @@ fn open_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Arc<SsdSt
     let key = format!("{:032x}/{layout:?}", cfg.cache.namespace);
     let fingerprint = BlockHash::root(key.as_bytes()).0;
     SsdStore::open(SsdConfig { dir: s.dir.clone(), max_bytes: s.max_bytes, verify: s.verify, fingerprint, layout })
-}
-
-impl ColdTier for SsdStore {
-    fn contains(&self, h: BlockHash) -> bool {
-        SsdStore::contains(self, h)
-    }
 }
 
 /// Start the engine thread for `model` on `device`; `eos` ends a choice (unless a request ignores it).

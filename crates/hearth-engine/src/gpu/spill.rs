@@ -7,7 +7,7 @@
 //! pinned memory or copy time than one that evicts thirty. The pinned buffers are allocated once and reused
 //! (allocating pinned memory is slow and freeing it synchronizes the device), cached rather than write-combined
 //! (the host reads them).
-use crate::scheduler::Spill;
+use crate::kv::Spill;
 use crate::{Error, Result};
 use candle_core::cuda_backend::cudarc::driver::{result, CudaEvent, CudaStream, DevicePtr, PinnedHostSlice};
 use candle_core::{DType, Device, Tensor};

@@ -9,7 +9,8 @@
 //! synchronous reads of one block. Every failure (bad file, full disk, unusable directory) degrades to a cache
 //! miss and a counter, never to an error for the request.
 
-use super::prefix::BlockHash;
+use super::prefix::{BlockHash, ColdTier};
+pub use super::ssd_file::BlockLayout;
 use super::ssd_file::{self, BlockFile, FileError, Format};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fs;
@@ -26,25 +27,6 @@ pub const HIGH_WATER: u64 = 256 << 20;
 const MAX_PENDING: u64 = 4 * HIGH_WATER;
 /// How often a held-back writer looks again.
 const POLL: Duration = Duration::from_millis(10);
-
-/// Shape of one block's data, part of the fingerprint and checked on every file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlockLayout {
-    pub layers: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-    pub block_size: usize,
-    /// "f32" | "f16" | "bf16"
-    pub dtype: String,
-    pub dtype_size: usize,
-}
-
-impl BlockLayout {
-    /// K and V of every layer: `2 * layers * block_size * kv_heads * head_dim * dtype_size`.
-    pub fn data_bytes(&self) -> usize {
-        2 * self.layers * self.block_size * self.kv_heads * self.head_dim * self.dtype_size
-    }
-}
 
 pub struct SsdConfig {
     /// The cache root (`--ssd-cache DIR`, created if missing).
@@ -425,6 +407,12 @@ impl SsdStore {
             enabled: self.shared.fmt.is_some(),
             ..st.stats.clone()
         }
+    }
+}
+
+impl ColdTier for SsdStore {
+    fn contains(&self, h: BlockHash) -> bool {
+        SsdStore::contains(self, h)
     }
 }
 

@@ -20,12 +20,30 @@
 //! `.tmp` (reaped at start).
 
 use super::prefix::BlockHash;
-use super::ssd::BlockLayout;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 use xxhash_rust::xxh3::xxh3_64;
+
+/// Shape of one block's data, part of the fingerprint and checked on every file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockLayout {
+    pub layers: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub block_size: usize,
+    /// "f32" | "f16" | "bf16"
+    pub dtype: String,
+    pub dtype_size: usize,
+}
+
+impl BlockLayout {
+    /// K and V of every layer: `2 * layers * block_size * kv_heads * head_dim * dtype_size`.
+    pub fn data_bytes(&self) -> usize {
+        2 * self.layers * self.block_size * self.kv_heads * self.head_dim * self.dtype_size
+    }
+}
 
 pub const MAGIC: [u8; 4] = *b"HKVB";
 pub const VERSION: u32 = 1;

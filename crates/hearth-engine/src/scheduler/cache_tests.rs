@@ -5,7 +5,8 @@
 use super::tests::*;
 use super::*;
 use crate::engine::core::EngineCore;
-use crate::types::EngineRequest;
+use crate::kv::BlockHash;
+use crate::types::{EngineEvent, EngineRequest};
 use std::sync::Arc;
 
 fn cached_core(blocks: usize, max_cached: usize, cold: Option<Arc<FakeCold>>) -> EngineCore<FakeRunner> {

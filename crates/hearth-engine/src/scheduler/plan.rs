@@ -1,7 +1,8 @@
 //! What one step computes, as plain data: the scheduler builds a [`StepPlan`], the runner executes it and hands a
-//! [`StepOutput`] back. No tensors, no device.
+//! [`StepOutput`] back. No tensors, no device. Also how a step's prompt tokens are cut into pieces
+//! ([`plan_pieces`]).
 
-use crate::kv::CachedBlock;
+use crate::kv::Transfers;
 
 /// One row (sequence) of a step: its new tokens, where they go, and whether its output is sampled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,76 +26,17 @@ pub struct PlannedRow {
     pub decoding: bool,
 }
 
-/// Copy one KV block (every layer's k and v) before the step's forward: the copy-on-write of a shared partial
-/// prompt block for a forked choice.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockCopy {
-    pub src: u32,
-    pub dst: u32,
-}
-
-/// Hand a cached block's data to the cold tier (read before anything writes the block again this step).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Spill {
-    pub block: u32,
-    pub meta: CachedBlock,
-    pub kind: SpillKind,
-}
-
-/// Why a block is spilled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpillKind {
-    /// Evicted for room: dropped rather than waited for if the cold tier's write queue is full.
-    Evicted,
-    /// Demoted for sitting idle (counted apart from evictions).
-    Idle,
-    /// A flush: the block stays cached, and the spill waits for room in the write queue.
-    Flush,
-}
-
-/// Fill a freshly allocated block from the cold tier (the row `slot` waits for it: it is not computed this step).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Restore {
-    pub slot: usize,
-    pub block: u32,
-    pub meta: CachedBlock,
-}
-
-/// Restores the runner resolved in a transfer: planned in that step or an earlier one (reads from the cold tier
-/// run in the background and may take several steps).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RestoreReport {
-    /// Blocks whose data arrived.
-    pub done: Vec<u32>,
-    /// Blocks whose data could not be read (a miss: their rows recompute them).
-    pub failed: Vec<u32>,
-}
-
-impl RestoreReport {
-    /// Every restore of `restores` failed (they never reached the runner).
-    pub fn all_failed(restores: &[Restore]) -> Self {
-        Self { done: Vec::new(), failed: restores.iter().map(|r| r.block).collect() }
-    }
-}
-
-/// A step: block transfers first (spills, then copies, then restores: a spilled block may be reused by the other
-/// two), then the rows, packed in this order.
+/// A step: block transfers first (planned by the KV cache manager), then the rows, packed in this order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepPlan {
     pub rows: Vec<PlannedRow>,
-    pub copies: Vec<BlockCopy>,
-    pub spills: Vec<Spill>,
-    pub restores: Vec<Restore>,
+    pub transfers: Transfers,
 }
 
 impl StepPlan {
     /// Nothing to run (no rows and no transfers).
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty() && !self.has_transfers()
-    }
-
-    pub fn has_transfers(&self) -> bool {
-        !(self.copies.is_empty() && self.spills.is_empty() && self.restores.is_empty())
+        self.rows.is_empty() && self.transfers.is_empty()
     }
 
     /// Tokens packed into the step.

@@ -1,9 +1,9 @@
-//! One row: a choice of a request, with its tokens, KV blocks, sampler and event channel.
+//! One row: a choice of a request, with its tokens, its share of the KV cache, sampler and event channel.
 
-use crate::kv::BlockHash;
+use crate::kv::RowKv;
 use crate::sampling::grammar::Constraint;
 use crate::sampling::{Sampler, SamplingParams};
-use crate::types::{EngineEvent, EngineRequest, FinishReason, RequestStream, Usage};
+use crate::types::{EngineEvent, EngineRequest, RequestStream, Usage};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
@@ -20,23 +20,15 @@ pub struct Sequence {
     /// Prompt followed by generated tokens.
     pub tokens: Vec<u32>,
     pub prompt_len: usize,
-    /// Tokens whose KV is written.
-    pub computed: usize,
-    /// Prompt tokens whose KV came from another sequence.
-    pub cached: usize,
-    pub blocks: Vec<u32>,
-    /// Content addresses of the first full, computed blocks (registered in the prefix cache, or tried).
-    pub hashes: Vec<BlockHash>,
-    /// Waiting for blocks restored from the cold tier; then `computed` becomes this.
-    pub restoring: Option<usize>,
-    /// A restore from the cold tier failed: look only in RAM from now on.
-    pub skip_cold: bool,
+    /// Its blocks and how much of its KV is written (the KV cache manager's to change).
+    pub kv: RowKv,
     pub sampler: Sampler,
     /// The grammar this row's output follows.
     pub constraint: Option<Constraint>,
     pub max_tokens: usize,
     pub stop_ids: Vec<u32>,
     pub ignore_eos: bool,
+    /// The request's event stream (the engine core sends; the scheduler reads whether it closed).
     pub tx: UnboundedSender<EngineEvent>,
     pub cancel: Arc<AtomicBool>,
 }
@@ -64,12 +56,7 @@ impl Sequence {
                     siblings: Vec::new(),
                     tokens: req.prompt.clone(),
                     prompt_len: req.prompt.len(),
-                    computed: 0,
-                    cached: 0,
-                    blocks: Vec::new(),
-                    hashes: Vec::new(),
-                    restoring: None,
-                    skip_cold: false,
+                    kv: RowKv::default(),
                     sampler: Sampler::new(params),
                     constraint: req.constraint.clone(),
                     max_tokens: req.max_tokens,
@@ -95,23 +82,14 @@ impl Sequence {
 
     /// Tokens still to compute before the next sample.
     pub fn pending(&self) -> usize {
-        self.tokens.len() - self.computed
+        self.tokens.len() - self.kv.computed
     }
 
     pub fn usage(&self) -> Usage {
         Usage {
             prompt_tokens: self.prompt_len,
             completion_tokens: self.generated(),
-            cached_tokens: self.cached.min(self.prompt_len),
+            cached_tokens: self.kv.cached.min(self.prompt_len),
         }
-    }
-
-    pub fn emit(&self, ev: EngineEvent) {
-        // A closed receiver means the client went away; the next step drops the row.
-        let _ = self.tx.send(ev);
-    }
-
-    pub fn finish(&self, reason: FinishReason) {
-        self.emit(EngineEvent::Finished { choice: self.choice, reason, usage: self.usage() });
     }
 }

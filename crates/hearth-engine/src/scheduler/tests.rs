@@ -9,7 +9,7 @@ use crate::engine::runner::Runner;
 use crate::kv::{BlockHash, ColdTier};
 use crate::sampling::SamplingParams;
 use crate::types::CacheConfig;
-use crate::types::{EngineRequest, RequestStream};
+use crate::types::{EngineEvent, EngineRequest, FinishReason, RequestStream};
 use crate::Result;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -43,7 +43,7 @@ pub(super) struct FakeRunner {
     /// Transfers a restore stays in flight after the one that started it (0: it resolves in that transfer).
     pub restore_delay: usize,
     /// Restores in flight: (restore, transfers left).
-    pending: Vec<(super::Restore, usize)>,
+    pending: Vec<(crate::kv::Restore, usize)>,
 }
 
 impl FakeRunner {
@@ -60,18 +60,18 @@ impl FakeRunner {
 }
 
 impl Runner for FakeRunner {
-    fn transfer(&mut self, plan: &StepPlan) -> Result<super::RestoreReport> {
+    fn transfer(&mut self, plan: &StepPlan) -> Result<crate::kv::RestoreReport> {
         let cold = self.cold.clone().unwrap_or_default();
-        for s in &plan.spills {
+        for s in &plan.transfers.spills {
             let data = self.kv[s.block as usize].clone();
             assert!(data.iter().all(Option::is_some), "spilled a block that was never fully written");
             cold.blocks.lock().unwrap().insert(s.meta.hash, (s.meta.tokens.clone(), data));
         }
-        for c in &plan.copies {
+        for c in &plan.transfers.copies {
             self.kv[c.dst as usize] = self.kv[c.src as usize].clone();
         }
-        self.pending.extend(plan.restores.iter().map(|r| (r.clone(), self.restore_delay + 1)));
-        let mut report = super::RestoreReport::default();
+        self.pending.extend(plan.transfers.restores.iter().map(|r| (r.clone(), self.restore_delay + 1)));
+        let mut report = crate::kv::RestoreReport::default();
         for (r, left) in std::mem::take(&mut self.pending) {
             if left > 1 {
                 self.pending.push((r, left - 1));
@@ -215,7 +215,7 @@ fn fifo_admission_under_a_block_budget() {
     let plan = c.scheduler.schedule();
     assert_eq!(plan.rows.iter().map(|r| r.slot).collect::<Vec<_>>(), vec![0], "only A is admitted");
     assert_eq!(c.scheduler().stats().rows_waiting, 2, "C does not jump the queue");
-    c.scheduler.fail_step(plan, None, "test");
+    c.fail_step(plan, None, "test");
     while streams[0].rx.try_recv().is_ok() {}
     run_to_idle(&mut c);
     let got: Vec<Vec<u32>> = streams.iter_mut().skip(1).map(|s| drain(s, 1).remove(0).0).collect();
@@ -257,7 +257,7 @@ fn choices_fork_sharing_the_prompt_blocks() {
     // 3 prompt blocks of choice 0 + one copied partial block for each other choice.
     assert_eq!(c.scheduler().stats().kv_blocks_used, 3 + 2);
     let plan = c.scheduler.schedule();
-    assert_eq!(plan.copies.len(), 2, "the partial block is copied for each forked choice");
+    assert_eq!(plan.transfers.copies.len(), 2, "the partial block is copied for each forked choice");
     let shared: Vec<_> = plan.rows.iter().map(|r| r.blocks[..2].to_vec()).collect();
     assert!(shared.windows(2).all(|w| w[0] == w[1]), "the full prompt blocks are shared: {shared:?}");
     let partial: std::collections::HashSet<_> = plan.rows.iter().map(|r| r.blocks[2]).collect();
@@ -308,7 +308,7 @@ fn a_failed_step_fails_its_rows_and_keeps_serving() {
     let mut next = 0;
     let mut s = submit(&mut c, &mut next, &request(20, 1, 4, 2));
     let plan = c.scheduler.schedule();
-    c.scheduler.fail_step(plan, None, "boom");
+    c.fail_step(plan, None, "boom");
     assert!(matches!(s.rx.try_recv(), Ok(EngineEvent::Error { .. })));
     assert!(c.scheduler().is_idle());
     assert_eq!(c.scheduler().stats().kv_blocks_used, 0);

@@ -1,0 +1,40 @@
+//! What happened to rows, as the scheduler reports it: it sends nothing itself; the engine core turns each
+//! [`Update`] into an `EngineEvent` on the row's request stream.
+
+use super::sequence::Sequence;
+use crate::sampling::Sampled;
+use crate::types::{EngineEvent, FinishReason, Usage};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// What happened to one choice of a request.
+#[derive(Debug)]
+pub enum Outcome {
+    /// It generated a token.
+    Token { choice: usize, sampled: Sampled },
+    /// It ended.
+    Finished { choice: usize, reason: FinishReason, usage: Usage },
+    /// The request failed.
+    Failed { message: String },
+}
+
+/// An outcome and the stream of the request it belongs to.
+#[derive(Debug)]
+pub struct Update {
+    pub to: UnboundedSender<EngineEvent>,
+    pub outcome: Outcome,
+}
+
+impl Update {
+    pub fn token(s: &Sequence, sampled: Sampled) -> Self {
+        Self { to: s.tx.clone(), outcome: Outcome::Token { choice: s.choice, sampled } }
+    }
+
+    /// The row ended for `reason`, with its usage so far.
+    pub fn finished(s: &Sequence, reason: FinishReason) -> Self {
+        Self { to: s.tx.clone(), outcome: Outcome::Finished { choice: s.choice, reason, usage: s.usage() } }
+    }
+
+    pub fn failed(s: &Sequence, message: impl Into<String>) -> Self {
+        Self { to: s.tx.clone(), outcome: Outcome::Failed { message: message.into() } }
+    }
+}
