@@ -28,7 +28,7 @@ pub use sequence::Sequence;
 
 use crate::attention::PIECE_ALIGN;
 use crate::kv::{BlockHash, BlockPool, ColdTier};
-use crate::sampling::grammar::{Commit, Constraint, GRAMMAR_FAILED, NONE_ALLOWED};
+use crate::sampling::grammar::{Commit, Constraint, NONE_ALLOWED};
 use crate::types::{blocks_to_admit, EngineConfig, EngineEvent, EngineStats, FinishReason};
 use plan::{Pick, PieceBudget};
 use std::collections::{HashMap, VecDeque};
@@ -184,9 +184,11 @@ impl Scheduler {
                 continue;
             }
             let Some(pick) = out.row(r) else {
-                s.emit(EngineEvent::Error {
-                    message: format!("the step returned {} outputs for {} rows", out.len(), plan.rows.len()),
-                });
+                s.emit(EngineEvent::internal(format!(
+                    "the step returned {} outputs for {} rows",
+                    out.len(),
+                    plan.rows.len()
+                )));
                 self.free(s);
                 continue;
             };
@@ -224,7 +226,7 @@ impl Scheduler {
         for row in &plan.rows {
             if let Some(i) = self.index_of(row.slot) {
                 let s = self.running.remove(i);
-                s.emit(EngineEvent::Error { message: message.to_string() });
+                s.emit(EngineEvent::internal(message));
                 self.free(s);
             }
         }
@@ -247,9 +249,9 @@ impl Scheduler {
         let all: Vec<Sequence> = self.running.drain(..).chain(touched).collect();
         for mut s in all {
             for sib in std::mem::take(&mut s.siblings) {
-                sib.emit(EngineEvent::Error { message: message.to_string() });
+                sib.emit(EngineEvent::internal(message));
             }
-            s.emit(EngineEvent::Error { message: message.to_string() });
+            s.emit(EngineEvent::internal(message));
         }
         // A panic mid-step may have dropped a row it held outside the lists: nothing holds blocks now, so start
         // the pool afresh rather than leak them.
@@ -328,7 +330,7 @@ impl Scheduler {
             let total = blocks_to_admit(s.tokens.len(), s.siblings.len(), self.pool.block_size());
             if self.running.is_empty() && total > self.pool.total() {
                 // Submit-time checks make this unreachable; never let one request stall the queue.
-                s.emit(EngineEvent::Error { message: "the request can never fit in the KV cache".into() });
+                s.emit(EngineEvent::internal("the request can never fit in the KV cache"));
                 self.free(s);
                 continue;
             }
@@ -392,7 +394,7 @@ impl Scheduler {
                 } else if self.running.len() == 1 {
                     // Alone and still too big: submit-time checks make this unreachable, but never crash.
                     let s = self.running.remove(i);
-                    s.emit(EngineEvent::Error { message: "the KV cache cannot hold this request".into() });
+                    s.emit(EngineEvent::internal("the KV cache cannot hold this request"));
                     self.free(s);
                     break;
                 } else {
@@ -429,7 +431,7 @@ impl Scheduler {
                 match picked {
                     Ok(out) => out,
                     Err(e) => {
-                        s.emit(EngineEvent::Error { message: format!("{GRAMMAR_FAILED}: {e}") });
+                        s.emit(EngineEvent::grammar_failed(e));
                         return true;
                     }
                 }
@@ -438,7 +440,7 @@ impl Scheduler {
             // The device found no token the grammar allows: the mask's own error says why.
             (Pick::Id(NONE_ALLOWED), Some(c)) => {
                 let why = c.prepare().err().unwrap_or_else(|| "it allows no token".into());
-                s.emit(EngineEvent::Error { message: format!("{GRAMMAR_FAILED}: {why}") });
+                s.emit(EngineEvent::grammar_failed(why));
                 return true;
             }
             (Pick::Id(id), _) => s.sampler.chosen(id),
@@ -460,7 +462,7 @@ impl Scheduler {
                     return true;
                 }
                 Err(e) => {
-                    s.emit(EngineEvent::Error { message: format!("{GRAMMAR_FAILED}: {e}") });
+                    s.emit(EngineEvent::grammar_failed(e));
                     return true;
                 }
             }
@@ -481,9 +483,7 @@ impl Scheduler {
         let full = sib.prompt_len / bs;
         let partial = !sib.prompt_len.is_multiple_of(bs);
         if parent_blocks.len() < full + partial as usize {
-            sib.emit(EngineEvent::Error {
-                message: format!("choice {} cannot fork: its prompt has no KV blocks", sib.choice),
-            });
+            sib.emit(EngineEvent::internal(format!("choice {} cannot fork: its prompt has no KV blocks", sib.choice)));
             return None;
         }
         let mut blocks: Vec<u32> = parent_blocks[..full].to_vec();
