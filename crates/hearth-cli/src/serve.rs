@@ -368,11 +368,10 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let width = m.model.config().vocab_size;
     let engine = hearth_engine::engine::start(m.model, m.device, ecfg, eos).context("starting the engine")?;
     let tokenizer = Arc::new(m.tokenizer);
-    let grammars = warm_grammars(&tokenizer, width);
+    let engine = engine.with_grammars(warm_grammars(&tokenizer, width));
     Ok(Ready {
         engine: Engine::Local(Box::new(engine)),
         tokenizer,
-        grammars,
         reasoning: a.reasoning,
         model_id: served_id(a),
         device,
@@ -401,7 +400,7 @@ fn warm_grammars(tokenizer: &Arc<hearth_engine::tokenizer::Tokenizer>, width: us
 }
 
 /// `--isolate`: this process keeps the tokenizer and chat template (requests are parsed and rendered here); the
-/// engine runs in a supervised child, this binary's hidden `engine-child` subcommand with the same flags.
+/// engine, and with it the grammar compiler, runs in a supervised child, this binary's hidden `engine-child` subcommand with the same flags.
 fn load_isolated(a: &ServeArgs) -> anyhow::Result<Ready> {
     let side = hearth_engine::loader::load_text_side(a.model.spec(), a.model.chat_template.as_deref())?;
     let program = std::env::current_exe().context("finding this program to start the engine process")?;
@@ -414,12 +413,10 @@ fn load_isolated(a: &ServeArgs) -> anyhow::Result<Ready> {
         .block_on(Supervisor::start(cmd))
         .map_err(|e| anyhow::anyhow!("starting the engine process: {e}"))?;
     let tokenizer = Arc::new(side.tokenizer);
-    let grammars = warm_grammars(&tokenizer, side.config.vocab_size);
     Ok(Ready {
         device: format!("{} (isolated engine, pid {})", sup.device(), sup.status().pid.unwrap_or(0)),
         engine: Engine::Isolated(sup),
         tokenizer,
-        grammars,
         reasoning: a.reasoning,
         model_id: served_id(a),
         defaults: sampling_defaults(a, side.generation_config.as_ref()),
@@ -441,7 +438,6 @@ fn load_pool(a: &ServeArgs) -> anyhow::Result<Arc<ModelPool>> {
         let tokenizer = Arc::new(side.tokenizer);
         models.push(PoolModel {
             id: model_id(spec),
-            grammars: warm_grammars(&tokenizer, side.config.vocab_size),
             tokenizer,
             defaults: sampling_defaults(a, side.generation_config.as_ref()),
             reasoning: a.reasoning,
@@ -520,7 +516,7 @@ pub fn run_engine_child(a: EngineChildArgs) -> anyhow::Result<()> {
         let stream = tokio::net::UnixStream::connect(&a.socket)
             .await
             .with_context(|| format!("connecting to the server at {}", a.socket.display()))?;
-        hearth_server::model::isolate::child::serve(stream, *handle, ready.grammars, ready.device).await?;
+        hearth_server::model::isolate::child::serve(stream, *handle, ready.device).await?;
         anyhow::Ok(())
     })?;
     // The engine thread and its rows go with the process.

@@ -12,8 +12,8 @@ use std::sync::Arc;
 /// Most choices (`n`) one request may ask for.
 pub const MAX_CHOICES: usize = 16;
 
-/// One generation request (one prompt; `n` choices share its KV blocks).
-#[derive(Debug, Clone)]
+/// One generation request (one prompt; `n` choices share its KV blocks). It crosses to an isolated engine as it is.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EngineRequest {
     pub prompt: Vec<u32>,
     pub sampling: SamplingParams,
@@ -25,8 +25,9 @@ pub struct EngineRequest {
     pub ignore_eos: bool,
     /// Number of choices (>= 1).
     pub n: usize,
-    /// The grammar every choice's output follows (each choice gets its own copy of the state).
-    pub constraint: Option<crate::sampling::grammar::Constraint>,
+    /// The grammar every choice's output follows, as its specification: the engine compiles it once at submit
+    /// (each choice gets its own copy of the compiled state).
+    pub constraint: Option<crate::sampling::grammar::ConstraintSource>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -64,7 +65,37 @@ pub enum EngineEvent {
     /// Choice `choice` ended (the stop token, if any, was not emitted as a Token).
     Finished { choice: usize, reason: FinishReason, usage: Usage },
     /// The request failed inside the engine; no more events follow.
-    Error { message: String },
+    Error { kind: EngineErrorKind, message: String },
+}
+
+/// Why a request failed after it was admitted: whose fault it is, which is what a client is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum EngineErrorKind {
+    /// The output grammar cannot go on with this model's tokens: the request's constraint is the cause.
+    GrammarFailed,
+    /// The engine's process stopped under the request (an isolated engine); the server itself is fine.
+    Unavailable,
+    /// Anything else: the engine's own failure.
+    Internal,
+}
+
+impl EngineEvent {
+    /// The engine's own failure of a request.
+    pub fn internal(message: impl Into<String>) -> Self {
+        EngineEvent::Error { kind: EngineErrorKind::Internal, message: message.into() }
+    }
+
+    /// A request whose grammar cannot go on (`why`).
+    pub fn grammar_failed(why: impl std::fmt::Display) -> Self {
+        EngineEvent::Error { kind: EngineErrorKind::GrammarFailed, message: EngineErrorKind::grammar_message(why) }
+    }
+}
+
+impl EngineErrorKind {
+    /// The message of a [`EngineErrorKind::GrammarFailed`] error: what the grammar could not do, and why.
+    pub fn grammar_message(why: impl std::fmt::Display) -> String {
+        format!("{}: {why}", crate::sampling::grammar::GRAMMAR_FAILED)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
@@ -84,6 +115,9 @@ pub enum SubmitError {
     /// Invalid parameters (HTTP 400).
     #[error("{0}")]
     Invalid(String),
+    /// The output constraint does not compile (why); HTTP 400 naming the field the request stated it in.
+    #[error("the output constraint is not one this server can enforce: {0}")]
+    Constraint(String),
     /// The engine thread has stopped (HTTP 503).
     #[error("the engine is not running")]
     Unavailable,

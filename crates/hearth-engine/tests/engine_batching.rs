@@ -71,7 +71,7 @@ fn collect(mut s: hearth_engine::engine::RequestStream) -> (Vec<u32>, FinishReas
         match s.blocking_next().expect("stream ended without Finished") {
             EngineEvent::Token { id, .. } => ids.push(id),
             EngineEvent::Finished { reason, .. } => return (ids, reason),
-            EngineEvent::Error { message } => panic!("engine error: {message}"),
+            EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
         }
     }
 }
@@ -147,7 +147,7 @@ fn n_choices_share_prompt_blocks_and_rejections_are_clear() {
     while finished.len() < 3 {
         match s.blocking_next().unwrap() {
             EngineEvent::Finished { choice, usage, .. } => finished.push((choice, usage)),
-            EngineEvent::Error { message } => panic!("{message}"),
+            EngineEvent::Error { message, .. } => panic!("{message}"),
             _ => {}
         }
     }

@@ -1,19 +1,20 @@
 //! Grammar-constrained decoding on the real model (SmolLM2): JSON schemas, regexes, choices and Lark grammars
 //! hold for greedy and sampled rows, side by side with free rows in one batch (which answer as they do alone),
 //! for every choice of an `n > 1` request; a grammar that cannot finish within `max_tokens` ends with `length`;
-//! invalid schemas, regexes and grammars are errors that name the problem.
+//! invalid schemas, regexes and grammars are errors that name the problem, and the engine refuses a request
+//! carrying one.
 
 mod common;
 use common::*;
 use hearth_engine::engine::FinishReason;
-use hearth_engine::engine::{start, CacheConfig, EngineConfig, EngineEvent, EngineHandle, EngineRequest};
-use hearth_engine::sampling::grammar::{Commit, ConstraintSpec, Grammars};
+use hearth_engine::engine::{start, CacheConfig, EngineConfig, EngineEvent, EngineHandle, EngineRequest, SubmitError};
+use hearth_engine::sampling::grammar::{Commit, ConstraintSource, ConstraintSpec, Grammars};
 use hearth_engine::sampling::SamplingParams;
 use hearth_engine::tokenizer::Tokenizer;
 use serde_json::json;
 use std::sync::Arc;
 
-fn engine() -> (EngineHandle, Arc<Tokenizer>, Grammars) {
+fn engine() -> (EngineHandle, Arc<Tokenizer>, Arc<Grammars>) {
     let m = real_model("smollm2-135m");
     let eos = m.tokenizer.eos_ids().to_vec();
     let width = m.model.config().vocab_size;
@@ -28,8 +29,8 @@ fn engine() -> (EngineHandle, Arc<Tokenizer>, Grammars) {
         cache: CacheConfig::default(),
     };
     let tok = Arc::new(m.tokenizer);
-    let grammars = Grammars::new(tok.clone(), width);
-    (start(m.model, m.device, cfg, eos).unwrap(), tok, grammars)
+    let grammars = Arc::new(Grammars::new(tok.clone(), width));
+    (start(m.model, m.device, cfg, eos).unwrap().with_grammars(grammars.clone()), tok, grammars)
 }
 
 /// A ChatML prompt asking for `what`.
@@ -38,7 +39,7 @@ fn chat(tok: &Tokenizer, what: &str) -> Vec<u32> {
     tok.encode(&text, false).unwrap()
 }
 
-fn req(prompt: Vec<u32>, max_tokens: usize, spec: Option<&ConstraintSpec>, g: &Grammars) -> EngineRequest {
+fn req(prompt: Vec<u32>, max_tokens: usize, spec: Option<&ConstraintSpec>) -> EngineRequest {
     EngineRequest {
         prompt,
         sampling: SamplingParams::default(),
@@ -46,7 +47,7 @@ fn req(prompt: Vec<u32>, max_tokens: usize, spec: Option<&ConstraintSpec>, g: &G
         stop_token_ids: vec![],
         ignore_eos: false,
         n: 1,
-        constraint: spec.map(|s| g.compile(s).expect("a valid grammar")),
+        constraint: spec.map(|s| ConstraintSource { spec: s.clone(), after_marker: None }),
     }
 }
 
@@ -60,7 +61,7 @@ fn run(e: &EngineHandle, tok: &Tokenizer, r: EngineRequest) -> Vec<(String, Fini
         match s.blocking_next().expect("stream ended early") {
             EngineEvent::Token { choice, id, .. } => ids[choice].push(id),
             EngineEvent::Finished { choice, reason, .. } => done[choice] = Some(reason),
-            EngineEvent::Error { message } => panic!("engine error: {message}"),
+            EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
         }
     }
     ids.iter().zip(done).map(|(i, d)| (tok.decode(i, true), d.unwrap())).collect()
@@ -90,21 +91,21 @@ fn check_person(text: &str) {
 
 #[test]
 fn constrained_rows_follow_their_grammar_beside_free_rows() {
-    let (e, tok, g) = engine();
+    let (e, tok, _) = engine();
     let person = ConstraintSpec::JsonSchema(person_schema());
     let verdict = ConstraintSpec::Regex("(yes|no), because [a-z ]{3,40}\\.".into());
     let colour = ConstraintSpec::Choice(vec!["red".into(), "green".into(), "dark blue".into()]);
     let lark = ConstraintSpec::Lark("start: \"Answer: \" NUM \" apples\"\nNUM: /[0-9]{1,3}/".into());
     let free_prompt = chat(&tok, "Write one sentence about the sea.");
-    let alone = run(&e, &tok, req(free_prompt.clone(), 24, None, &g));
+    let alone = run(&e, &tok, req(free_prompt.clone(), 24, None));
 
     // All at once: constrained and free rows share every step.
     let jobs = vec![
-        req(chat(&tok, "Describe a person as JSON."), 80, Some(&person), &g),
-        req(chat(&tok, "Is the sky green? Answer yes or no and say why."), 40, Some(&verdict), &g),
-        req(chat(&tok, "Pick a colour."), 10, Some(&colour), &g),
-        req(chat(&tok, "How many apples are in the basket?"), 20, Some(&lark), &g),
-        req(free_prompt, 24, None, &g),
+        req(chat(&tok, "Describe a person as JSON."), 80, Some(&person)),
+        req(chat(&tok, "Is the sky green? Answer yes or no and say why."), 40, Some(&verdict)),
+        req(chat(&tok, "Pick a colour."), 10, Some(&colour)),
+        req(chat(&tok, "How many apples are in the basket?"), 20, Some(&lark)),
+        req(free_prompt, 24, None),
     ];
     let streams: Vec<_> = jobs.into_iter().map(|r| e.submit(r).unwrap()).collect();
     let mut out = Vec::new();
@@ -114,7 +115,7 @@ fn constrained_rows_follow_their_grammar_beside_free_rows() {
             match s.blocking_next().expect("stream ended early") {
                 EngineEvent::Token { id, .. } => ids.push(id),
                 EngineEvent::Finished { reason, .. } => break reason,
-                EngineEvent::Error { message } => panic!("engine error: {message}"),
+                EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
             }
         };
         out.push((tok.decode(&ids, true), reason));
@@ -148,10 +149,9 @@ fn constrained_rows_follow_their_grammar_beside_free_rows() {
 
 #[test]
 fn sampled_choices_and_short_budgets() {
-    let (e, tok, g) = engine();
+    let (e, tok, _) = engine();
     // Sampled rows (temperature 1, top-p) of an n = 3 request: every choice follows the schema.
-    let mut r =
-        req(chat(&tok, "Describe a person as JSON."), 80, Some(&ConstraintSpec::JsonSchema(person_schema())), &g);
+    let mut r = req(chat(&tok, "Describe a person as JSON."), 80, Some(&ConstraintSpec::JsonSchema(person_schema())));
     r.sampling = SamplingParams { temperature: 1.0, top_p: 0.95, seed: Some(7), ..SamplingParams::default() };
     r.n = 3;
     for (text, reason) in run(&e, &tok, r) {
@@ -159,7 +159,7 @@ fn sampled_choices_and_short_budgets() {
         assert_eq!(reason, FinishReason::Stop);
     }
     // Any JSON object.
-    let obj = run(&e, &tok, req(chat(&tok, "Reply in JSON."), 60, Some(&ConstraintSpec::JsonObject), &g));
+    let obj = run(&e, &tok, req(chat(&tok, "Reply in JSON."), 60, Some(&ConstraintSpec::JsonObject)));
     let (text, reason) = &obj[0];
     if *reason == FinishReason::Stop {
         assert!(serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v.is_object()), "{text:?}");
@@ -170,21 +170,21 @@ fn sampled_choices_and_short_budgets() {
     let gbnf = ConstraintSpec::Gbnf(
         "root ::= \"Colour: \" Colour \" (\" [0-9]{1,2} \"%)\\n\"\nColour ::= \"red\" | \"blue\" # two\n".into(),
     );
-    let (text, reason) = run(&e, &tok, req(chat(&tok, "Name a colour."), 20, Some(&gbnf), &g)).remove(0);
+    let (text, reason) = run(&e, &tok, req(chat(&tok, "Name a colour."), 20, Some(&gbnf))).remove(0);
     assert_eq!(reason, FinishReason::Stop);
     let rest = text.strip_prefix("Colour: red (").or_else(|| text.strip_prefix("Colour: blue ("));
     let pct = rest.and_then(|r| r.strip_suffix("%)\n"));
     assert!(pct.is_some_and(|p| (1..=2).contains(&p.len()) && p.chars().all(|c| c.is_ascii_digit())), "{text:?}");
     // A grammar that cannot finish in 5 tokens: `length`, with a prefix of a valid answer.
     let long = ConstraintSpec::Regex("The answer is: [a-z]{40}".into());
-    let (text, reason) = run(&e, &tok, req(chat(&tok, "Say something."), 5, Some(&long), &g)).remove(0);
+    let (text, reason) = run(&e, &tok, req(chat(&tok, "Say something."), 5, Some(&long))).remove(0);
     assert_eq!(reason, FinishReason::Length);
     assert!("The answer is: ".starts_with(&text) || text.starts_with("The answer is: "), "{text:?}");
 }
 
 #[test]
 fn bad_grammars_are_named_errors() {
-    let (_e, _tok, g) = engine();
+    let (e, tok, g) = engine();
     let cases = [
         (ConstraintSpec::JsonSchema(json!({"type": "objekt"})), "objekt"),
         (ConstraintSpec::JsonSchema(json!({"$ref": "#/$defs/nope"})), "nope"),
@@ -198,6 +198,11 @@ fn bad_grammars_are_named_errors() {
     for (spec, word) in cases {
         let err = g.compile(&spec).err().unwrap_or_else(|| panic!("{spec:?} compiled"));
         assert!(err.to_lowercase().contains(word), "{spec:?}: {err}");
+        // Submitted, it is the request's error, and nothing runs.
+        match e.submit(req(chat(&tok, "Hello."), 8, Some(&spec))) {
+            Err(SubmitError::Constraint(why)) => assert!(why.to_lowercase().contains(word), "{spec:?}: {why}"),
+            other => panic!("{spec:?} was not refused: {:?}", other.err()),
+        }
     }
 }
 

@@ -69,7 +69,7 @@ fn run_logprobs(e: &EngineHandle, prompt: &[u32], max_tokens: usize) -> (Vec<u32
                 bits.push(logprob.map_or(u32::MAX, f32::to_bits));
             }
             EngineEvent::Finished { usage, .. } => return (ids, usage.cached_tokens, bits),
-            EngineEvent::Error { message } => panic!("engine error: {message}"),
+            EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
         }
     }
 }

@@ -7,11 +7,7 @@ use crate::wire::anthropic;
 use crate::wire::{ErrorBody, ErrorObject, ShapeError};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use hearth_engine::engine::SubmitError;
-
-/// How the message of a request's engine error begins when the isolated engine's process died under it (the
-/// supervisor writes it; the answer is a 502 `engine_unavailable`).
-pub const ENGINE_UNAVAILABLE: &str = "the engine process stopped";
+use hearth_engine::engine::{EngineErrorKind, SubmitError};
 
 /// Which API's error shape a response takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,23 +90,23 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
 
-    /// An error the engine reported for a request: a constraint that this model's tokens cannot continue is the
-    /// request's fault (400 `constraint_unsatisfiable`); a request ended by the shutdown is a 503
-    /// `server_shutting_down`; an isolated engine's process that died under it is a 502 `engine_unavailable`;
-    /// anything else is the server's.
-    pub fn engine(message: impl Into<String>) -> Self {
-        let message = message.into();
-        if message == crate::shutdown::SHUTTING_DOWN {
-            return Self::from_status(StatusCode::SERVICE_UNAVAILABLE, message).with_code("server_shutting_down");
+    /// An error the engine reported for a request, by its kind: a constraint that this model's tokens cannot
+    /// continue is the request's fault (400 `constraint_unsatisfiable`); an isolated engine's process that died
+    /// under it is a 502 `engine_unavailable`; anything else is the server's.
+    pub fn engine(kind: EngineErrorKind, message: impl Into<String>) -> Self {
+        match kind {
+            EngineErrorKind::GrammarFailed => Self::bad_request(message).with_code("constraint_unsatisfiable"),
+            EngineErrorKind::Unavailable => {
+                Self::new(StatusCode::BAD_GATEWAY, "engine_unavailable", message).with_code("engine_unavailable")
+            }
+            EngineErrorKind::Internal => Self::internal(message),
         }
-        if message.starts_with(hearth_engine::sampling::grammar::GRAMMAR_FAILED) {
-            return Self::bad_request(message).with_code("constraint_unsatisfiable");
-        }
-        if message.starts_with(ENGINE_UNAVAILABLE) {
-            // The engine process died under the request (`--isolate`); the server itself is fine.
-            return Self::new(StatusCode::BAD_GATEWAY, "engine_unavailable", message).with_code("engine_unavailable");
-        }
-        Self::internal(message)
+    }
+
+    /// A request ended by the shutdown's grace period running out (503 `server_shutting_down`).
+    pub fn shutting_down() -> Self {
+        Self::from_status(StatusCode::SERVICE_UNAVAILABLE, crate::shutdown::SHUTTING_DOWN)
+            .with_code("server_shutting_down")
     }
 
     /// A generic error for a bare status (axum rejections, 405, ...).
@@ -192,6 +188,8 @@ impl From<SubmitError> for ApiError {
             SubmitError::ChoicesNeverFit(_) => ApiError::param("n", msg).with_code("context_length_exceeded"),
             SubmitError::TooLong(_) => ApiError::bad_request(msg).with_code("context_length_exceeded"),
             SubmitError::Invalid(_) => ApiError::bad_request(msg).with_code("invalid_value"),
+            // A request that states where its constraint came from names that field instead (`GenParams`).
+            SubmitError::Constraint(_) => ApiError::bad_request(msg).with_code("invalid_value"),
             SubmitError::Unavailable => {
                 ApiError::from_status(StatusCode::SERVICE_UNAVAILABLE, msg).with_code("engine_stopped")
             }

@@ -55,7 +55,7 @@ fn emit(updates: impl Iterator<Item = Update>) {
                 EngineEvent::Token { choice, id: sampled.id, logprob: sampled.logprob, top: sampled.top }
             }
             Outcome::Finished { choice, reason, usage } => EngineEvent::Finished { choice, reason, usage },
-            Outcome::Failed { message } => EngineEvent::Error { message },
+            Outcome::Failed { kind, message } => EngineEvent::Error { kind, message },
         };
         let _ = to.send(ev);
     }

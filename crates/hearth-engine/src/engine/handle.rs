@@ -1,8 +1,10 @@
 //! The async side's handle on the engine thread: validate and submit requests, read stats. Nothing here waits
-//! for a step.
+//! for a step. A request's constraint is compiled here, on the submitting thread: a large JSON schema takes a
+//! while to compile, and the step thread serves every other row meanwhile.
 
 use super::core::Command;
 use crate::kv::ssd::SsdStore;
+use crate::sampling::grammar::{Constraint, Grammars};
 use crate::scheduler::Sequence;
 use crate::types::{EngineConfig, EngineInfo, EngineRequest, EngineStats, RequestStream, SubmitError};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -21,9 +23,27 @@ pub struct EngineHandle {
     pub(super) cfg: EngineConfig,
     /// The SSD tier, read directly: its writer works while the engine thread sleeps.
     pub(super) ssd: Option<Arc<SsdStore>>,
+    /// The model's grammar compiler (None: a request with a constraint is refused).
+    pub(super) grammars: Option<Arc<Grammars>>,
 }
 
 impl EngineHandle {
+    /// Compile requests' constraints with `grammars` (the model's vocabulary index).
+    pub fn with_grammars(mut self, grammars: Arc<Grammars>) -> Self {
+        self.grammars = Some(grammars);
+        self
+    }
+
+    /// The compiled form of `req`'s constraint; one that does not compile is the request's error.
+    fn compile(&self, req: &EngineRequest) -> Result<Option<Constraint>, SubmitError> {
+        let Some(source) = &req.constraint else { return Ok(None) };
+        let grammars = self
+            .grammars
+            .as_ref()
+            .ok_or_else(|| SubmitError::Constraint("this engine has no grammar compiler".into()))?;
+        grammars.compile_source(source).map(Some).map_err(SubmitError::Constraint)
+    }
+
     pub fn stats(&self) -> EngineStats {
         let mut s = self.stats.lock().map(|s| s.clone()).unwrap_or_default();
         s.ssd_cache = self.ssd.as_ref().map(|c| c.stats());
@@ -63,13 +83,14 @@ impl EngineHandle {
         for r in &reqs {
             self.info.validate(r)?;
         }
+        let constraints = reqs.iter().map(|r| self.compile(r)).collect::<Result<Vec<_>, _>>()?;
         let rows: usize = reqs.iter().map(|r| r.n).sum();
         self.reserve(rows)?;
         let mut streams = Vec::with_capacity(reqs.len());
         let mut sent = 0;
-        for req in &reqs {
+        for (req, constraint) in reqs.iter().zip(constraints) {
             let (first, stream) =
-                Sequence::for_request(req, || self.next_slot.fetch_add(1, Ordering::Relaxed) as usize);
+                Sequence::for_request(req, constraint, || self.next_slot.fetch_add(1, Ordering::Relaxed) as usize);
             if self.tx.send(Command::Submit(Box::new(first))).is_err() {
                 // The engine is gone: give back the room of what was not sent (the streams sent are dropped).
                 self.queued.fetch_sub(rows - sent, Ordering::AcqRel);

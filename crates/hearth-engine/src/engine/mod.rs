@@ -1,15 +1,16 @@
 //! The serving engine: [`start`] moves the model onto a dedicated OS thread running the [`core::EngineCore`] step
 //! loop (`scheduler::Scheduler` plans, [`runner::ModelRunner`] executes, the core sends the events);
-//! [`EngineHandle::submit`] validates a request, queues it and returns its event stream. Nothing on the async side
-//! ever waits for a step. `docs/design/0003-engine.md` follows a request through it hop by hop.
+//! [`EngineHandle::submit`] validates a request, compiles its constraint, queues it and returns its event stream.
+//! Nothing on the async side ever waits for a step. `docs/design/0003-engine.md` follows a request through it hop by
+//! hop.
 
 pub mod core;
 pub mod handle;
 pub mod runner;
 
 pub use crate::types::{
-    CacheConfig, EngineConfig, EngineEvent, EngineInfo, EngineRequest, EngineStats, FinishReason, RequestStream,
-    SsdSettings, SubmitError, Usage,
+    CacheConfig, EngineConfig, EngineErrorKind, EngineEvent, EngineInfo, EngineRequest, EngineStats, FinishReason,
+    RequestStream, SsdSettings, SubmitError, Usage,
 };
 pub use handle::EngineHandle;
 
@@ -73,5 +74,6 @@ pub fn start(model: Box<dyn Model>, device: Device, cfg: EngineConfig, eos: Vec<
             })
             .map_err(|e| Error::io("spawning the engine thread", e))?;
     }
-    Ok(EngineHandle { tx, stats, queued, next_slot: Arc::new(AtomicU64::new(0)), alive, info, cfg, ssd: cold })
+    let next_slot = Arc::new(AtomicU64::new(0));
+    Ok(EngineHandle { tx, stats, queued, next_slot, alive, info, cfg, ssd: cold, grammars: None })
 }

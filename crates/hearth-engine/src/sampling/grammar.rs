@@ -16,8 +16,8 @@ use llguidance::{Matcher, ParserFactory};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-/// How the engine's error for a row whose grammar failed mid-generation begins (the server answers it as the
-/// request's error: a constraint this model's tokens cannot continue).
+/// How the message of a row whose grammar failed mid-generation begins (its kind, `EngineErrorKind::GrammarFailed`,
+/// is what the server answers by).
 pub const GRAMMAR_FAILED: &str = "the output grammar failed";
 
 /// A constraint as a request states it: its specification, and the marker it waits for (if any).
@@ -128,7 +128,7 @@ impl Grammars {
         self.factory.get_or_init(|| build_factory(&self.tokenizer, self.logits_width)).clone()
     }
 
-    /// Compile a constraint from what another process compiled it from ([`Constraint::source`]).
+    /// Compile a constraint as a request states it (the engine does, at submit).
     pub fn compile_source(&self, source: &ConstraintSource) -> Result<Constraint, String> {
         let c = self.compile(&source.spec)?;
         Ok(match &source.after_marker {
@@ -149,8 +149,7 @@ impl Grammars {
         }
         // The first mask now: a grammar this vocabulary cannot start (a character no token spells, say) is the
         // request's error, not a failure mid-generation; and the mask is ready for the first sample.
-        let source = ConstraintSource { spec: spec.clone(), after_marker: None };
-        let mut c = Constraint { matcher, source, mask: None, width: self.logits_width, dormant: None };
+        let mut c = Constraint { matcher, mask: None, width: self.logits_width, dormant: None };
         c.prepare().map_err(|e| format!("it cannot start: {e}"))?;
         tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "compiled a grammar");
         Ok(c)
@@ -203,8 +202,6 @@ pub const NONE_ALLOWED: u32 = u32::MAX;
 #[derive(Clone)]
 pub struct Constraint {
     matcher: Matcher,
-    /// What it was compiled from, for a process that compiles it again (an isolated engine).
-    source: ConstraintSource,
     /// The mask for the next token (None: not computed since the last commit).
     mask: Option<SimpleVob>,
     width: usize,
@@ -229,14 +226,8 @@ impl Constraint {
     /// Leave the output free until it contains `marker` (a thought's end, for a prompt that opened one): the
     /// grammar applies to what follows.
     pub fn after_marker(mut self, marker: &str) -> Self {
-        self.source.after_marker = Some(marker.to_string());
         self.dormant = Some(Dormant { marker: marker.as_bytes().to_vec(), tail: Vec::new() });
         self
-    }
-
-    /// What this constraint was compiled from ([`Grammars::compile_source`] builds it again).
-    pub fn source(&self) -> &ConstraintSource {
-        &self.source
     }
 
     /// Whether the grammar is still waiting for its marker.

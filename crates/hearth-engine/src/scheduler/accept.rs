@@ -5,7 +5,7 @@
 use super::outcome::Update;
 use super::plan::Pick;
 use super::sequence::Sequence;
-use crate::sampling::grammar::{Commit, GRAMMAR_FAILED, NONE_ALLOWED};
+use crate::sampling::grammar::{Commit, NONE_ALLOWED};
 use crate::types::{EngineStats, FinishReason};
 
 pub struct Acceptor {
@@ -45,7 +45,7 @@ impl Acceptor {
                 match picked {
                     Ok(sampled) => sampled,
                     Err(e) => {
-                        out.push(Update::failed(s, format!("{GRAMMAR_FAILED}: {e}")));
+                        out.push(Update::grammar_failed(s, e));
                         return true;
                     }
                 }
@@ -54,7 +54,7 @@ impl Acceptor {
             // The device found no token the grammar allows: the mask's own error says why.
             (Pick::Id(NONE_ALLOWED), Some(c)) => {
                 let why = c.prepare().err().unwrap_or_else(|| "it allows no token".into());
-                out.push(Update::failed(s, format!("{GRAMMAR_FAILED}: {why}")));
+                out.push(Update::grammar_failed(s, why));
                 return true;
             }
             (Pick::Id(id), _) => s.sampler.chosen(id),
@@ -77,7 +77,7 @@ impl Acceptor {
                     return true;
                 }
                 Err(e) => {
-                    out.push(Update::failed(s, format!("{GRAMMAR_FAILED}: {e}")));
+                    out.push(Update::grammar_failed(s, e));
                     return true;
                 }
             }

@@ -32,7 +32,7 @@ fn run_one(c: &mut EngineCore<FakeRunner>, next: &mut usize, req: &EngineRequest
         match ev {
             EngineEvent::Token { id, .. } => tokens.push(id),
             EngineEvent::Finished { usage, .. } => cached = Some(usage.cached_tokens),
-            EngineEvent::Error { message } => panic!("engine error: {message}"),
+            EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
         }
     }
     (tokens, cached.expect("the request finished"))

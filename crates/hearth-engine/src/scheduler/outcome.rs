@@ -3,7 +3,7 @@
 
 use super::sequence::Sequence;
 use crate::sampling::Sampled;
-use crate::types::{EngineEvent, FinishReason, Usage};
+use crate::types::{EngineErrorKind, EngineEvent, FinishReason, Usage};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// What happened to one choice of a request.
@@ -13,8 +13,8 @@ pub enum Outcome {
     Token { choice: usize, sampled: Sampled },
     /// It ended.
     Finished { choice: usize, reason: FinishReason, usage: Usage },
-    /// The request failed.
-    Failed { message: String },
+    /// The request failed (`kind`: whose fault, which decides what the client is told).
+    Failed { kind: EngineErrorKind, message: String },
 }
 
 /// An outcome and the stream of the request it belongs to.
@@ -34,7 +34,14 @@ impl Update {
         Self { to: s.tx.clone(), outcome: Outcome::Finished { choice: s.choice, reason, usage: s.usage() } }
     }
 
+    /// The engine's own failure of the row's request.
     pub fn failed(s: &Sequence, message: impl Into<String>) -> Self {
-        Self { to: s.tx.clone(), outcome: Outcome::Failed { message: message.into() } }
+        Self { to: s.tx.clone(), outcome: Outcome::Failed { kind: EngineErrorKind::Internal, message: message.into() } }
+    }
+
+    /// The row's grammar cannot go on (`why`): the request's constraint is the cause.
+    pub fn grammar_failed(s: &Sequence, why: impl std::fmt::Display) -> Self {
+        let message = EngineErrorKind::grammar_message(why);
+        Self { to: s.tx.clone(), outcome: Outcome::Failed { kind: EngineErrorKind::GrammarFailed, message } }
     }
 }

@@ -35,8 +35,12 @@ pub struct Sequence {
 
 impl Sequence {
     /// The rows of a (validated) request: choice 0, carrying choices 1.. as siblings until its prompt is computed,
-    /// and the request's event stream. `next_slot` hands out unique slots (also the arrival order).
-    pub fn for_request(req: &EngineRequest, mut next_slot: impl FnMut() -> usize) -> (Sequence, RequestStream) {
+    /// and the request's event stream; `constraint` is the request's, compiled. `next_slot` hands out unique slots (also the arrival order).
+    pub fn for_request(
+        req: &EngineRequest,
+        constraint: Option<Constraint>,
+        mut next_slot: impl FnMut() -> usize,
+    ) -> (Sequence, RequestStream) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let cancel: Vec<Arc<AtomicBool>> = (0..req.n.max(1)).map(|_| Arc::new(AtomicBool::new(false))).collect();
         let mut seqs: Vec<Sequence> = cancel
@@ -58,7 +62,7 @@ impl Sequence {
                     prompt_len: req.prompt.len(),
                     kv: RowKv::default(),
                     sampler: Sampler::new(params),
-                    constraint: req.constraint.clone(),
+                    constraint: constraint.clone(),
                     max_tokens: req.max_tokens,
                     stop_ids: req.stop_token_ids.clone(),
                     ignore_eos: req.ignore_eos,

@@ -144,7 +144,7 @@ pub(super) fn request(prompt_len: usize, seed: u32, max_tokens: usize, n: usize)
 
 /// Submit to a core the way the handle does (slots from a counter).
 pub(super) fn submit(c: &mut EngineCore<FakeRunner>, next: &mut usize, req: &EngineRequest) -> RequestStream {
-    let (seq, stream) = Sequence::for_request(req, || {
+    let (seq, stream) = Sequence::for_request(req, None, || {
         *next += 1;
         *next - 1
     });
@@ -169,7 +169,7 @@ pub(super) fn drain(s: &mut RequestStream, n: usize) -> Vec<(Vec<u32>, Option<Fi
         match ev {
             EngineEvent::Token { choice, id, .. } => out[choice].0.push(id),
             EngineEvent::Finished { choice, reason, .. } => out[choice].1 = Some(reason),
-            EngineEvent::Error { message } => panic!("engine error: {message}"),
+            EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
         }
     }
     out

@@ -1,7 +1,7 @@
 //! Which output constraint a request asks for, under any of the names clients use: OpenAI's `response_format`,
 //! vLLM's `structured_outputs` and `guided_*` fields, llama.cpp's `grammar` (GBNF) and `json_schema`. At most one
-//! may be set; each becomes an engine [`ConstraintSpec`], compiled per request (a 400 naming the field when it is
-//! not a valid schema, regex or grammar).
+//! may be set; each becomes an engine [`ConstraintSpec`], which the engine compiles when the request is submitted (a 400
+//! naming the field when it is not a valid schema, regex or grammar: `GenParams::submit_error`).
 
 use crate::error::{ApiError, ApiResult};
 use crate::wire::common::{JsonValue, ResponseFormat};

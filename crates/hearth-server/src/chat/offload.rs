@@ -1,5 +1,5 @@
-//! Request work whose cost grows with the request (rendering the chat template, tokenizing, compiling a
-//! constraint) runs on tokio's blocking pool, a bounded number at once, never on the async workers that answer
+//! Request work whose cost grows with the request (rendering the chat template, tokenizing) runs on tokio's
+//! blocking pool, a bounded number at once, never on the async workers that answer
 //! `/health` and write running streams. A prompt whose text alone proves it cannot fit is refused before any of that.
 
 use crate::error::{ApiError, ApiResult};

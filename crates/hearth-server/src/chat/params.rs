@@ -8,7 +8,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::model::Ready;
 use crate::output::generation::TextOptions;
 use crate::wire::GenerationParams;
-use hearth_engine::engine::EngineRequest;
+use hearth_engine::engine::{EngineRequest, SubmitError};
+use hearth_engine::sampling::grammar::ConstraintSource;
 use hearth_engine::sampling::params::MAX_TOP_LOGPROBS;
 use hearth_engine::sampling::SamplingParams;
 use hearth_engine::types::MAX_CHOICES;
@@ -146,6 +147,17 @@ pub fn resolve(
 }
 
 impl GenParams {
+    /// The error of a refused submission: a constraint that does not compile is a 400 naming the field the request
+    /// stated it in.
+    pub fn submit_error(&self, e: SubmitError) -> ApiError {
+        match (e, &self.constraint) {
+            (SubmitError::Constraint(why), Some(c)) => {
+                ApiError::param(c.param, format!("`{}` is not a constraint this server can enforce: {why}", c.param))
+            }
+            (e, _) => e.into(),
+        }
+    }
+
     /// How the choices' text is produced (stop strings, special tokens; chat drops the answer's leading space).
     pub fn text_options(&self, trim_leading_space: bool) -> TextOptions {
         TextOptions { stops: self.stops.clone(), trim_leading_space, skip_special: self.skip_special }
@@ -162,13 +174,9 @@ impl GenParams {
             Some(m) => m,
             None => ready.defaults.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).min(room).max(1),
         };
-        // Compiled for each request: a bad schema, regex or grammar is a 400 naming the field.
-        let constraint = match &self.constraint {
-            Some(c) => Some(ready.grammars.compile(&c.spec).map_err(|e| {
-                ApiError::param(c.param, format!("`{}` is not a constraint this server can enforce: {e}", c.param))
-            })?),
-            None => None,
-        };
+        // The engine compiles it at submit; a bad schema, regex or grammar comes back as `submit_error` names it.
+        let constraint =
+            self.constraint.as_ref().map(|c| ConstraintSource { spec: c.spec.clone(), after_marker: None });
         Ok(EngineRequest {
             prompt,
             sampling: self.sampling.clone(),

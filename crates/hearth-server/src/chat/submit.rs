@@ -68,7 +68,9 @@ pub fn prepare(ready: &Ready, req: ChatRequest) -> ApiResult<Prepared> {
     let mut req = g.engine_request(prompt, ready)?;
     // A thought the prompt opened is free text: the constraint (a schema, a tool grammar) applies after it.
     if opened {
-        req.constraint = req.constraint.take().map(|c| c.after_marker(reasoning::END));
+        if let Some(c) = req.constraint.as_mut() {
+            c.after_marker = Some(reasoning::END.to_string());
+        }
     }
     let shape = AnswerShape { thinks, opened, tools: tools.as_ref().map(|t| t.format) };
     Ok(Prepared { req, g, shape, want_logprobs })
@@ -95,7 +97,7 @@ pub async fn submit(ready: &Arc<Ready>, req: ChatRequest) -> ApiResult<Submitted
     let Prepared { req, g, shape, want_logprobs } = offload::run(move || prepare(&r, req)).await?;
     let prompt_tokens = req.prompt.len();
     tracing::info!(prompt_tokens, max_tokens = req.max_tokens, n = g.n, stream = g.stream, "accepted");
-    let stream = ready.engine.submit(req).await?;
+    let stream = ready.engine.submit(req).await.map_err(|e| g.submit_error(e))?;
     Ok(Submitted {
         jobs: vec![Job { stream, prompt_tokens, n: g.n }],
         text: g.text_options(true),
@@ -118,7 +120,7 @@ impl Submitted {
     /// Every choice, whole, and the usage.
     pub async fn collect(self, ready: &Ready) -> ApiResult<(Vec<ChoiceResult>, UsageTotals)> {
         let tok = ready.tokenizer.clone();
-        let (choices, usage) = collect(Generation::new(&tok, self.jobs, &self.text)).await.map_err(ApiError::engine)?;
+        let (choices, usage) = collect(Generation::new(&tok, self.jobs, &self.text)).await?;
         tracing::info!(completion_tokens = usage.completion_tokens, "done");
         Ok((choices, usage))
     }

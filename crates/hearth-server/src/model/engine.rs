@@ -17,6 +17,16 @@ pub fn flush_blocking(h: &EngineHandle) -> Result<bool, String> {
     }
 }
 
+/// Submit to an in-process engine. It compiles constraints as it submits, which can take a while for a large
+/// schema: a constrained submission runs on the blocking pool, never on the async workers.
+async fn local_submit(h: &EngineHandle, reqs: Vec<EngineRequest>) -> Result<Vec<RequestStream>, SubmitError> {
+    if reqs.iter().all(|r| r.constraint.is_none()) {
+        return h.submit_all(reqs);
+    }
+    let h = h.clone();
+    tokio::task::spawn_blocking(move || h.submit_all(reqs)).await.unwrap_or(Err(SubmitError::Unavailable))
+}
+
 /// The engine the routes submit to.
 #[derive(Clone)]
 pub enum Engine {
@@ -37,7 +47,10 @@ impl Engine {
     /// Validate and queue a request; the stream yields its events.
     pub async fn submit(&self, req: EngineRequest) -> Result<RequestStream, SubmitError> {
         match self {
-            Engine::Local(h) => h.submit(req),
+            Engine::Local(h) => {
+                let mut streams = local_submit(h, vec![req]).await?;
+                streams.pop().ok_or(SubmitError::Unavailable)
+            }
             Engine::Isolated(s) => s.submit(req).await,
         }
     }
@@ -46,7 +59,7 @@ impl Engine {
     /// when one is refused, the streams of those before it are dropped, which cancels them.
     pub async fn submit_all(&self, reqs: Vec<EngineRequest>) -> Result<Vec<RequestStream>, SubmitError> {
         match self {
-            Engine::Local(h) => h.submit_all(reqs),
+            Engine::Local(h) => local_submit(h, reqs).await,
             Engine::Isolated(s) => {
                 let mut streams = Vec::with_capacity(reqs.len());
                 for req in reqs {

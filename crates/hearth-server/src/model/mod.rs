@@ -1,4 +1,4 @@
-//! The served models: [`Ready`] (a generative model: its [`Engine`], tokenizer, grammar compiler and defaults),
+//! The served models: [`Ready`] (a generative model: its [`Engine`] (which compiles output constraints), tokenizer and defaults),
 //! [`Embedding`] (an embedding model), the engine itself ([`engine`], in process or isolated in a child process:
 //! [`isolate`]) and the model pool of several models ([`pool`]). Nothing here knows HTTP routes or API shapes.
 
@@ -12,7 +12,6 @@ use crate::config::SamplingDefaults;
 use crate::error::{ApiError, ApiResult};
 use axum::http::StatusCode;
 use hearth_engine::embed::EmbedderHandle;
-use hearth_engine::sampling::grammar::Grammars;
 use hearth_engine::tokenizer::Tokenizer;
 use std::sync::Arc;
 
@@ -20,8 +19,6 @@ use std::sync::Arc;
 pub struct Ready {
     pub engine: Engine,
     pub tokenizer: Arc<Tokenizer>,
-    /// Compiles the output constraints of requests (`response_format`, `structured_outputs`, `grammar`, ...).
-    pub grammars: Arc<Grammars>,
     /// The model's id in requests and responses (`--served-model-name`, else from `--model`).
     pub model_id: String,
     /// The device, in words (for the banner and /stats).

@@ -13,7 +13,6 @@ use super::{Engine, Ready};
 use crate::config::SamplingDefaults;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::unix_now;
-use hearth_engine::sampling::grammar::Grammars;
 use hearth_engine::tokenizer::Tokenizer;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,7 +25,6 @@ pub struct PoolModel {
     /// The `--model` string, its id in requests and `/v1/models`.
     pub id: String,
     pub tokenizer: Arc<Tokenizer>,
-    pub grammars: Arc<Grammars>,
     pub defaults: SamplingDefaults,
     pub reasoning: Option<bool>,
     /// The model's context (from its configuration), for `/v1/models` while it is not resident.
@@ -172,7 +170,6 @@ impl ModelPool {
             device: format!("{} (isolated engine, pid {})", sup.device(), sup.status().pid.unwrap_or(0)),
             engine: Engine::Isolated(sup),
             tokenizer: m.tokenizer.clone(),
-            grammars: m.grammars.clone(),
             model_id: m.id.clone(),
             defaults: m.defaults.clone(),
             reasoning: m.reasoning,

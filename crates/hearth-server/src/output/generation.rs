@@ -2,6 +2,7 @@
 //! pipeline, yielding `Event`s in arrival order. Dropping a `Generation` drops its `RequestStream`s, which
 //! cancels the work in the engine (a client that hangs up costs nothing more).
 
+use crate::error::ApiError;
 use crate::output::metrics::{self, Finished};
 use crate::output::text::ChoiceText;
 use hearth_engine::engine::{EngineEvent, FinishReason, RequestStream};
@@ -45,7 +46,7 @@ pub enum Event {
     /// string that ended it, if one did.
     Finish { choice: usize, text: String, reason: &'static str, stop_sequence: Option<String> },
     /// The engine failed; nothing more follows.
-    Error(String),
+    Error(ApiError),
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -140,7 +141,7 @@ impl<'a> Generation<'a> {
                 Some((job, ev)) => self.handle(job, ev),
                 None => {
                     self.failed = true;
-                    return Some(Event::Error(crate::shutdown::SHUTTING_DOWN.into()));
+                    return Some(Event::Error(ApiError::shutting_down()));
                 }
             }
         }
@@ -211,15 +212,16 @@ impl<'a> Generation<'a> {
                 let choice = job.first_choice + choice;
                 self.pending.push_back(Event::Finish { choice, text: out.text, reason, stop_sequence });
             }
-            Some(EngineEvent::Error { message }) => {
+            Some(EngineEvent::Error { kind, message }) => {
                 self.failed = true;
-                self.pending.push_back(Event::Error(message));
+                self.pending.push_back(Event::Error(ApiError::engine(kind, message)));
             }
             None => {
                 // The engine dropped the channel without finishing every choice.
                 if job.choices.iter().any(|c| !c.done) {
                     self.failed = true;
-                    self.pending.push_back(Event::Error("the engine stopped before the request finished".into()));
+                    let e = ApiError::internal("the engine stopped before the request finished");
+                    self.pending.push_back(Event::Error(e));
                 }
                 job.stream = None;
             }
@@ -261,7 +263,7 @@ pub struct ChoiceResult {
 }
 
 /// Run to the end and collect every choice (non-streaming). `Err` carries the engine's message.
-pub async fn collect(mut g: Generation<'_>) -> Result<(Vec<ChoiceResult>, UsageTotals), String> {
+pub async fn collect(mut g: Generation<'_>) -> Result<(Vec<ChoiceResult>, UsageTotals), ApiError> {
     let mut out = vec![ChoiceResult { finish_reason: "stop", ..Default::default() }; g.choices()];
     while let Some(ev) = g.next().await {
         match ev {
@@ -278,7 +280,7 @@ pub async fn collect(mut g: Generation<'_>) -> Result<(Vec<ChoiceResult>, UsageT
                     c.stop_sequence = stop_sequence;
                 }
             }
-            Event::Error(m) => return Err(m),
+            Event::Error(e) => return Err(e),
         }
     }
     Ok((out, g.usage()))

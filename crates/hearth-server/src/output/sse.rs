@@ -146,8 +146,8 @@ async fn pump<F: ChunkFormat>(
         };
         match ev {
             None => break,
-            Some(Event::Error(message)) => {
-                let e = fmt.error(&ApiError::engine(message));
+            Some(Event::Error(error)) => {
+                let e = fmt.error(&error);
                 send!(e);
                 outcome = "engine error";
                 break;

@@ -115,8 +115,9 @@ pub fn ready_router(alias: &str, template: Template) -> (Router, usize) {
     let state = AppState::new(ServerConfig { keepalive: Duration::from_millis(50), ..Default::default() });
     let tokenizer = Arc::new(tokenizer);
     let ready = Ready {
-        engine: hearth_server::model::Engine::Local(Box::new(engine)),
-        grammars: Arc::new(hearth_engine::sampling::grammar::Grammars::new(tokenizer.clone(), vocab)),
+        engine: hearth_server::model::Engine::Local(Box::new(
+            engine.with_grammars(Arc::new(hearth_engine::sampling::grammar::Grammars::new(tokenizer.clone(), vocab))),
+        )),
         tokenizer,
         model_id: alias.to_string(),
         device: "fake".into(),

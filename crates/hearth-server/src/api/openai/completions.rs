@@ -101,7 +101,7 @@ async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Resp
     let (reqs, texts): (Vec<_>, Vec<_>) = prepared.into_iter().unzip();
     let prompt_tokens: Vec<usize> = reqs.iter().map(|r| r.prompt.len()).collect();
     // Every prompt is queued, or none.
-    let streams = ready.engine.submit_all(reqs).await?;
+    let streams = ready.engine.submit_all(reqs).await.map_err(|e| g.submit_error(e))?;
     let mut jobs = Vec::with_capacity(streams.len());
     let mut echoes = Vec::with_capacity(streams.len() * g.n);
     for ((stream, prompt_tokens), text) in streams.into_iter().zip(prompt_tokens).zip(texts) {
@@ -119,7 +119,7 @@ async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Resp
         return Ok(sse::respond(ready.tokenizer.clone(), spec, fmt));
     }
     let tok = ready.tokenizer.clone();
-    let (choices, usage) = collect(Generation::new(&tok, jobs, &text)).await.map_err(ApiError::engine)?;
+    let (choices, usage) = collect(Generation::new(&tok, jobs, &text)).await?;
     let choices = choices
         .into_iter()
         .zip(echoes)

@@ -1,13 +1,12 @@
 //! The engine child's side: serve the parent's connection from an in-process engine until the parent closes it.
 //!
-//! Requests are compiled again here (their constraint crosses as its source), submitted to the local engine and
-//! answered `Accepted` or `Refused`; each admitted request gets a task that forwards its events and applies the
+//! Requests are submitted as they came to the local engine (which compiles their constraint) and answered
+//! `Accepted` or `Refused`; each admitted request gets a task that forwards its events and applies the
 //! parent's cancellations. Frames to the parent go through one writer task that flushes when its queue is empty,
 //! so a step's tokens for many streams leave in one write.
 
-use super::proto::{read_frame, write_queue, ToChild, ToParent, WireRequest, VERSION};
-use hearth_engine::engine::{EngineEvent, EngineHandle, EngineRequest, RequestStream, SubmitError};
-use hearth_engine::sampling::grammar::Grammars;
+use super::proto::{read_frame, write_queue, ToChild, ToParent, VERSION};
+use hearth_engine::engine::{EngineEvent, EngineHandle, EngineRequest, RequestStream};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::io::BufWriter;
@@ -19,12 +18,7 @@ type Out = mpsc::UnboundedSender<ToParent>;
 type Cancels = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Option<usize>>>>>;
 
 /// Serve one connection; returns when the parent closes it or asks to shut down.
-pub async fn serve(
-    stream: UnixStream,
-    engine: EngineHandle,
-    grammars: Arc<Grammars>,
-    device: String,
-) -> std::io::Result<()> {
+pub async fn serve(stream: UnixStream, engine: EngineHandle, device: String) -> std::io::Result<()> {
     let (mut rd, wr) = stream.into_split();
     let (out, out_rx) = mpsc::unbounded_channel::<ToParent>();
     let writer = tokio::spawn(write_queue(BufWriter::new(wr), out_rx));
@@ -38,7 +32,7 @@ pub async fn serve(
             Err(e) => break Err(std::io::Error::other(e.to_string())),
         };
         match msg {
-            ToChild::Submit { id, request } => submit(id, *request, &engine, &grammars, &out, &cancels),
+            ToChild::Submit { id, request } => submit(id, *request, &engine, &out, &cancels),
             ToChild::Cancel { id, choice } => {
                 if let Some(tx) = cancels.lock().ok().and_then(|c| c.get(&id).cloned()) {
                     let _ = tx.send(choice);
@@ -68,24 +62,9 @@ pub async fn serve(
     result
 }
 
-fn submit(id: u64, w: WireRequest, engine: &EngineHandle, grammars: &Grammars, out: &Out, cancels: &Cancels) {
-    let constraint = match w.constraint.as_ref().map(|s| grammars.compile_source(s)).transpose() {
-        Ok(c) => c,
-        Err(e) => {
-            let error = SubmitError::Invalid(format!("the output constraint does not compile in the engine: {e}"));
-            let _ = out.send(ToParent::Refused { id, error });
-            return;
-        }
-    };
-    let req = EngineRequest {
-        prompt: w.prompt,
-        sampling: w.sampling,
-        max_tokens: w.max_tokens,
-        stop_token_ids: w.stop_token_ids,
-        ignore_eos: w.ignore_eos,
-        n: w.n,
-        constraint,
-    };
+/// Submit inline, on the reader: a constraint's compile delays the frames behind it, but a `Cancel` for this
+/// request never overtakes its admission.
+fn submit(id: u64, req: EngineRequest, engine: &EngineHandle, out: &Out, cancels: &Cancels) {
     let choices = req.n.max(1);
     match engine.submit(req) {
         Err(error) => {
@@ -118,7 +97,7 @@ async fn forward(
             ev = stream.next() => {
                 let Some(event) = ev else {
                     // The engine dropped the request without ending it: say so, or the parent's stream would wait.
-                    let event = EngineEvent::Error { message: "the engine stopped before the request finished".into() };
+                    let event = EngineEvent::internal("the engine stopped before the request finished");
                     let _ = out.send(ToParent::Event { id, event });
                     break;
                 };

@@ -3,57 +3,28 @@
 //! A frame is a little-endian `u32` byte length, then that many bytes of JSON. The parent sends [`ToChild`]
 //! messages (requests, cancellations, stats and flush queries, shutdown); the child sends [`ToParent`] messages
 //! (a hello with the engine's limits, whether each request was admitted, its events, answers to queries).
-//! Requests carry their output constraint as its source ([`ConstraintSource`]): a compiled grammar cannot cross a
-//! process, so the child compiles it again with its own vocabulary index.
+//! A request crosses as the [`EngineRequest`] itself: its output constraint is a specification, which the child's
+//! engine compiles at submit with its own vocabulary index (the parent compiles nothing).
 //!
 //! Reading is defensive: a length above [`MAX_FRAME`] is refused before anything is allocated, a frame cut short
 //! is an error, and EOF exactly between frames is the peer's clean close.
 
 use hearth_engine::engine::{EngineEvent, EngineInfo, EngineRequest, SubmitError};
-use hearth_engine::sampling::grammar::ConstraintSource;
-use hearth_engine::sampling::SamplingParams;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Version of this protocol; the child's hello carries it and the parent refuses another.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Largest frame either side accepts: a request of a million prompt tokens is ~8 MB of JSON.
 pub const MAX_FRAME: usize = 64 << 20;
-
-/// A request as it crosses to the child: an [`EngineRequest`] with its constraint as a specification.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WireRequest {
-    pub prompt: Vec<u32>,
-    pub sampling: SamplingParams,
-    pub max_tokens: usize,
-    pub stop_token_ids: Vec<u32>,
-    pub ignore_eos: bool,
-    pub n: usize,
-    pub constraint: Option<ConstraintSource>,
-}
-
-impl WireRequest {
-    /// The wire form of `req`.
-    pub fn new(req: &EngineRequest) -> Self {
-        Self {
-            prompt: req.prompt.clone(),
-            sampling: req.sampling.clone(),
-            max_tokens: req.max_tokens,
-            stop_token_ids: req.stop_token_ids.clone(),
-            ignore_eos: req.ignore_eos,
-            n: req.n,
-            constraint: req.constraint.as_ref().map(|c| c.source().clone()),
-        }
-    }
-}
 
 /// Parent to child.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToChild {
     /// Start request `id` (ids are the parent's, unique per connection).
-    Submit { id: u64, request: Box<WireRequest> },
+    Submit { id: u64, request: Box<EngineRequest> },
     /// Cancel one choice of request `id`, or all of them (`choice: None`).
     Cancel { id: u64, choice: Option<usize> },
     /// Ask for the engine's statistics; answered by [`ToParent::Stats`] with the same `query`.
@@ -151,12 +122,12 @@ pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(r: &mut R) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hearth_engine::engine::{FinishReason, Usage};
-    use hearth_engine::sampling::grammar::ConstraintSpec;
-    use hearth_engine::sampling::TopLogprob;
+    use hearth_engine::engine::{EngineErrorKind, FinishReason, Usage};
+    use hearth_engine::sampling::grammar::{ConstraintSource, ConstraintSpec};
+    use hearth_engine::sampling::{SamplingParams, TopLogprob};
 
-    fn request() -> WireRequest {
-        WireRequest {
+    fn request() -> EngineRequest {
+        EngineRequest {
             prompt: vec![1, 2, 3],
             sampling: SamplingParams {
                 temperature: 0.7,
@@ -219,7 +190,11 @@ mod tests {
                     usage: Usage { prompt_tokens: 3, completion_tokens: 16, cached_tokens: 2 },
                 },
             },
-            ToParent::Event { id: 5, event: EngineEvent::Error { message: "boom".into() } },
+            ToParent::Event {
+                id: 5,
+                event: EngineEvent::Error { kind: EngineErrorKind::GrammarFailed, message: "boom".into() },
+            },
+            ToParent::Refused { id: 7, error: SubmitError::Constraint("an unknown type".into()) },
             ToParent::Refused { id: 6, error: SubmitError::QueueFull { rows: 2, waiting: 3, limit: 4 } },
             ToParent::Stats { query: 3, stats: serde_json::json!({"rows_running": 1}) },
             ToParent::Flushed { query: 4, result: Ok(false) },

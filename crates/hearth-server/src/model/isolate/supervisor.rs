@@ -3,14 +3,15 @@
 //! One connection at a time. Requests get ids from a counter; the child answers each with `Accepted` or
 //! `Refused`, then streams its events, which the reader task routes to the request's [`RequestStream`]. When the
 //! connection ends (the child crashed, was killed, ran out of memory), every request still open ends at once: one
-//! not yet admitted is refused as `Unavailable`, one running gets an `Error` event starting with
-//! [`ENGINE_UNAVAILABLE`] (the HTTP layer answers 502 `engine_unavailable`). The child is then respawned after a
+//! not yet admitted is refused as `Unavailable`, one running gets an `Error` event of kind
+//! [`EngineErrorKind::Unavailable`] (the HTTP layer answers 502 `engine_unavailable`). The child is then respawned after a
 //! backoff that doubles per crash in a row (from `BACKOFF_MIN` up to the command's cap, `--isolate-backoff-max`)
 //! and resets once a child has stayed up for `STABLE_AFTER`.
 
-use super::proto::{read_frame, write_queue, ToChild, ToParent, WireRequest, VERSION};
-use crate::error::ENGINE_UNAVAILABLE;
-use hearth_engine::engine::{EngineEvent, EngineInfo, EngineRequest, EngineStats, RequestStream, SubmitError};
+use super::proto::{read_frame, write_queue, ToChild, ToParent, VERSION};
+use hearth_engine::engine::{
+    EngineErrorKind, EngineEvent, EngineInfo, EngineRequest, EngineStats, RequestStream, SubmitError,
+};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -216,7 +217,7 @@ impl Supervisor {
             choices_left: req.n.max(1),
         };
         lock_table(&conn.table).requests.insert(id, pending);
-        if conn.tx.send(ToChild::Submit { id, request: Box::new(WireRequest::new(&req)) }).is_err() {
+        if conn.tx.send(ToChild::Submit { id, request: Box::new(req) }).is_err() {
             lock_table(&conn.table).requests.remove(&id);
             return Err(SubmitError::Unavailable);
         }
@@ -231,7 +232,7 @@ impl Supervisor {
     pub async fn flush(&self) -> Result<bool, String> {
         match self.query(|query| ToChild::Flush { query }).await {
             Some(ToParent::Flushed { result, .. }) => result,
-            _ => Err(format!("{ENGINE_UNAVAILABLE} before the flush finished")),
+            _ => Err("the engine process stopped before the flush finished".to_string()),
         }
     }
 
@@ -418,8 +419,8 @@ fn fail_open(table: &Mutex<Table>, why: &str) {
                 let _ = tx.send(Err(SubmitError::Unavailable));
             }
             None => {
-                let message = format!("{ENGINE_UNAVAILABLE} ({why}); the request was not completed");
-                let _ = p.events.send(EngineEvent::Error { message });
+                let message = format!("the engine process stopped ({why}); the request was not completed");
+                let _ = p.events.send(EngineEvent::Error { kind: EngineErrorKind::Unavailable, message });
             }
         }
     }
