@@ -10,7 +10,7 @@ use hearth_engine::sampling::grammar::ConstraintSpec;
 use serde_json::Value;
 
 /// Most strings a `choice` constraint may list.
-pub const MAX_CHOICES: usize = 1024;
+pub const MAX_CHOICE_STRINGS: usize = 1024;
 
 /// A constraint and the field it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,10 +70,10 @@ fn grammar(g: &str) -> ConstraintSpec {
 }
 
 fn choices(param: &str, list: &[Value]) -> ApiResult<ConstraintSpec> {
-    if list.is_empty() || list.len() > MAX_CHOICES {
+    if list.is_empty() || list.len() > MAX_CHOICE_STRINGS {
         return Err(ApiError::param(
             param,
-            format!("`{param}` must list 1 to {MAX_CHOICES} strings, got {}", list.len()),
+            format!("`{param}` must list 1 to {MAX_CHOICE_STRINGS} strings, got {}", list.len()),
         ));
     }
     list.iter()
