@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prompt-cache benchmarks on the CPU, loopback only, one server at a time (bench/prompt_cache.py does the talking).
 #   bench/prompt_cache.sh reattach   # 8k-token prompt: cold, RAM hit, SSD restore after a restart
+#   bench/prompt_cache.sh restore-verify  # 8k-token SSD restores with the data check on and off, alternated
 #   bench/prompt_cache.sh agents     # 8 agents sharing a 2k-token system prompt: cache on, off, llama-server
 #   bench/prompt_cache.sh multiturn  # a 20-turn chat, ChatML (SmolLM2) and Gemma 3 (bench/templates/gemma3.jinja),
 #                                    # and SmolLM2 on llama-server (multiturn-llama: only that)
@@ -38,9 +39,27 @@ reattach() {
   python3 bench/prompt_cache.py reattach --url "$URL" --tokens "${TOKENS:-8000}" --repeats 1 --label "SSD restore after a restart"
   stats "after the SSD restore"
   stop
-  start -m smollm2-135m --batch 4 --ssd-cache "$ssd" --ssd-cache-verify
-  python3 bench/prompt_cache.py reattach --url "$URL" --tokens "${TOKENS:-8000}" --repeats 1 --label "SSD restore, --ssd-cache-verify"
+  start -m smollm2-135m --batch 4 --ssd-cache "$ssd" --ssd-cache-verify off
+  python3 bench/prompt_cache.py reattach --url "$URL" --tokens "${TOKENS:-8000}" --repeats 1 --label "SSD restore, --ssd-cache-verify off"
   stop
+}
+
+# The data check's share of a restore: one cold run writes the tier, then ROUNDS restarts each with the check on
+# and off, alternated, each restoring the whole prompt once (the files are in the page cache: the fastest read, so
+# the check's largest share). Medians at the end.
+restore_verify() {
+  local ssd="$TMP/ssd" log="$TMP/restore.jsonl"
+  start -m smollm2-135m --batch 4 --ssd-cache "$ssd"
+  python3 bench/prompt_cache.py reattach --url "$URL" --tokens "${TOKENS:-8000}" --repeats 1 --label "cold" | tee -a "$log"
+  stop
+  for r in $(seq 1 "${ROUNDS:-5}"); do
+    for v in on off; do
+      start -m smollm2-135m --batch 4 --ssd-cache "$ssd" --ssd-cache-verify $v
+      python3 bench/prompt_cache.py reattach --url "$URL" --tokens "${TOKENS:-8000}" --repeats 1 --label "verify $v" | tee -a "$log"
+      stop
+    done
+  done
+  python3 bench/verify_share.py "$log"
 }
 
 agents() {
@@ -85,9 +104,10 @@ multiturn_llama() {
 
 case "$WHAT" in
   reattach) reattach ;;
+  restore-verify) restore_verify ;;
   agents) agents ;;
   multiturn) multiturn ;;
   multiturn-llama) multiturn_llama ;;
   all) reattach; agents; multiturn ;;
-  *) echo "usage: $0 reattach|agents|multiturn|multiturn-llama|all" >&2; exit 2 ;;
+  *) echo "usage: $0 reattach|restore-verify|agents|multiturn|multiturn-llama|all" >&2; exit 2 ;;
 esac

@@ -60,8 +60,10 @@ pub struct ServeArgs {
     /// Most GiB the SSD tier keeps (least recently used files go first).
     #[arg(long, env = "HEARTH_SSD_CACHE_MAX", default_value_t = 32.0)]
     pub ssd_cache_max: f64,
-    /// Hash every block's data when it is restored from the SSD tier (the header is always checked).
-    #[arg(long, env = "HEARTH_SSD_CACHE_VERIFY")]
+    /// Check every block's data against its hash when it is restored from the SSD tier (on), or trust the data
+    /// (off: a damaged file may then change an answer). The header is always checked.
+    #[arg(long, env = "HEARTH_SSD_CACHE_VERIFY", default_value = "on", value_parser = parse_on_off,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "on")]
     pub ssd_cache_verify: bool,
     /// With --ssd-cache: write cached blocks unused this many seconds to the SSD tier and free their KV memory
     /// (0: never).

@@ -75,21 +75,42 @@ fn the_prompt_cache_and_its_ssd_tier_over_http() {
         assert!(st["ssd_cache"]["restores"].as_u64() >= Some(4), "{st}");
         assert!(st["prompt_cache"]["restored_tokens"].as_u64() >= Some(64), "{st}");
     }
-    // Break every file in some way: quarantined at start or on restore, never served.
     let fp: Vec<PathBuf> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.path()).collect();
     assert_eq!(fp.len(), 1, "one fingerprint directory: {fp:?}");
     let files = block_files(&fp[0]);
+    let intact: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    // Damage only the data (64 bytes in the middle of each file; the headers stay intact), default flags: every
+    // block's data is hashed on restore, so each is quarantined and the answer is the cold one.
+    for (f, b) in files.iter().zip(&intact) {
+        let mut b = b.clone();
+        let mid = b.len() / 2;
+        b[mid..mid + 64].iter_mut().for_each(|x| *x ^= 0x5a);
+        std::fs::write(f, b).unwrap();
+    }
+    {
+        let s = Server::start(&["--ssd-cache", &ssd], &[]);
+        let (text, cached) = chat(&s, &conv);
+        assert_eq!(text, want, "damaged cache data changed the answer");
+        assert_eq!(cached, 0, "no damaged block is restored");
+        let st = s.get("/stats").json();
+        assert!(st["ssd_cache"]["quarantined"].as_u64() >= Some(1), "{st}");
+        assert_eq!(st["prompt_cache"]["restored_tokens"], 0, "{st}");
+    }
+    // Break every file in some way (from intact copies): quarantined at start or on restore, never served.
+    for (f, b) in files.iter().zip(&intact) {
+        std::fs::write(f, b).unwrap();
+    }
     for (i, f) in files.iter().enumerate() {
         let mut b = std::fs::read(f).unwrap();
         match i % 4 {
             0 => b[12] ^= 0xff,                  // header
             1 => b.truncate(b.len() / 3),        // truncated
             2 => b = b"not a block".to_vec(),    // garbage with the right name
-            _ => *b.last_mut().unwrap() ^= 0x01, // data (caught with --ssd-cache-verify)
+            _ => *b.last_mut().unwrap() ^= 0x01, // data (caught by the data hash, on by default)
         }
         std::fs::write(f, b).unwrap();
     }
-    let s = Server::start(&["--ssd-cache", &ssd, "--ssd-cache-verify"], &[]);
+    let s = Server::start(&["--ssd-cache", &ssd], &[]);
     let (text, _) = chat(&s, &conv);
     assert_eq!(text, want, "a corrupt SSD tier changed the answer");
     let st = s.get("/stats").json();

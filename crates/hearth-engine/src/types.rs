@@ -294,7 +294,7 @@ pub struct CacheConfig {
 pub struct SsdSettings {
     pub dir: std::path::PathBuf,
     pub max_bytes: u64,
-    /// Hash every block's data on restore (the header hash is always checked).
+    /// Hash every block's data on restore (on by default; the header hash is always checked).
     pub verify: bool,
     /// Spill cached blocks unused this long and free their KV memory (None: never).
     pub demote_idle: Option<std::time::Duration>,

@@ -33,7 +33,8 @@ pub struct SsdConfig {
     pub dir: PathBuf,
     /// Cap on the bytes of block files (`--ssd-cache-max`).
     pub max_bytes: u64,
-    /// Hash the data on every restore (`--ssd-cache-verify`); the header hash is always checked.
+    /// Check every restored block's data against its hash (`--ssd-cache-verify`, on by default): a cache must
+    /// never change an answer. The header hash (names, shape, tokens) is always checked.
     pub verify: bool,
     /// Model + tokenizer + KV scheme + namespace; names the subdirectory `dir/<32 hex digits>/`.
     pub fingerprint: u128,
@@ -202,7 +203,7 @@ impl SsdStore {
                 cfg.max_bytes
             );
         }
-        let scan = ssd_file::scan(&fp_dir, &fmt, cfg.verify);
+        let scan = ssd_file::scan(&fp_dir, &fmt);
         let mut st = State { writer_alive: true, ..State::default() };
         for f in scan.found {
             st.insert(f.hash, f.size, f.atime);
@@ -300,8 +301,7 @@ impl SsdStore {
 
     /// Reads block `h` back, from the queue if not written yet, else from its file. A stored block that is not
     /// exactly the one asked for (hash, parent, tokens), or any bad file, is a miss; a bad file is quarantined.
-    /// Without `verify` a flipped bit in the data goes unnoticed (the header hash covers names and shape only):
-    /// the price of not hashing every restored byte.
+    /// With `verify` off a flipped bit in the data goes unnoticed (the header hash covers names and shape only).
     pub fn restore(&self, h: BlockHash, parent: BlockHash, tokens: &[u32]) -> Option<Vec<u8>> {
         let fmt = self.shared.fmt.as_ref()?;
         let t0 = Instant::now();

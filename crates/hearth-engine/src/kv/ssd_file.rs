@@ -11,11 +11,12 @@
 //! | layout         | 4 × 4 (u32) + 2  | layers, kv_heads, head_dim, block_size; dtype code, dtype_size |
 //! | tokens         | block_size × 4   | the block's token ids                           |
 //! | data_len       | 8 (u64)          |                                                 |
-//! | data hash      | 8 (u64)          | xxh3-64 of the data (checked with `verify`)     |
+//! | data hash      | 8 (u64)          | xxh3-64 of the data (checked on restore)        |
 //! | header hash    | 8 (u64)          | xxh3-64 of every header byte before it          |
 //!
 //! Everything that names or shapes the block is in the header and covered by its hash, so a start-up scan can
-//! validate a file by reading only its header; the data hash costs a full read and is only checked on demand.
+//! validate a file by reading only its header; the data hash is checked when the data is read back (a restore
+//! reads it anyway; hashing it costs a few percent of the read).
 //! Files are written to `<name>.tmp`, fsynced and renamed, so a crash leaves either a whole file or an orphan
 //! `.tmp` (reaped at start).
 
@@ -441,9 +442,10 @@ pub struct Scan {
 }
 
 /// Walks `fp_dir` and its 2-hex subdirectories (only those: nothing else under the cache root is touched).
-/// Orphan `.tmp` files are deleted; each `.kvb` file has its header checked (and its data with `verify`); bad
-/// or unexpected entries are quarantined.
-pub fn scan(fp_dir: &Path, fmt: &Format, verify: bool) -> Scan {
+/// Orphan `.tmp` files are deleted; each `.kvb` file has its header checked (its data is checked when it is
+/// restored: reading the whole tier at start would cost as much as restoring all of it); bad or unexpected
+/// entries are quarantined.
+pub fn scan(fp_dir: &Path, fmt: &Format) -> Scan {
     let mut out = Scan::default();
     let Ok(rd) = fs::read_dir(fp_dir) else { return out };
     for entry in rd.filter_map(|e| e.ok()) {
@@ -456,7 +458,7 @@ pub fn scan(fp_dir: &Path, fmt: &Format, verify: bool) -> Scan {
         if name.ends_with(TMP_SUFFIX) && !is_dir {
             let _ = fs::remove_file(&path);
         } else if is_dir && name.len() == 2 && name.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
-            scan_subdir(fp_dir, &path, name, fmt, verify, &mut out);
+            scan_subdir(fp_dir, &path, name, fmt, &mut out);
         } else {
             quarantine(fp_dir, &path, &"unexpected entry in the cache directory");
             out.quarantined += 1;
@@ -466,7 +468,7 @@ pub fn scan(fp_dir: &Path, fmt: &Format, verify: bool) -> Scan {
     out
 }
 
-fn scan_subdir(fp_dir: &Path, dir: &Path, prefix: &str, fmt: &Format, verify: bool, out: &mut Scan) {
+fn scan_subdir(fp_dir: &Path, dir: &Path, prefix: &str, fmt: &Format, out: &mut Scan) {
     let rd = match fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) => {
@@ -487,11 +489,8 @@ fn scan_subdir(fp_dir: &Path, dir: &Path, prefix: &str, fmt: &Format, verify: bo
         let is_block_name = name.strip_suffix(".kvb").is_some_and(|stem| {
             stem.len() == 32 && stem.starts_with(prefix) && stem.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
         });
-        let checked = if is_block_name {
-            check_file(&path, fmt, verify)
-        } else {
-            Err(FileError::Name("(unexpected name)".into()))
-        };
+        let checked =
+            if is_block_name { check_file(&path, fmt) } else { Err(FileError::Name("(unexpected name)".into())) };
         match checked {
             Ok(found) => out.found.push(found),
             Err(e) => {
@@ -502,11 +501,8 @@ fn scan_subdir(fp_dir: &Path, dir: &Path, prefix: &str, fmt: &Format, verify: bo
     }
 }
 
-fn check_file(path: &Path, fmt: &Format, verify: bool) -> Result<Found, FileError> {
-    let mut bf = BlockFile::open(path, fmt)?;
-    if verify {
-        bf.read_data(true)?;
-    }
+fn check_file(path: &Path, fmt: &Format) -> Result<Found, FileError> {
+    let bf = BlockFile::open(path, fmt)?;
     let atime = bf.file.metadata().and_then(|m| m.modified()).map(epoch_ns).unwrap_or(0);
     Ok(Found { hash: bf.header.hash, size: fmt.file_len(), atime })
 }
