@@ -554,6 +554,25 @@ mod tests {
     }
 
     #[test]
+    fn ssd_cache_verify_is_on_unless_turned_off() {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            serve: super::ServeArgs,
+        }
+        let verify = |extra: &[&str]| {
+            let argv = ["t", "-m", "smollm2-135m"].iter().chain(extra);
+            <T as clap::Parser>::try_parse_from(argv).map(|t| t.serve.ssd_cache_verify).map_err(|e| e.to_string())
+        };
+        assert_eq!(verify(&[]), Ok(true));
+        assert_eq!(verify(&["--ssd-cache-verify"]), Ok(true));
+        assert_eq!(verify(&["--ssd-cache-verify", "--port", "0"]), Ok(true));
+        assert_eq!(verify(&["--ssd-cache-verify", "off"]), Ok(false));
+        assert_eq!(verify(&["--ssd-cache-verify=0"]), Ok(false));
+        assert!(verify(&["--ssd-cache-verify", "maybe"]).is_err());
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(parse_size("4096"), Ok(4096));
         assert_eq!(parse_size("4M"), Ok(4 << 20));
