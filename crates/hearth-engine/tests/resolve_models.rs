@@ -30,7 +30,7 @@ fn hf_cache_ids_aliases_and_clear_errors() {
     // An alias whose file is missing points at the fetch script.
     std::env::set_var("HEARTH_MODELS", tmp.join("empty-models"));
     let e = resolve("gemma3-270m").unwrap_err().to_string();
-    assert!(e.contains("scripts/fetch-models"), "{e}");
+    assert!(e.contains("scripts/fetch-models gemma3-270m"), "{e}");
 
     // A directory without weights says what it needs.
     let e = resolve(tmp.to_str().unwrap()).unwrap_err().to_string();

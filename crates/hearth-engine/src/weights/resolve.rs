@@ -10,6 +10,8 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"),
     ("gemma3-270m", "gemma-3-270m-q4_k_m.gguf"),
     ("all-minilm-l6-v2", "all-minilm-l6-v2"),
+    ("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+    ("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
 ];
 
 /// The default model: SmolLM2-135M-Instruct.
@@ -127,8 +129,9 @@ pub fn resolve(spec: &str) -> Result<ModelLocation> {
         return match fetched(&p) {
             Some(loc) => Ok(loc),
             None => Err(Error::ModelNotFound(format!(
-                "model `{spec}` is not fetched yet ({} missing); run scripts/fetch-models",
-                p.display()
+                "model `{spec}` is not fetched yet ({} missing); run scripts/fetch-models {}",
+                p.display(),
+                spec.to_ascii_lowercase()
             ))),
         };
     }
@@ -164,7 +167,7 @@ pub fn list_models() -> Vec<ListedModel> {
             out.push(ListedModel {
                 name: alias.to_string(),
                 location: None,
-                note: "not fetched: run scripts/fetch-models".into(),
+                note: format!("not fetched: run scripts/fetch-models {alias}"),
             });
         }
     }
