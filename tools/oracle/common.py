@@ -21,6 +21,8 @@ MODELS_DIR = Path(os.environ.get("HEARTH_MODELS", str(Path.home() / ".cache" / "
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+QWEN05B_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+QWEN15B_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 
 
 def version(pkg: str) -> str | None:

@@ -1,9 +1,9 @@
 """Logits goldens for the real GGUF models, from llama.cpp (llama-cpp-python) and HF transformers (dequantized, f32).
 
 Run from the repo root:
-    .venv-oracle/bin/python tools/oracle/logits_goldens.py              # both models
-    .venv-oracle/bin/python tools/oracle/logits_goldens.py smollm2      # one model
-Writes tests/goldens/logits_smollm2.json and tests/goldens/logits_gemma3.json, and prints how the two references
+    .venv-oracle/bin/python tools/oracle/logits_goldens.py              # every model
+    .venv-oracle/bin/python tools/oracle/logits_goldens.py smollm2      # one model (smollm2, gemma3, qwen05b, qwen15b)
+Writes tests/goldens/logits_<model>.json, and prints how the two references
 differ from each other for every prompt.
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import GEMMA3_FILE, GOLDENS, MODELS_DIR, SMOLLM2_FILE, dump_json, r6, reference  # noqa: E402
+from common import (GEMMA3_FILE, GOLDENS, MODELS_DIR, QWEN05B_FILE, QWEN15B_FILE, SMOLLM2_FILE,  # noqa: E402
+                    dump_json, r6, reference)
 
 import llama_cpp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -54,6 +55,11 @@ CHAT_PROMPT = {
     "smollm2": "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
     "gemma3": "<start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n",
 }
+# Qwen2.5's template with its default system message.
+QWEN_CHAT = ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+             "<|im_start|>user\nWrite a Python function that checks whether a number is prime.<|im_end|>\n"
+             "<|im_start|>assistant\n")
+CHAT_PROMPT["qwen05b"] = CHAT_PROMPT["qwen15b"] = QWEN_CHAT
 
 
 def summarize(logits: np.ndarray) -> dict:
@@ -226,7 +232,7 @@ def build(name: str, model_file: str) -> None:
 
 
 def main() -> None:
-    models = {"smollm2": SMOLLM2_FILE, "gemma3": GEMMA3_FILE}
+    models = {"smollm2": SMOLLM2_FILE, "gemma3": GEMMA3_FILE, "qwen05b": QWEN05B_FILE, "qwen15b": QWEN15B_FILE}
     for name in sys.argv[1:] or list(models):
         build(name, models[name])
 

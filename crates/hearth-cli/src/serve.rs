@@ -335,6 +335,13 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let budget = a.kv_budget.map_or(sizing.kv_budget_bytes, |gib| (gib * GIB) as u64);
     let kv_blocks = hearth_engine::sizing::kv_blocks(m.model.as_ref(), budget, a.batch, bs);
     anyhow::ensure!(kv_blocks >= 2, "--kv-budget is too small to hold even one block of {bs} tokens; raise it");
+    if a.kv_budget.is_some() {
+        let what = format!("a KV cache of {} tokens (--kv-budget)", kv_blocks * bs);
+        let bytes = hearth_engine::sizing::kv_bytes(m.model.as_ref(), kv_blocks, bs);
+        let free = hearth_engine::sizing::available_memory(&m.device);
+        let remedy = "lower --kv-budget, or leave it out (the default takes a share of what is free)";
+        hearth_engine::sizing::admit(&what, bytes, free, remedy).map_err(anyhow::Error::msg)?;
+    }
     let defaults = sampling_defaults(a, m.generation_config.as_ref());
     let device = hearth_engine::device::describe(&m.device);
     let eos = m.tokenizer.eos_ids().to_vec();

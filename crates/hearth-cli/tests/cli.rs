@@ -62,6 +62,17 @@ fn clear_errors() {
 }
 
 #[test]
+fn serve_refuses_a_kv_cache_that_cannot_fit() {
+    // 65,536 full contexts of SmolLM2 would take terabytes: refused at start, with the sizes, before allocating.
+    let args = ["serve", "-m", "smollm2-135m", "--device", "cpu", "--port", "0", "--batch", "65536"];
+    let out = hearth(&[&args[..], &["--kv-budget", "100000"]].concat());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("a KV cache of") && err.contains("(--kv-budget) needs") && err.contains("GiB"), "{err}");
+    assert!(err.contains("MemAvailable") && err.contains("lower --kv-budget"), "{err}");
+}
+
+#[test]
 fn models_lists_the_aliases() {
     let out = hearth(&["models"]);
     assert!(out.status.success());

@@ -8,6 +8,9 @@ pub enum Error {
     /// The model exists but uses something hearth does not support (architecture, tensor type, tokenizer).
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// The model (or the KV cache asked for) does not fit in the device's memory.
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
     /// A model file is malformed or inconsistent.
     #[error("invalid model file: {0}")]
     InvalidModel(String),

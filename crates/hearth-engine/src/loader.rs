@@ -71,6 +71,14 @@ pub fn load_with(spec: &str, device: &Device, chat_template: Option<&Path>, opts
     let t0 = Instant::now();
     let (weights, cfg, side) = open_text_side(resolve(spec)?, chat_template)?;
     let TextSide { tokenizer, location, generation_config, .. } = side;
+    let what = format!("{}'s weights ({})", location.path().display(), describe_weights(&weights, opts));
+    crate::sizing::admit(
+        &what,
+        crate::sizing::weights_bytes(&weights, device, opts),
+        crate::sizing::available_memory(device),
+        "free memory, or pick a smaller model or quantization",
+    )
+    .map_err(Error::OutOfMemory)?;
     let model = load_model(&weights, &cfg, device, opts)?;
     drop(weights);
     crate::malloc::release_free();
@@ -84,6 +92,15 @@ pub fn load_with(spec: &str, device: &Device, chat_template: Option<&Path>, opts
         fingerprint,
         load_time: t0.elapsed(),
     })
+}
+
+/// How the weights will be held, for messages: GGUF's stored types, or the dtype they are converted to.
+fn describe_weights(w: &Weights, opts: &LoadOptions) -> String {
+    match w {
+        Weights::Gguf(_) if opts.dequantize => "GGUF, dequantized to f32".into(),
+        Weights::Gguf(_) => "GGUF, as stored".into(),
+        Weights::Hf(_) => "safetensors, in the compute dtype".into(),
+    }
 }
 
 /// Open the weights at a resolved location and read their configuration.

@@ -2,9 +2,14 @@
 //! (`hearth serve`'s flags) does not set them. [`EngineConfig::defaults_for`] reads the device's memory now; the
 //! policy itself is a pure function of what it read ([`SizingDefaults::for_memory`]). The step budgets are the
 //! measured defaults per device class (docs/benchmarks.md).
+//!
+//! Admission at start ([`admit`]): weights that cannot fit in the device's memory, or a KV cache asked for
+//! (`--kv-budget`) that cannot fit beside them, are refused with the sizes named, before anything is allocated,
+//! instead of being killed by the kernel's OOM killer or left swapping.
 
-use crate::models::Model;
+use crate::models::{LoadOptions, Model};
 use crate::types::EngineConfig;
+use crate::weights::Weights;
 use candle_core::Device;
 
 /// The share (percent) of a GPU's memory left free by the weights that the KV cache takes; the rest is for
@@ -78,10 +83,57 @@ pub fn kv_blocks(model: &dyn Model, budget_bytes: u64, max_batch: usize, block_s
     fit.min(context_cap(model.max_positions(), max_batch, block_size))
 }
 
+/// The bytes of `blocks` KV blocks of `block_size` tokens for `model`.
+pub fn kv_bytes(model: &dyn Model, blocks: usize, block_size: usize) -> u64 {
+    let c = model.config();
+    let per_token = crate::kv::PagedKv::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, model.kv_dtype());
+    per_token as u64 * block_size as u64 * blocks as u64
+}
+
 /// The most KV blocks `max_batch` contexts of `max_positions` tokens can ever hold (one more block each for the
 /// token being decoded past a full block).
 fn context_cap(max_positions: usize, max_batch: usize, block_size: usize) -> usize {
     max_batch * (max_positions.div_ceil(block_size.max(1)) + 1)
+}
+
+/// The least the weights take on `device` once loaded: GGUF tensors as stored (quantized matrices stay quantized)
+/// or as f32 where they are dequantized (`--dequantize`); safetensors in the compute dtype (f32 on the CPU, the
+/// chosen or default dtype on a GPU).
+pub fn weights_bytes(w: &Weights, device: &Device, opts: &LoadOptions) -> u64 {
+    let (elements, stored) = w.sizes();
+    match w {
+        Weights::Gguf(_) if opts.dequantize => elements * 4,
+        Weights::Gguf(_) => stored,
+        Weights::Hf(_) => {
+            let dtype = opts.dtype.unwrap_or_else(|| crate::models::activation_dtype(w, device));
+            elements * dtype.size_in_bytes() as u64
+        }
+    }
+}
+
+/// The memory a model can take on `device` now, and where it was read: a GPU's free memory, or the host's
+/// `MemAvailable` (None where neither can be read: admission then lets everything through).
+pub fn available_memory(device: &Device) -> Option<(u64, &'static str)> {
+    if device.is_cpu() {
+        mem_available().map(|b| (b, "available memory (MemAvailable)"))
+    } else {
+        crate::device::gpu_free_memory(device).map(|b| (b, "free GPU memory"))
+    }
+}
+
+/// Refuses `need` bytes of `what` when `available` is known and smaller, naming both and what to do.
+pub fn admit(what: &str, need: u64, available: Option<(u64, &str)>, remedy: &str) -> Result<(), String> {
+    match available {
+        Some((have, source)) if need > have => {
+            Err(format!("{what} needs {} but only {} is left ({source}); {remedy}", gib(need), gib(have)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `bytes` in GiB, two decimals.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
 /// `MemAvailable` from /proc/meminfo, in bytes.
@@ -95,6 +147,19 @@ fn mem_available() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn admission_refuses_what_cannot_fit_and_names_the_sizes() {
+        let have = Some((3 * GIB / 2, "available memory (MemAvailable)"));
+        assert_eq!(admit("the weights", GIB, have, "-"), Ok(()));
+        assert_eq!(admit("the weights", 2 * GIB, None, "-"), Ok(()), "unknown memory: no refusal");
+        let e = admit("model m's weights (q4_k)", 2 * GIB, have, "pick a smaller model").unwrap_err();
+        assert_eq!(
+            e,
+            "model m's weights (q4_k) needs 2.00 GiB but only 1.50 GiB is left (available memory (MemAvailable)); \
+             pick a smaller model"
+        );
+    }
 
     const GIB: u64 = 1 << 30;
 

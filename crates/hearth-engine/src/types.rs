@@ -327,6 +327,9 @@ pub struct EngineInfo {
     pub vocab_size: usize,
     pub max_positions: usize,
     pub kv_capacity_tokens: usize,
+    /// The KV cache's bytes (0 where there is no pool).
+    #[serde(default)]
+    pub kv_capacity_bytes: u64,
     pub max_batch: usize,
     pub kv_block_size: usize,
     pub kv_blocks: usize,
@@ -343,6 +346,7 @@ impl EngineInfo {
             vocab_size,
             max_positions,
             kv_capacity_tokens: cfg.kv_blocks * bs,
+            kv_capacity_bytes: 0,
             max_batch: cfg.max_batch,
             kv_block_size: bs,
             kv_blocks: cfg.kv_blocks,
@@ -356,6 +360,7 @@ impl EngineInfo {
             vocab_size,
             max_positions,
             kv_capacity_tokens: max_positions,
+            kv_capacity_bytes: 0,
             max_batch: 1,
             kv_block_size: 1,
             kv_blocks: max_positions + 1,

@@ -153,10 +153,11 @@ where
     }
     if let Some(r) = &loaded.ready {
         banner += &format!(
-            " | model {} | device {} | KV cache {} tokens | batch {}",
+            " | model {} | device {} | KV cache {} tokens ({}) | batch {}",
             r.model_id,
             r.device,
             r.engine.info().kv_capacity_tokens,
+            hearth_engine::sizing::gib(r.engine.info().kv_capacity_bytes),
             r.engine.info().max_batch
         );
     }

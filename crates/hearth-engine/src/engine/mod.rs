@@ -15,7 +15,7 @@ pub use crate::types::{
 pub use handle::EngineHandle;
 
 use crate::kv::ssd::{BlockLayout, SsdConfig, SsdStore};
-use crate::kv::{BlockHash, PagedKv};
+use crate::kv::BlockHash;
 use crate::models::Model;
 use crate::scheduler::Scheduler;
 use crate::{Error, Result};
@@ -25,9 +25,7 @@ use std::sync::{mpsc, Arc, Mutex};
 
 /// Choose the number of KV blocks for a byte budget.
 pub fn blocks_for_budget(model: &dyn Model, budget_bytes: u64, block_size: usize) -> usize {
-    let c = model.config();
-    let per_token = PagedKv::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, model.kv_dtype()) as u64;
-    (budget_bytes / (per_token * block_size as u64).max(1)) as usize
+    (budget_bytes / crate::sizing::kv_bytes(model, 1, block_size).max(1)) as usize
 }
 
 /// Open the SSD tier for this model's KV layout. Its files live under a fingerprint of the cache namespace
@@ -52,7 +50,10 @@ fn open_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Arc<SsdSt
 pub fn start(model: Box<dyn Model>, device: Device, cfg: EngineConfig, eos: Vec<u32>) -> Result<EngineHandle> {
     cfg.check().map_err(Error::InvalidRequest)?;
     let max_positions = model.max_positions();
-    let info = EngineInfo::new(model.config().vocab_size, max_positions, &cfg);
+    let info = EngineInfo {
+        kv_capacity_bytes: crate::sizing::kv_bytes(model.as_ref(), cfg.kv_blocks, cfg.kv_block_size),
+        ..EngineInfo::new(model.config().vocab_size, max_positions, &cfg)
+    };
     let cold = cfg.cache.ssd.as_ref().filter(|_| cfg.cache.max_blocks > 0).map(|s| open_ssd(model.as_ref(), &cfg, s));
     let runner = runner::ModelRunner::new(model, device, &cfg, cold.clone())?;
     let mut scheduler = Scheduler::new(cfg.clone(), eos, max_positions);

@@ -211,6 +211,15 @@ impl GgufFile {
         Ok(self.qtensor(gguf_name, device)?.dequantize(device)?)
     }
 
+    /// (elements, bytes as stored) over every tensor.
+    pub fn sizes(&self) -> (u64, u64) {
+        self.content.tensor_infos.values().fold((0, 0), |(n, b), info| {
+            let elems = info.shape.elem_count() as u64;
+            let d = info.ggml_dtype;
+            (n + elems, b + elems / d.block_size().max(1) as u64 * d.type_size() as u64)
+        })
+    }
+
     /// Count of tensors per type, for `hearth models` and load logs.
     pub fn dtype_summary(&self) -> String {
         let mut counts: Vec<(String, usize)> = Vec::new();

@@ -20,6 +20,16 @@ pub enum Weights {
     Hf(HfWeights),
 }
 
+impl Weights {
+    /// (elements, bytes as stored) over every tensor.
+    pub fn sizes(&self) -> (u64, u64) {
+        match self {
+            Weights::Gguf(g) => g.sizes(),
+            Weights::Hf(h) => h.sizes(),
+        }
+    }
+}
+
 /// A matrix used as `x @ W^T`: quantized (GGUF) or dense.
 #[derive(Clone)]
 pub struct MatWeight(pub QMatMul);

@@ -44,6 +44,14 @@ impl HfWeights {
         }
     }
 
+    /// (elements, bytes as stored) over every tensor.
+    pub fn sizes(&self) -> (u64, u64) {
+        self.st.tensors().iter().fold((0, 0), |(n, b), (_, view)| {
+            let elems: u64 = view.shape().iter().map(|&d| d as u64).product();
+            (n + elems, b + view.data().len() as u64)
+        })
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         self.st.get(self.stored(name)).is_ok()
     }

@@ -153,6 +153,7 @@ mod tests {
             vocab_size: 100,
             max_positions: 2048,
             kv_capacity_tokens: 4096,
+            kv_capacity_bytes: 1 << 20,
             max_batch: 8,
             kv_block_size: 16,
             kv_blocks: 256,
