@@ -19,6 +19,8 @@ MODELS="${HEARTH_MODELS:-$HOME/.cache/hearth/models}"
 case "$MODEL" in
   smollm2-135m) GGUF="$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" ;;
   gemma3-270m) GGUF="$MODELS/gemma-3-270m-q4_k_m.gguf" ;;
+  qwen2.5-coder-0.5b) GGUF="$MODELS/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" ;;
+  qwen2.5-coder-1.5b) GGUF="$MODELS/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" ;;
   *) echo "unknown model $MODEL" >&2; exit 2 ;;
 esac
 HPORT=18181; LPORT=18182

@@ -64,18 +64,6 @@ fn req(tok: &hearth_engine::tokenizer::Tokenizer, text: &str, max_tokens: usize)
     }
 }
 
-/// Collect (tokens, finish reason) of choice 0.
-fn collect(mut s: hearth_engine::engine::RequestStream) -> (Vec<u32>, FinishReason) {
-    let mut ids = Vec::new();
-    loop {
-        match s.blocking_next().expect("stream ended without Finished") {
-            EngineEvent::Token { id, .. } => ids.push(id),
-            EngineEvent::Finished { reason, .. } => return (ids, reason),
-            EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
-        }
-    }
-}
-
 #[test]
 fn batch_invariance_and_preemption() {
     let (eng, tok) = engine(256, 8);

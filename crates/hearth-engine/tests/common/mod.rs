@@ -29,6 +29,21 @@ pub fn real_model(alias: &str) -> LoadedModel {
         .unwrap_or_else(|e| panic!("loading {alias}: {e} (run scripts/fetch-models)"))
 }
 
+/// Collect (tokens, finish reason) of choice 0 of an engine request.
+pub fn collect(
+    mut s: hearth_engine::engine::RequestStream,
+) -> (Vec<u32>, hearth_engine::engine::FinishReason) {
+    use hearth_engine::engine::EngineEvent;
+    let mut ids = Vec::new();
+    loop {
+        match s.blocking_next().expect("stream ended without Finished") {
+            EngineEvent::Token { id, .. } => ids.push(id),
+            EngineEvent::Finished { reason, .. } => return (ids, reason),
+            EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
+        }
+    }
+}
+
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array()
         .unwrap_or_else(|| panic!("expected an id array, got {v}"))
