@@ -142,6 +142,11 @@ fn smollm2_matches_llama_cpp_and_transformers() {
 }
 
 #[test]
+fn smollm2_batched_matches_alone_and_llama_cpp() {
+    run_batched("logits_smollm2.json", "smollm2-135m", GAP_MARGIN);
+}
+
+#[test]
 fn smollm2_exact_math_matches_transformers() {
     run_exact("logits_smollm2.json", "smollm2-135m");
 }

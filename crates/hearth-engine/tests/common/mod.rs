@@ -30,9 +30,7 @@ pub fn real_model(alias: &str) -> LoadedModel {
 }
 
 /// Collect (tokens, finish reason) of choice 0 of an engine request.
-pub fn collect(
-    mut s: hearth_engine::engine::RequestStream,
-) -> (Vec<u32>, hearth_engine::engine::FinishReason) {
+pub fn collect(mut s: hearth_engine::engine::RequestStream) -> (Vec<u32>, hearth_engine::engine::FinishReason) {
     use hearth_engine::engine::EngineEvent;
     let mut ids = Vec::new();
     loop {
