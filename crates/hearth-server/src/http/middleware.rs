@@ -3,8 +3,8 @@
 //! layers stay hand-written because no library does what the API promises:
 //!
 //! - `require_api_key`: OpenAI clients send `Authorization: Bearer`, Anthropic-style ones `x-api-key`; `/health`
-//!   stays open for probes; a refusal is a 401 in the API's error shape. (tower-http's bearer check does none of
-//!   the three.)
+//!   stays open for probes, decided by the route that serves the request; a refusal is a 401 in the API's error
+//!   shape. (tower-http's bearer check does none of the three.)
 //! - `json_errors`: errors made below the handlers (axum's 405, tower-http's 413) are plain text; the API answers
 //!   every failure in OpenAI's JSON error shape, and on Anthropic's paths (`/v1/messages...`) in Anthropic's.
 //!
@@ -16,7 +16,7 @@ use crate::error::{ApiError, ErrorShape};
 use crate::origin::AllowList;
 use crate::state::AppState;
 use axum::body::to_bytes;
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderName, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -30,18 +30,24 @@ use tower_http::trace::MakeSpan;
 /// The paths whose errors take Anthropic's shape (the Messages API's).
 pub const ANTHROPIC_PATHS: &str = "/v1/messages";
 
-/// Routes that never need the API key.
-const OPEN_PATHS: &[&str] = &["/health"];
+/// Routes (as the router spells them) that never need the API key.
+const OPEN_ROUTES: &[&str] = &["/health"];
 
 /// The header that carries a request's id.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// With `--api-key`, require `Authorization: Bearer <key>` (or `x-api-key: <key>`) everywhere but `/health` and
-/// the web chat's own files (the app asks for the key when the API answers 401).
+/// the web chat's own files (the app asks for the key when the API answers 401). What is open follows from the
+/// route that serves the request (this layer runs after routing): a route is open when it is one of
+/// [`OPEN_ROUTES`], the fallback when it serves a file of the web chat. A request's headers (`Accept: text/html`)
+/// never open a route.
 pub async fn require_api_key(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let Some(key) = st.cfg.api_key.as_deref() else { return next.run(req).await };
-    let ui_file = st.cfg.ui && super::ui::resolve(req.method(), req.uri().path(), req.headers()).is_some();
-    if OPEN_PATHS.contains(&req.uri().path()) || ui_file {
+    let open = match req.extensions().get::<MatchedPath>() {
+        Some(route) => OPEN_ROUTES.contains(&route.as_str()),
+        None => super::ui::serves(&st, req.method(), req.uri().path(), req.headers()),
+    };
+    if open {
         return next.run(req).await;
     }
     let h = req.headers();
