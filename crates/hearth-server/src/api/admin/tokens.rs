@@ -2,7 +2,7 @@
 //! the template renders it).
 
 use crate::chat::tools::Tools;
-use crate::chat::{offload, template};
+use crate::chat::{offload, template, FieldNames};
 use crate::error::{ApiError, ApiResult};
 use crate::http::body::JsonBody;
 use crate::state::AppState;
@@ -54,7 +54,7 @@ pub async fn apply_template(
 ) -> ApiResult<Json<ApplyTemplateResponse>> {
     let r = st.ready()?;
     // The same prompt a chat request with these tools would get.
-    let tools = Tools::resolve(&conversation, template::source(&r))?;
+    let tools = Tools::resolve(&conversation, template::source(&r), &FieldNames::CHAT)?;
     let prompt = offload::run(move || template::render(&r, &conversation, tools.as_ref())).await?;
     Ok(Json(ApplyTemplateResponse { prompt }))
 }
