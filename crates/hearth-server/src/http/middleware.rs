@@ -1,5 +1,6 @@
 //! Cross-cutting layers. tower-http does the generic HTTP work: request ids (`x-request-id`, made when absent and
-//! echoed back), one tracing span per request carrying that id, CORS, gzip, and the body-size limit. Two small
+//! echoed back), one tracing span per request carrying that id, CORS, and the body-size limit (gzip is
+//! `super::compress`'s). Two small
 //! layers stay hand-written because no library does what the API promises:
 //!
 //! - `require_api_key`: OpenAI clients send `Authorization: Bearer`, Anthropic-style ones `x-api-key`; `/health`
@@ -22,8 +23,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::time::Duration;
 use tower_http::classify::ServerErrorsFailureClass;
-use tower_http::compression::predicate::DefaultPredicate;
-use tower_http::compression::CompressionLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::MakeSpan;
 
@@ -82,12 +81,6 @@ pub fn cors(allowed: AllowList) -> CorsLayer {
         ])
         .expose_headers([REQUEST_ID])
         .max_age(Duration::from_secs(86400))
-}
-
-/// gzip for clients that ask. The default predicate leaves out `text/event-stream` (a compressor would hold
-/// tokens back until its block fills), images, gRPC and bodies under 32 bytes.
-pub fn compression() -> CompressionLayer<DefaultPredicate> {
-    CompressionLayer::new().gzip(true).compress_when(DefaultPredicate::new())
 }
 
 /// The span of one request: method, path and request id, so every log line of the request carries them.
