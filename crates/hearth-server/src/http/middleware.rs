@@ -12,15 +12,17 @@
 //! The request's log lines (`RequestSpan`, `failure_level`) are made here too.
 
 use super::body::TOO_LARGE;
+use super::conns::Guarded;
 use super::guard::cors_origin;
 use crate::error::{ApiError, ErrorShape};
 use crate::origin::AllowList;
 use crate::state::AppState;
-use axum::body::to_bytes;
+use axum::body::{to_bytes, Body, HttpBody};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderName, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -140,9 +142,13 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
     r
 }
 
+/// After a request whose body or answer holds this many bytes, the heap's free memory goes back to the system.
+const RELEASE_AFTER_BYTES: usize = 1 << 20;
+
 /// Read the whole request body within `--timeout` (`cfg.timeout`) and hand it on buffered: a client that sends
 /// its body too slowly gets a 408 instead of holding the request open, and one over `--max-body` (a chunked body,
-/// whose length was not announced) a 413.
+/// whose length was not announced) a 413. Once a request whose body or answer is large is over (its answer written
+/// or dropped), the memory it freed goes back to the system ([`ReleaseMemory`]).
 pub async fn read_body(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
     let bytes = match tokio::time::timeout(st.cfg.timeout, to_bytes(body, usize::MAX)).await {
@@ -164,7 +170,41 @@ pub async fn read_body(State(st): State<AppState>, req: Request, next: Next) -> 
                 .into_response();
         }
     };
-    next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
+    let large_in = bytes.len() >= RELEASE_AFTER_BYTES;
+    let resp = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    let large_out = resp.body().size_hint().exact().is_some_and(|n| n >= RELEASE_AFTER_BYTES as u64);
+    if large_in || large_out {
+        return resp.map(|inner| Body::new(Guarded { inner, guard: ReleaseMemory }));
+    }
+    resp
+}
+
+/// Dropped with a large request's answer: hands the heap's free memory back to the system (glibc's `malloc_trim`,
+/// `hearth_engine::malloc::release_free`), which glibc would otherwise keep (`HEARTH_MALLOC_KEEP` raises its trim
+/// threshold to 1 GiB). On the blocking pool, one release at a time; a request that ends meanwhile gets another.
+struct ReleaseMemory;
+
+static RELEASE_PENDING: AtomicBool = AtomicBool::new(false);
+static RELEASE_RUNNING: AtomicBool = AtomicBool::new(false);
+
+impl Drop for ReleaseMemory {
+    fn drop(&mut self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        RELEASE_PENDING.store(true, Ordering::Release);
+        if RELEASE_RUNNING.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        rt.spawn_blocking(|| loop {
+            while RELEASE_PENDING.swap(false, Ordering::AcqRel) {
+                hearth_engine::malloc::release_free();
+            }
+            RELEASE_RUNNING.store(false, Ordering::Release);
+            // A request that ended after the last release but saw this one running: release for it too.
+            if !RELEASE_PENDING.load(Ordering::Acquire) || RELEASE_RUNNING.swap(true, Ordering::AcqRel) {
+                break;
+            }
+        });
+    }
 }
 
 /// Whether a response the trace layer counts as failed (a 5xx, or a body that failed) is a fault, logged as an
