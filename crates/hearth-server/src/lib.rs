@@ -56,8 +56,9 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
-/// Every route, behind these layers (outermost first): request id, tracing span, CORS, gzip, JSON errors,
-/// the browser guard (`http::guard`: Host, Origin, Content-Type), API key, body limit, body read deadline. The
+/// Every route, behind these layers (outermost first): request id, tracing span, the browser edge (`http::guard::edge`:
+/// one Host, no CORS headers for refused origins, no framing), CORS, gzip, JSON errors, the browser guard
+/// (`http::guard`: Host, Origin, Content-Type), API key, body limit, body read deadline. The
 /// fallback serves the web chat (`http::ui`) where it applies, else a JSON 404.
 pub fn router(state: AppState) -> Router {
     let max_body = state.cfg.max_body;
@@ -108,6 +109,7 @@ pub fn router(state: AppState) -> Router {
                         .on_failure(middleware::log_failure),
                 )
                 .layer(PropagateRequestIdLayer::new(middleware::REQUEST_ID))
+                .layer(axum::middleware::from_fn_with_state(state.clone(), guard::edge))
                 .layer(middleware::cors(state.cfg.allowed_origins.clone())),
         )
         .with_state(state)

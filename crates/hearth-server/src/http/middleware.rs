@@ -28,9 +28,6 @@ use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::MakeSpan;
 
-/// The paths whose errors take Anthropic's shape (the Messages API's).
-pub const ANTHROPIC_PATHS: &str = "/v1/messages";
-
 /// Routes (as the router spells them) that never need the API key.
 const OPEN_ROUTES: &[&str] = &["/health"];
 
@@ -109,7 +106,7 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    let anthropic = path.starts_with(ANTHROPIC_PATHS);
+    let anthropic = ErrorShape::of_path(&path) == ErrorShape::Anthropic;
     if is_json && !anthropic {
         return resp;
     }
