@@ -1,7 +1,6 @@
 //! Cross-cutting layers. tower-http does the generic HTTP work: request ids (`x-request-id`, made when absent and
 //! echoed back), one tracing span per request carrying that id, CORS, and the body-size limit (gzip is
-//! `super::compress`'s). Two small
-//! layers stay hand-written because no library does what the API promises:
+//! `super::compress`'s). Two small layers stay hand-written because no library does what the API promises:
 //!
 //! - `require_api_key`: OpenAI clients send `Authorization: Bearer`, Anthropic-style ones `x-api-key`; `/health`
 //!   stays open for probes, decided by the route that serves the request; a refusal is a 401 in the API's error
