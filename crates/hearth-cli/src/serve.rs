@@ -75,6 +75,10 @@ pub struct ServeArgs {
     /// Largest request body (bytes, or with a K/M/G suffix); larger bodies get HTTP 413.
     #[arg(long, env = "HEARTH_MAX_BODY", default_value = "4M", value_parser = parse_size)]
     pub max_body: usize,
+    /// Most bytes of text one /tokenize or /detokenize request may hold (bytes, or with a K/M/G suffix); more get
+    /// HTTP 413.
+    #[arg(long, env = "HEARTH_MAX_TOKENIZE", default_value = "1M", value_parser = parse_size)]
+    pub max_tokenize: usize,
     /// An embedding model served at /v1/embeddings beside the chat model (a sentence-transformers directory or its
     /// alias, e.g. all-minilm-l6-v2). A --model that is an embedding model serves embeddings alone.
     #[arg(long, env = "HEARTH_EMBEDDING_MODEL")]
@@ -233,6 +237,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         host: a.host.clone(),
         port: a.port,
         max_body: a.max_body,
+        max_tokenize: a.max_tokenize,
         api_key: a.api_key.clone(),
         keepalive: Duration::from_millis(a.sse_keepalive_ms.max(1)),
         response_store_bytes: a.response_store,

@@ -295,7 +295,7 @@ fn errors_have_the_openai_shape() {
         400,
         Some("messages[0].content[0]"),
     );
-    let e = expect(s.post(chat, &json!({"messages": user("hi"), "max_tokens": 1_000_000})), 400, None);
+    let e = expect(s.post(chat, &json!({"messages": user("hi"), "max_tokens": 1_000_000})), 400, Some("max_tokens"));
     assert_eq!(e["code"], "context_length_exceeded");
     expect(s.post("/v1/completions", &json!({"max_tokens": 3})), 400, Some("prompt"));
     expect(s.post("/v1/completions", &json!({"prompt": [1, "a"]})), 400, Some("prompt"));

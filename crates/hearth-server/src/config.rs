@@ -11,6 +11,8 @@ pub struct ServerConfig {
     pub port: u16,
     /// Largest request body in bytes (413 above it).
     pub max_body: usize,
+    /// Most bytes of text one `/tokenize` or `/detokenize` request may hold (413 above it).
+    pub max_tokenize: usize,
     /// When set, every route but `/health` needs `Authorization: Bearer <key>`.
     pub api_key: Option<String>,
     /// SSE keep-alive comment interval while a streamed request waits for its first token.
@@ -42,6 +44,7 @@ impl Default for ServerConfig {
             host: "127.0.0.1".into(),
             port: 8080,
             max_body: 4 * 1024 * 1024,
+            max_tokenize: 1 << 20,
             api_key: None,
             keepalive: Duration::from_secs(1),
             response_store_bytes: 64 << 20,

@@ -18,6 +18,17 @@ pub enum ErrorShape {
     Anthropic,
 }
 
+impl ErrorShape {
+    /// The shape of the errors on `path`: Anthropic's on the Messages API's paths (`/v1/messages...`).
+    pub fn of_path(path: &str) -> Self {
+        if path.starts_with("/v1/messages") {
+            ErrorShape::Anthropic
+        } else {
+            ErrorShape::OpenAi
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
     pub status: StatusCode,

@@ -48,7 +48,7 @@ use api::{admin, anthropic, openai, responses};
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
-use http::{conns, guard, middleware, ui};
+use http::{compress, conns, guard, middleware, ui};
 use model::pool::ModelPool;
 use std::sync::Arc;
 use tower::ServiceBuilder;
@@ -56,12 +56,13 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
-/// Every route, behind these layers (outermost first): request id, tracing span, CORS, compression, JSON errors,
-/// the browser guard (`http::guard`: Host, Origin, Content-Type), API key, body limit, body read deadline. The
+/// Every route, behind these layers (outermost first): request id, tracing span, the browser edge (`http::guard::edge`:
+/// one Host, no CORS headers for refused origins, no framing), CORS, gzip, JSON errors, the browser guard
+/// (`http::guard`: Host, Origin, Content-Type), API key, body limit, body read deadline. The
 /// fallback serves the web chat (`http::ui`) where it applies, else a JSON 404.
 pub fn router(state: AppState) -> Router {
     let max_body = state.cfg.max_body;
-    Router::new()
+    let routes = Router::new()
         .route("/v1/chat/completions", post(openai::chat::handler))
         .route("/v1/completions", post(openai::completions::handler))
         .route("/v1/messages", post(anthropic::messages))
@@ -92,7 +93,8 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::disable())
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::require_api_key))
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard::guard))
-        .layer(axum::middleware::from_fn(middleware::json_errors))
+        .layer(axum::middleware::from_fn(middleware::json_errors));
+    compress::gzip(routes)
         .layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::new(middleware::REQUEST_ID, MakeRequestUuid))
@@ -107,8 +109,8 @@ pub fn router(state: AppState) -> Router {
                         .on_failure(middleware::log_failure),
                 )
                 .layer(PropagateRequestIdLayer::new(middleware::REQUEST_ID))
-                .layer(middleware::cors(state.cfg.allowed_origins.clone()))
-                .layer(middleware::compression()),
+                .layer(axum::middleware::from_fn_with_state(state.clone(), guard::edge))
+                .layer(middleware::cors(state.cfg.allowed_origins.clone())),
         )
         .with_state(state)
 }

@@ -81,3 +81,51 @@ fn only_json_bodies_are_read() {
         assert_eq!(call(s.port, "POST", "/v1/chat/completions", h, body).0, 503, "{h:?}");
     }
 }
+
+#[test]
+fn a_refused_origin_gets_no_cors_headers_even_on_a_preflight() {
+    let s = start(ServerConfig::default());
+    let cors_lines = |head: &str| head.lines().filter(|l| l.starts_with("access-control-")).count();
+    for method in ["POST", "GET"] {
+        let pre = [
+            ("Origin", "https://evil.example"),
+            ("Access-Control-Request-Method", method),
+            ("Access-Control-Request-Headers", "authorization, content-type"),
+        ];
+        let (_, head, _) = call(s.port, "OPTIONS", "/v1/chat/completions", &pre, b"");
+        assert_eq!(cors_lines(&head), 0, "{head}");
+    }
+    let (_, head, _) = call(s.port, "GET", "/health", &[("Origin", "https://evil.example")], b"");
+    assert_eq!(cors_lines(&head), 0, "{head}");
+    // An origin that may call still gets its preflight answered in full.
+    let pre = [("Origin", "http://localhost:3000"), ("Access-Control-Request-Method", "POST")];
+    let (st, head, _) = call(s.port, "OPTIONS", "/v1/chat/completions", &pre, b"");
+    assert_eq!((st, allow_origin(&head)), (200, Some("http://localhost:3000")), "{head}");
+    assert!(head.contains("access-control-allow-methods:") && head.contains("access-control-max-age:"), "{head}");
+}
+
+#[test]
+fn a_request_with_two_host_headers_is_refused() {
+    for cfg in [ServerConfig::default(), ServerConfig { api_key: Some("k".into()), ..ServerConfig::default() }] {
+        let s = start(cfg);
+        for hosts in [["127.0.0.1", "rebind.evil.example"], ["rebind.evil.example", "127.0.0.1"], ["a", "a"]] {
+            let headers = [("Host", hosts[0]), ("Host", hosts[1]), ("Authorization", "Bearer k")];
+            let (st, _, body) = call(s.port, "GET", "/health", &headers, b"");
+            assert_eq!(st, 400, "{hosts:?}: {body}");
+            assert!(body.contains("Host"), "{body}");
+            let pre = [("Host", hosts[0]), ("Host", hosts[1]), ("Origin", "http://localhost:3000")];
+            let (st, head, _) = call(s.port, "OPTIONS", "/v1/models", &pre, b"");
+            assert_eq!((st, allow_origin(&head)), (400, None), "{hosts:?}: {head}");
+        }
+    }
+}
+
+#[test]
+fn no_page_may_frame_the_server() {
+    let s = start(ServerConfig::default());
+    for path in ["/", "/health", "/v1/nope"] {
+        let (_, head, _) = call(s.port, "GET", path, &[("Accept", "text/html")], b"");
+        assert!(head.contains("x-frame-options: deny"), "{path}: {head}");
+        assert!(head.contains("content-security-policy: frame-ancestors 'none'"), "{path}: {head}");
+    }
+}

@@ -7,6 +7,7 @@ use hearth_engine::tokenizer::Tokenizer;
 use hearth_engine::weights::resolve::{resolve, ModelLocation};
 use hearth_engine::weights::{GgufFile, ModelConfig};
 use hearth_server::chat::tools::{ToolChoice, Tools};
+use hearth_server::chat::FieldNames;
 use hearth_server::wire::chat::Conversation;
 use hearth_server::wire::RequestBody;
 use serde_json::json;
@@ -52,7 +53,7 @@ fn weather(template: &str, choice: &str) -> Tools {
         "type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
         "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}}]});
     let conv = Conversation::from_body(&body).unwrap();
-    Tools::resolve(&conv, template).unwrap().expect("tools")
+    Tools::resolve(&conv, template, &FieldNames::CHAT).unwrap().expect("tools")
 }
 
 /// Whether the constraint allows the first token of `text`'s tokenization.

@@ -3,6 +3,7 @@
 //! may be set; each becomes an engine [`ConstraintSpec`], which the engine compiles when the request is submitted (a 400
 //! naming the field when it is not a valid schema, regex or grammar: `GenParams::submit_error`).
 
+use super::request::FieldNames;
 use crate::error::{ApiError, ApiResult};
 use crate::wire::common::{JsonValue, ResponseFormat};
 use crate::wire::GenerationParams;
@@ -12,23 +13,44 @@ use serde_json::Value;
 /// Most strings a `choice` constraint may list.
 pub const MAX_CHOICE_STRINGS: usize = 1024;
 
-/// A constraint and the field it came from.
+/// A constraint and where it came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Requested {
     pub spec: ConstraintSpec,
-    pub param: &'static str,
+    pub source: Source,
 }
 
-/// The request's constraint, if any.
-pub fn requested(p: &GenerationParams) -> ApiResult<Option<Requested>> {
+/// Where a constraint came from, for the errors about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A field of the request, as its API spells it.
+    Field(&'static str),
+    /// The grammar of the request's tools (their parameter schemas), which `tool_choice` asks for.
+    Tools,
+}
+
+impl Requested {
+    /// The field of the request that asked for the constraint.
+    pub fn param(&self) -> &'static str {
+        match self.source {
+            Source::Field(f) => f,
+            Source::Tools => "tools",
+        }
+    }
+}
+
+/// The request's constraint, if any; `fields` names the output format as the request's API spells it.
+pub fn requested(p: &GenerationParams, fields: &FieldNames) -> ApiResult<Option<Requested>> {
     let mut found: Vec<Requested> = Vec::new();
-    let mut add = |param: &'static str, spec: ConstraintSpec| found.push(Requested { spec, param });
+    let mut add =
+        |param: &'static str, spec: ConstraintSpec| found.push(Requested { spec, source: Source::Field(param) });
+    let format = fields.response_format;
     match &p.response_format {
         None | Some(ResponseFormat::Text) => {}
         Some(ResponseFormat::JsonObject) | Some(ResponseFormat::JsonSchema(None)) => {
-            add("response_format", ConstraintSpec::JsonObject)
+            add(format, ConstraintSpec::JsonObject)
         }
-        Some(ResponseFormat::JsonSchema(Some(s))) => add("response_format", ConstraintSpec::JsonSchema(s.clone())),
+        Some(ResponseFormat::JsonSchema(Some(s))) => add(format, ConstraintSpec::JsonSchema(s.clone())),
     }
     if let Some(so) = &p.structured_outputs {
         add("structured_outputs", structured_outputs(so)?);
@@ -54,8 +76,8 @@ pub fn requested(p: &GenerationParams) -> ApiResult<Option<Requested>> {
     match found.len() {
         0 | 1 => Ok(found.pop()),
         _ => Err(ApiError::param(
-            found[1].param,
-            format!("`{}` and `{}` both constrain the output; send one of them", found[0].param, found[1].param),
+            found[1].param(),
+            format!("`{}` and `{}` both constrain the output; send one of them", found[0].param(), found[1].param()),
         )),
     }
 }

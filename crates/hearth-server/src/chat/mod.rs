@@ -12,5 +12,5 @@ pub mod submit;
 pub mod template;
 pub mod tools;
 
-pub use request::ChatRequest;
+pub use request::{ChatRequest, FieldNames};
 pub use submit::{prepare, submit, Prepared, Submitted};

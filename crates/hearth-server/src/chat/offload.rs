@@ -1,11 +1,15 @@
-//! Request work whose cost grows with the request (rendering the chat template, tokenizing) runs on tokio's
-//! blocking pool, a bounded number at once, never on the async workers that answer
+//! Request work whose cost grows with the request (rendering the chat template, tokenizing, parsing or compressing a
+//! large body) runs on tokio's blocking pool, a bounded number at once, never on the async workers that answer
 //! `/health` and write running streams. A prompt whose text alone proves it cannot fit is refused before any of that.
 
 use crate::error::{ApiError, ApiResult};
 use crate::model::Ready;
 use std::sync::LazyLock;
 use tokio::sync::Semaphore;
+
+/// Bytes of a body from which reading it (a request's JSON) or compressing it (a response) runs here, on the blocking
+/// pool, rather than on the async workers.
+pub const LARGE_BYTES: usize = 256 << 10;
 
 /// Most requests preparing at once: one per core, at least 2. The rest wait their turn without holding a thread,
 /// so a burst of huge prompts leaves the blocking pool to the rest of the server (model loading, cache flushes).

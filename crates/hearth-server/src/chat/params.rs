@@ -2,7 +2,8 @@
 //! and resolved against the server's defaults. Each value out of range is a 400 naming the parameter. (Their JSON
 //! shapes were checked when the body was deserialized: `wire::common::GenerationParams`.)
 
-use super::constraint::{self, Requested};
+use super::constraint::{self, Requested, Source};
+use super::request::FieldNames;
 use crate::config::SamplingDefaults;
 use crate::error::{ApiError, ApiResult};
 use crate::model::Ready;
@@ -33,6 +34,8 @@ pub struct GenParams {
     pub skip_special: bool,
     /// The grammar the output follows, and the field that asked for it.
     pub constraint: Option<Requested>,
+    /// How the request's API names the fields, for the errors found later (at submit).
+    pub fields: FieldNames,
 }
 
 /// A number within `[lo, hi]` (`hi = f64::MAX`: no upper bound).
@@ -60,14 +63,9 @@ pub fn top_count(name: &str, x: Option<i64>) -> ApiResult<Option<usize>> {
     Ok(int_in(name, x, 0, MAX_TOP_LOGPROBS as i64)?.map(|k| k as usize))
 }
 
-/// Check and resolve the shared parameters. `max_tokens` is the length limit under the name it came as (chat's
-/// `max_completion_tokens` wins over `max_tokens`).
-pub fn resolve(
-    p: &GenerationParams,
-    d: &SamplingDefaults,
-    vocab: usize,
-    max_tokens: (&str, Option<i64>),
-) -> ApiResult<GenParams> {
+/// Check and resolve the shared parameters; errors name the fields as `fields` spells them (the length limit as
+/// the field it came as: chat's `max_completion_tokens` wins over `max_tokens`).
+pub fn resolve(p: &GenerationParams, d: &SamplingDefaults, vocab: usize, fields: FieldNames) -> ApiResult<GenParams> {
     let mut s = SamplingParams {
         temperature: d.temperature,
         top_p: d.top_p,
@@ -124,10 +122,9 @@ pub fn resolve(
             })
             .collect::<ApiResult<_>>()?;
     }
-    let (max_name, max_value) = max_tokens;
-    let max_tokens = int_in(max_name, max_value, 1, i64::MAX)?.map(|m| m as usize);
+    let max_tokens = int_in(fields.max_tokens, p.max_tokens, 1, i64::MAX)?.map(|m| m as usize);
     let n = int_in("n", p.n, 1, MAX_N)?.unwrap_or(1) as usize;
-    let constraint = constraint::requested(p)?;
+    let constraint = constraint::requested(p, &fields)?;
     let stop_token_ids = match &p.stop_token_ids {
         Some(ids) => ids.check("stop_token_ids", vocab)?,
         None => Vec::new(),
@@ -143,17 +140,25 @@ pub fn resolve(
         ignore_eos: p.ignore_eos.unwrap_or(false),
         skip_special: p.skip_special_tokens.unwrap_or(true),
         constraint,
+        fields,
     })
 }
 
 impl GenParams {
     /// The error of a refused submission: a constraint that does not compile is a 400 naming the field the request
-    /// stated it in.
+    /// stated it in (for the tools' grammar, their parameter schemas).
     pub fn submit_error(&self, e: SubmitError) -> ApiError {
-        match (e, &self.constraint) {
-            (SubmitError::Constraint(why), Some(c)) => {
-                ApiError::param(c.param, format!("`{}` is not a constraint this server can enforce: {why}", c.param))
+        match (e, self.constraint.as_ref().map(|c| c.source)) {
+            (SubmitError::Constraint(why), Some(Source::Field(f))) => {
+                ApiError::param(f, format!("`{f}` is not a constraint this server can enforce: {why}"))
             }
+            (SubmitError::Constraint(why), Some(Source::Tools)) => ApiError::param(
+                "tools",
+                format!(
+                    "the tools' parameter schemas (`tools[].{}`) are not ones this server can enforce: {why}",
+                    self.fields.tool_schema
+                ),
+            ),
             (e, _) => e.into(),
         }
     }
@@ -166,9 +171,28 @@ impl GenParams {
     /// The engine request for one tokenized prompt. Without an explicit `max_tokens`, the default is capped to
     /// what is left of the context (and of the KV cache), so a long prompt still gets an answer.
     pub fn engine_request(&self, prompt: Vec<u32>, ready: &Ready) -> ApiResult<EngineRequest> {
+        let info = ready.engine.info();
         // The engine's own prompt rule (context and KV pool), as a 400 `context_length_exceeded`.
-        ready.engine.info().check_prompt(prompt.len())?;
+        info.check_prompt(prompt.len())?;
+        // The engine's rules on `n` and the length limit, checked here to name the fields as the request did.
+        if self.n > info.max_batch {
+            let message =
+                format!("`n` = {} choices exceed the server's batch of {} rows (--batch)", self.n, info.max_batch);
+            return Err(ApiError::param("n", message));
+        }
         let limit = ready.max_request_tokens();
+        if let Some(m) = self.max_tokens.filter(|m| prompt.len() + m > limit) {
+            let f = self.fields.max_tokens;
+            let message = format!(
+                "the prompt ({} tokens) + `{f}` ({m}) = {} tokens, more than this server can hold per request: {limit} tokens (model context {}, KV cache {}); lower `{f}`",
+                prompt.len(),
+                prompt.len() + m,
+                info.max_positions,
+                info.kv_capacity_tokens
+            );
+            return Err(ApiError { param: Some(f.to_string()), ..ApiError::bad_request(message) }
+                .with_code("context_length_exceeded"));
+        }
         let room = limit - prompt.len();
         let max_tokens = match self.max_tokens {
             Some(m) => m,
@@ -198,12 +222,8 @@ mod tests {
 
     /// Deserialize as a chat body, then resolve (as the chat handler does).
     fn parse_json(v: Value) -> ApiResult<GenParams> {
-        let r = ChatCompletionRequest::from_body(&v)?;
-        let max = match r.options.max_completion_tokens {
-            Some(m) => ("max_completion_tokens", Some(m)),
-            None => ("max_tokens", r.params.max_tokens),
-        };
-        resolve(&r.params, &SamplingDefaults::default(), 100, max)
+        let r = crate::chat::ChatRequest::from(ChatCompletionRequest::from_body(&v)?);
+        resolve(&r.params, &SamplingDefaults::default(), 100, r.fields)
     }
 
     fn param_of(v: Value) -> String {

@@ -1,7 +1,7 @@
 //! From a [`ChatRequest`] to the engine: [`prepare`] checks it and builds the engine request; [`submit`] does that on
 //! the blocking pool and queues the request; [`Submitted`] is what an API renders, streamed or whole.
 
-use super::constraint::Requested;
+use super::constraint::{Requested, Source};
 use super::params::{self, GenParams};
 use super::tools::{ToolChoice, Tools};
 use super::{offload, template, ChatRequest};
@@ -28,10 +28,9 @@ pub struct Prepared {
 /// Check a chat request and build its engine request: sampling, the template's prompt with the tools, the tools'
 /// grammar or the request's own constraint, and the reasoning split.
 pub fn prepare(ready: &Ready, req: ChatRequest) -> ApiResult<Prepared> {
-    let ChatRequest { conversation, params: p, max_tokens_field, logprobs: want_logprobs, top_logprobs } = req;
-    offload::check_text_fits(ready, template::text_bytes(&conversation), "messages")?;
-    let max_tokens = (max_tokens_field, p.max_tokens);
-    let mut g = params::resolve(&p, &ready.defaults, ready.engine.info().vocab_size, max_tokens)?;
+    let ChatRequest { conversation, params: p, fields, logprobs: want_logprobs, top_logprobs } = req;
+    offload::check_text_fits(ready, template::text_bytes(&conversation), fields.messages)?;
+    let mut g = params::resolve(&p, &ready.defaults, ready.engine.info().vocab_size, fields)?;
     let top = params::top_count("top_logprobs", top_logprobs)?;
     if top.is_some_and(|k| k > 0) && !want_logprobs {
         return Err(ApiError::param("top_logprobs", "`top_logprobs` needs `logprobs: true`"));
@@ -40,7 +39,7 @@ pub fn prepare(ready: &Ready, req: ChatRequest) -> ApiResult<Prepared> {
         g.sampling.logprobs = Some(top.unwrap_or(0));
     }
     let source = template::source(ready);
-    let tools = Tools::resolve(&conversation, source)?;
+    let tools = Tools::resolve(&conversation, source, &fields)?;
     // The tools' grammar; with `auto` a request's own constraint wins (its answer is then parsed for calls only).
     let auto = tools.as_ref().is_some_and(|t| t.choice == ToolChoice::Auto);
     if let Some(spec) =
@@ -49,10 +48,10 @@ pub fn prepare(ready: &Ready, req: ChatRequest) -> ApiResult<Prepared> {
         if let Some(other) = &g.constraint {
             return Err(ApiError::param(
                 "tool_choice",
-                format!("`tool_choice` and `{}` both constrain the output; send one of them", other.param),
+                format!("`tool_choice` and `{}` both constrain the output; send one of them", other.param()),
             ));
         }
-        g.constraint = Some(Requested { spec, param: "tool_choice" });
+        g.constraint = Some(Requested { spec, source: Source::Tools });
     }
     let (prompt_text, prompt) = template::prompt_ids(ready, &conversation, tools.as_ref())?;
     // A template that thinks: the answer's `<think>...</think>` part becomes the reasoning.

@@ -19,9 +19,6 @@ pub struct JsonBody<T>(pub T);
 /// The message for a body over `--max-body`, whoever noticed (the length limit layer or the body reader).
 pub const TOO_LARGE: &str = "the request body is larger than the server's limit (--max-body)";
 
-/// Bodies larger than this are parsed on the blocking pool (`chat::offload`).
-const OFFLOAD_BYTES: usize = 256 << 10;
-
 impl<S: Send + Sync, T: RequestBody + Send + 'static> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
@@ -34,7 +31,7 @@ impl<S: Send + Sync, T: RequestBody + Send + 'static> FromRequest<S> for JsonBod
                 ApiError::from_status(status, format!("could not read the request body: {}", r.body_text()))
             }
         })?;
-        let big = bytes.len() > OFFLOAD_BYTES;
+        let big = bytes.len() > offload::LARGE_BYTES;
         let parse = move || Ok(T::from_body(&Value::Object(parse_object(&bytes)?))?);
         if big {
             return offload::run(parse).await.map(JsonBody);

@@ -127,13 +127,13 @@ impl Drop for Busy {
     }
 }
 
-/// A response body that keeps its request counted as in flight until it is written or dropped.
-struct Tracked {
-    inner: Body,
-    _busy: Busy,
+/// A response body that holds `guard` until the body is written or dropped (a request counted as in flight: `Busy`).
+pub struct Guarded<G> {
+    pub inner: Body,
+    pub guard: G,
 }
 
-impl HttpBody for Tracked {
+impl<G: Unpin> HttpBody for Guarded<G> {
     type Data = Bytes;
     type Error = axum::Error;
 
@@ -216,7 +216,7 @@ async fn connection(stream: TcpStream, slot: Slot, app: Router, limits: Limits, 
         let mut app = app.clone();
         async move {
             let resp = tower::Service::call(&mut app, req).await?;
-            Ok::<_, Infallible>(resp.map(|inner| Body::new(Tracked { inner, _busy: busy })))
+            Ok::<_, Infallible>(resp.map(|inner| Body::new(Guarded { inner, guard: busy })))
         }
     });
     let http = hyper::server::conn::http1::Builder::new()

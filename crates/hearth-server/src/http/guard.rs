@@ -1,12 +1,13 @@
-//! The browser guard: the origin policy (`crate::origin`) applied to every request before anything else, and the
-//! CORS layer's origin rule.
+//! The browser guard: the origin policy (`crate::origin`) applied to every request before anything else, the CORS
+//! layer's origin rule, and what surrounds the CORS layer ([`edge`]): one `Host` per request, no CORS headers for an
+//! origin that may not call, and no framing by other pages.
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorShape};
 use crate::origin::{host_allowed, host_name, is_json_type, origin_allowed, AllowList};
 use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -52,6 +53,40 @@ pub async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Resp
             .into_response();
     }
     next.run(req).await
+}
+
+/// Around the CORS layer (which answers a preflight itself, before [`guard`] runs): a request with more than one
+/// `Host` header is a 400 (the checks read the first, and a proxy may read another); an origin that may not call gets
+/// no `Access-Control-*` header at all, preflight or not; and every answer says that no page may frame it
+/// (`X-Frame-Options: DENY`, `Content-Security-Policy: frame-ancestors 'none'`): the web chat is not to be
+/// clickjacked.
+pub async fn edge(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let h = req.headers();
+    let mut resp = if h.get_all(header::HOST).iter().nth(1).is_some() {
+        let message = "the request has more than one `Host` header; send one";
+        ApiError::bad_request(message).with_code("invalid_host").response_in(ErrorShape::of_path(req.uri().path()))
+    } else {
+        let host = h.get(header::HOST).and_then(|v| v.to_str().ok());
+        let origin = h.get(header::ORIGIN).map(|o| o.to_str().ok());
+        let refused = origin.is_some_and(|o| o.is_none_or(|o| !origin_allowed(o, &st.cfg.allowed_origins, host)));
+        let mut resp = next.run(req).await;
+        if refused {
+            strip_cors(resp.headers_mut());
+        }
+        resp
+    };
+    let h = resp.headers_mut();
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.entry(header::CONTENT_SECURITY_POLICY).or_insert(HeaderValue::from_static("frame-ancestors 'none'"));
+    resp
+}
+
+/// Remove every `Access-Control-*` header.
+fn strip_cors(h: &mut HeaderMap) {
+    let names: Vec<_> = h.keys().filter(|k| k.as_str().starts_with("access-control-")).cloned().collect();
+    for name in names {
+        h.remove(name);
+    }
 }
 
 fn forbidden(message: String) -> Response {

@@ -1,47 +1,50 @@
 //! Cross-cutting layers. tower-http does the generic HTTP work: request ids (`x-request-id`, made when absent and
-//! echoed back), one tracing span per request carrying that id, CORS, gzip, and the body-size limit. Two small
-//! layers stay hand-written because no library does what the API promises:
+//! echoed back), one tracing span per request carrying that id, CORS, and the body-size limit (gzip is
+//! `super::compress`'s). Two small layers stay hand-written because no library does what the API promises:
 //!
 //! - `require_api_key`: OpenAI clients send `Authorization: Bearer`, Anthropic-style ones `x-api-key`; `/health`
-//!   stays open for probes; a refusal is a 401 in the API's error shape. (tower-http's bearer check does none of
-//!   the three.)
+//!   stays open for probes, decided by the route that serves the request; a refusal is a 401 in the API's error
+//!   shape. (tower-http's bearer check does none of the three.)
 //! - `json_errors`: errors made below the handlers (axum's 405, tower-http's 413) are plain text; the API answers
 //!   every failure in OpenAI's JSON error shape, and on Anthropic's paths (`/v1/messages...`) in Anthropic's.
 //!
 //! The request's log lines (`RequestSpan`, `failure_level`) are made here too.
 
 use super::body::TOO_LARGE;
+use super::conns::Guarded;
 use super::guard::cors_origin;
 use crate::error::{ApiError, ErrorShape};
 use crate::origin::AllowList;
 use crate::state::AppState;
-use axum::body::to_bytes;
-use axum::extract::{Request, State};
+use axum::body::{to_bytes, Body, HttpBody};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderName, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tower_http::classify::ServerErrorsFailureClass;
-use tower_http::compression::predicate::DefaultPredicate;
-use tower_http::compression::CompressionLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::MakeSpan;
 
-/// The paths whose errors take Anthropic's shape (the Messages API's).
-pub const ANTHROPIC_PATHS: &str = "/v1/messages";
-
-/// Routes that never need the API key.
-const OPEN_PATHS: &[&str] = &["/health"];
+/// Routes (as the router spells them) that never need the API key.
+const OPEN_ROUTES: &[&str] = &["/health"];
 
 /// The header that carries a request's id.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// With `--api-key`, require `Authorization: Bearer <key>` (or `x-api-key: <key>`) everywhere but `/health` and
-/// the web chat's own files (the app asks for the key when the API answers 401).
+/// the web chat's own files (the app asks for the key when the API answers 401). What is open follows from the
+/// route that serves the request (this layer runs after routing): a route is open when it is one of
+/// [`OPEN_ROUTES`], the fallback when it serves a file of the web chat. A request's headers (`Accept: text/html`)
+/// never open a route.
 pub async fn require_api_key(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let Some(key) = st.cfg.api_key.as_deref() else { return next.run(req).await };
-    let ui_file = st.cfg.ui && super::ui::resolve(req.method(), req.uri().path(), req.headers()).is_some();
-    if OPEN_PATHS.contains(&req.uri().path()) || ui_file {
+    let open = match req.extensions().get::<MatchedPath>() {
+        Some(route) => OPEN_ROUTES.contains(&route.as_str()),
+        None => super::ui::serves(&st, req.method(), req.uri().path(), req.headers()),
+    };
+    if open {
         return next.run(req).await;
     }
     let h = req.headers();
@@ -78,12 +81,6 @@ pub fn cors(allowed: AllowList) -> CorsLayer {
         .max_age(Duration::from_secs(86400))
 }
 
-/// gzip for clients that ask. The default predicate leaves out `text/event-stream` (a compressor would hold
-/// tokens back until its block fills), images, gRPC and bodies under 32 bytes.
-pub fn compression() -> CompressionLayer<DefaultPredicate> {
-    CompressionLayer::new().gzip(true).compress_when(DefaultPredicate::new())
-}
-
 /// The span of one request: method, path and request id, so every log line of the request carries them.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RequestSpan;
@@ -108,7 +105,7 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    let anthropic = path.starts_with(ANTHROPIC_PATHS);
+    let anthropic = ErrorShape::of_path(&path) == ErrorShape::Anthropic;
     if is_json && !anthropic {
         return resp;
     }
@@ -141,9 +138,13 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
     r
 }
 
+/// After a request whose body or answer holds this many bytes, the heap's free memory goes back to the system.
+const RELEASE_AFTER_BYTES: usize = 1 << 20;
+
 /// Read the whole request body within `--timeout` (`cfg.timeout`) and hand it on buffered: a client that sends
 /// its body too slowly gets a 408 instead of holding the request open, and one over `--max-body` (a chunked body,
-/// whose length was not announced) a 413.
+/// whose length was not announced) a 413. Once a request whose body or answer is large is over (its answer written
+/// or dropped), the memory it freed goes back to the system ([`ReleaseMemory`]).
 pub async fn read_body(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
     let bytes = match tokio::time::timeout(st.cfg.timeout, to_bytes(body, usize::MAX)).await {
@@ -165,7 +166,41 @@ pub async fn read_body(State(st): State<AppState>, req: Request, next: Next) -> 
                 .into_response();
         }
     };
-    next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
+    let large_in = bytes.len() >= RELEASE_AFTER_BYTES;
+    let resp = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    let large_out = resp.body().size_hint().exact().is_some_and(|n| n >= RELEASE_AFTER_BYTES as u64);
+    if large_in || large_out {
+        return resp.map(|inner| Body::new(Guarded { inner, guard: ReleaseMemory }));
+    }
+    resp
+}
+
+/// Dropped with a large request's answer: hands the heap's free memory back to the system (glibc's `malloc_trim`,
+/// `hearth_engine::malloc::release_free`), which glibc would otherwise keep (`HEARTH_MALLOC_KEEP` raises its trim
+/// threshold to 1 GiB). On the blocking pool, one release at a time; a request that ends meanwhile gets another.
+struct ReleaseMemory;
+
+static RELEASE_PENDING: AtomicBool = AtomicBool::new(false);
+static RELEASE_RUNNING: AtomicBool = AtomicBool::new(false);
+
+impl Drop for ReleaseMemory {
+    fn drop(&mut self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        RELEASE_PENDING.store(true, Ordering::Release);
+        if RELEASE_RUNNING.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        rt.spawn_blocking(|| loop {
+            while RELEASE_PENDING.swap(false, Ordering::AcqRel) {
+                hearth_engine::malloc::release_free();
+            }
+            RELEASE_RUNNING.store(false, Ordering::Release);
+            // A request that ended after the last release but saw this one running: release for it too.
+            if !RELEASE_PENDING.load(Ordering::Acquire) || RELEASE_RUNNING.swap(true, Ordering::AcqRel) {
+                break;
+            }
+        });
+    }
 }
 
 /// Whether a response the trace layer counts as failed (a 5xx, or a body that failed) is a fault, logged as an

@@ -7,7 +7,7 @@ use axum::http::{header, HeaderName, Method, Request};
 use axum::Router;
 use hearth_server::api::openai::completions;
 use hearth_server::api::{anthropic, responses};
-use hearth_server::chat::{params, template};
+use hearth_server::chat::{params, template, ChatRequest};
 use hearth_server::error::ApiError;
 use hearth_server::wire::admin::DetokenizeRequest;
 use hearth_server::wire::anthropic::MessagesRequest;
@@ -349,9 +349,9 @@ pub fn direct_parsers(body: &[u8], vocab: usize) -> Result<(), String> {
     let mut errs: Vec<Option<ApiError>> = Vec::new();
     match ChatCompletionRequest::from_body(&m) {
         Ok(chat) => {
-            let max = ("max_completion_tokens", chat.options.max_completion_tokens);
-            errs.push(params::resolve(&chat.params, &d, vocab, max).err());
-            errs.push(params::top_count("top_logprobs", chat.options.top_logprobs).err());
+            let chat = ChatRequest::from(chat);
+            errs.push(params::resolve(&chat.params, &d, vocab, chat.fields).err());
+            errs.push(params::top_count("top_logprobs", chat.top_logprobs).err());
             errs.push(template::normalize(&chat.conversation).err());
         }
         Err(e) => errs.push(Some(e.into())),

@@ -75,6 +75,12 @@ pub const MISTRAL_LIKE: &str = include_str!("../../../../tools/oracle/templates/
 
 /// A router whose model is ready: the real tokenizer of `alias` with `template`, the fake model's engine.
 pub fn ready_router(alias: &str, template: Template) -> (Router, usize) {
+    let cfg = ServerConfig { keepalive: Duration::from_millis(50), ..Default::default() };
+    ready_router_with(alias, template, cfg)
+}
+
+/// [`ready_router`] with this configuration.
+pub fn ready_router_with(alias: &str, template: Template, server: ServerConfig) -> (Router, usize) {
     let loc = resolve(alias).unwrap_or_else(|e| {
         panic!("fuzz_requests needs the model `{alias}` for its tokenizer: {e} (run scripts/fetch-models)")
     });
@@ -112,7 +118,7 @@ pub fn ready_router(alias: &str, template: Template) -> (Router, usize) {
         cache: Default::default(),
     };
     let engine = hearth_engine::engine::start(Box::new(model), Device::Cpu, ecfg, eos).expect("starting the engine");
-    let state = AppState::new(ServerConfig { keepalive: Duration::from_millis(50), ..Default::default() });
+    let state = AppState::new(server);
     let tokenizer = Arc::new(tokenizer);
     let ready = Ready {
         engine: hearth_server::model::Engine::Local(Box::new(

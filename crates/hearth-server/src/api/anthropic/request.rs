@@ -2,9 +2,10 @@
 //! content blocks become text parts, `tool_use` blocks an assistant's `tool_calls`, `tool_result` blocks `tool`
 //! messages, `thinking` blocks `reasoning_content` (the message shapes chat templates read); `tools`,
 //! `tool_choice`, `stop_sequences`, `thinking`, `output_config` and the sampling fields become the request's tools
-//! and parameters. Every field is checked here first, so a 400 names the Anthropic field.
+//! and parameters. Every field is checked here first, so a 400 names the Anthropic field; what the chat core checks
+//! later it names by [`FIELDS`].
 
-use crate::chat::ChatRequest;
+use crate::chat::{ChatRequest, FieldNames};
 use crate::error::{ApiError, ApiResult};
 use crate::wire::anthropic::MessagesRequest;
 use crate::wire::chat::Conversation;
@@ -12,6 +13,14 @@ use crate::wire::common::{ResponseFormat, Stop};
 use crate::wire::de::{field, kind, list_param};
 use crate::wire::GenerationParams;
 use serde_json::{json, Value};
+
+/// The Messages API's names for the fields the chat core checks.
+pub const FIELDS: FieldNames = FieldNames {
+    max_tokens: "max_tokens",
+    response_format: "output_config.format",
+    messages: "messages",
+    tool_schema: "input_schema",
+};
 
 /// Translate a Messages request. `count_only`: `/v1/messages/count_tokens`, where `max_tokens` is not sent.
 pub fn translate(req: MessagesRequest, count_only: bool) -> ApiResult<ChatRequest> {
@@ -54,7 +63,7 @@ pub fn translate(req: MessagesRequest, count_only: bool) -> ApiResult<ChatReques
         response_format: output_format(req.output_config.as_ref())?,
         ..GenerationParams::default()
     };
-    Ok(ChatRequest::new(conversation, params))
+    Ok(ChatRequest::new(conversation, params, FIELDS))
 }
 
 /// `max_tokens`: a positive integer, required unless `count_only`.
@@ -69,12 +78,12 @@ fn max_tokens(v: Option<&Value>, count_only: bool) -> ApiResult<Option<i64>> {
     }
 }
 
-/// `stop_sequences`: non-empty strings, as stop strings (whose own limits name `stop`).
+/// `stop_sequences`: non-empty strings, as stop strings (within their limits).
 fn stop_sequences(v: Option<&Value>) -> ApiResult<Option<Stop>> {
     match v {
         None => Ok(None),
         Some(l @ Value::Array(items)) if items.iter().all(|s| s.as_str().is_some_and(|s| !s.is_empty())) => {
-            Ok(field("stop", l.clone())?)
+            Ok(field("stop_sequences", l.clone())?)
         }
         Some(_) => Err(ApiError::param("stop_sequences", "`stop_sequences` must be a list of non-empty strings")),
     }
@@ -381,11 +390,9 @@ mod tests {
             ),
             "tools[0]"
         );
-        assert_eq!(
-            param(json!({"messages": m, "max_tokens": 5, "stop_sequences": vec!["a"; 17]})),
-            "stop",
-            "the stop strings' own limit names `stop`"
-        );
+        let many = tr(json!({"messages": m, "max_tokens": 5, "stop_sequences": vec!["a"; 17]})).unwrap_err();
+        assert_eq!(many.param.as_deref(), Some("stop_sequences"));
+        assert_eq!(many.message, "`stop_sequences` may hold at most 16 strings, got 17");
         let count = MessagesRequest::from_body(&json!({"messages": m})).map_err(ApiError::from);
         assert!(count.and_then(|r| translate(r, true)).is_ok(), "count_tokens needs no max_tokens");
     }

@@ -2,7 +2,7 @@
 //! streamed `chat.completion.chunk`s): reasoning as `reasoning_content`, calls as `tool_calls`.
 
 use super::logprobs;
-use crate::chat::{self, ChatRequest};
+use crate::chat::{self, ChatRequest, FieldNames};
 use crate::error::ApiResult;
 use crate::http::body::JsonBody;
 use crate::ids::{new_id, unix_now};
@@ -76,17 +76,15 @@ async fn run(st: AppState, req: ChatRequest, id: String) -> ApiResult<Response> 
 impl From<ChatCompletionRequest> for ChatRequest {
     fn from(r: ChatCompletionRequest) -> Self {
         let ChatCompletionRequest { mut params, options, conversation } = r;
-        let max_tokens_field = match options.max_completion_tokens {
-            Some(m) => {
-                params.max_tokens = Some(m);
-                "max_completion_tokens"
-            }
-            None => "max_tokens",
-        };
+        let mut fields = FieldNames::CHAT;
+        if let Some(m) = options.max_completion_tokens {
+            params.max_tokens = Some(m);
+            fields.max_tokens = "max_completion_tokens";
+        }
         ChatRequest {
             conversation,
             params,
-            max_tokens_field,
+            fields,
             logprobs: options.logprobs.unwrap_or(false),
             top_logprobs: options.top_logprobs,
         }

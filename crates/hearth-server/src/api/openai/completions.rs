@@ -2,7 +2,7 @@
 //! choice `i` of prompt `p` has index `p*n + i`.
 
 use super::logprobs;
-use crate::chat::{offload, params};
+use crate::chat::{offload, params, FieldNames};
 use crate::error::{ApiError, ApiResult};
 use crate::http::body::JsonBody;
 use crate::ids::{new_id, unix_now};
@@ -69,7 +69,7 @@ fn tokens_and_text(ready: &Ready, prompt: PromptInput) -> ApiResult<(Vec<u32>, S
 async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Response> {
     let (ready, _admitted) = st.generator_for(req.params.model.as_deref()).await?;
     let CompletionRequest { params: p, options: o } = req;
-    let mut g = params::resolve(&p, &ready.defaults, ready.engine.info().vocab_size, ("max_tokens", p.max_tokens))?;
+    let mut g = params::resolve(&p, &ready.defaults, ready.engine.info().vocab_size, FieldNames::CHAT)?;
     let want = params::top_count("logprobs", o.logprobs)?;
     g.sampling.logprobs = want;
     let echo = o.echo.unwrap_or(false);

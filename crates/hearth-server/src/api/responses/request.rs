@@ -2,9 +2,10 @@
 //! message, `input` items (messages, `function_call`, `function_call_output`, `reasoning`) become chat messages
 //! after the stored conversation of `previous_response_id`, and `tools`, `tool_choice`, `text.format`,
 //! `reasoning`, `max_output_tokens` and the sampling fields become the request's tools and parameters. Every field
-//! is checked here first, so a 400 names the Responses field.
+//! is checked here first, so a 400 names the Responses field; what the chat core checks later it names by
+//! [`FIELDS`].
 
-use crate::chat::ChatRequest;
+use crate::chat::{ChatRequest, FieldNames};
 use crate::error::{ApiError, ApiResult};
 use crate::wire::chat::Conversation;
 use crate::wire::common::ResponseFormat;
@@ -12,6 +13,14 @@ use crate::wire::de::{field, kind, list_param, want};
 use crate::wire::responses::ResponsesRequest;
 use crate::wire::GenerationParams;
 use serde_json::{json, Value};
+
+/// The Responses API's names for the fields the chat core checks.
+pub const FIELDS: FieldNames = FieldNames {
+    max_tokens: "max_output_tokens",
+    response_format: "text.format",
+    messages: "input",
+    tool_schema: "parameters",
+};
 
 /// A request, translated.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,17 +78,16 @@ pub fn translate(req: &ResponsesRequest, previous: Vec<Value>) -> ApiResult<Tran
     if let Some(on) = req.reasoning.as_ref().map(thinking).transpose()?.flatten() {
         chat.enable_thinking(on);
     }
-    // Checked under the names the chat core knows them by.
     let number = |k: &str, v: &Option<Value>| v.clone().map_or(Ok(None), |v| field::<f64>(k, v));
     let params = GenerationParams {
         temperature: number("temperature", &req.temperature)?,
         top_p: number("top_p", &req.top_p)?,
-        max_tokens: req.max_output_tokens.clone().map_or(Ok(None), |v| field::<i64>("max_tokens", v))?,
+        max_tokens: req.max_output_tokens.clone().map_or(Ok(None), |v| field::<i64>(FIELDS.max_tokens, v))?,
         stream: Some(req.stream.unwrap_or(false)),
         response_format,
         ..GenerationParams::default()
     };
-    let chat = ChatRequest { top_logprobs: req.top_logprobs, ..ChatRequest::new(chat, params) };
+    let chat = ChatRequest { top_logprobs: req.top_logprobs, ..ChatRequest::new(chat, params, FIELDS) };
     Ok(Translated { chat, conversation, store: req.store.unwrap_or(true) })
 }
 
@@ -271,10 +279,9 @@ fn text_format(text: &Value) -> ApiResult<Option<ResponseFormat>> {
         Some("json_schema") => match format.get("schema") {
             None | Some(Value::Null) => Ok(Some(ResponseFormat::JsonSchema(None))),
             Some(s @ (Value::Object(_) | Value::Bool(_))) => Ok(Some(ResponseFormat::JsonSchema(Some(s.clone())))),
-            Some(s) => Err(ApiError::param(
-                "response_format",
-                format!("`response_format.json_schema.schema` {}", want("an object", s)),
-            )),
+            Some(s) => {
+                Err(ApiError::param("text.format.schema", format!("`text.format.schema` {}", want("an object", s))))
+            }
         },
         _ => Err(ApiError::param(
             "text.format",
@@ -347,10 +354,10 @@ mod tests {
         assert_eq!(param(json!({"input": "x", "text": {"format": {"type": "xml"}}})), "text.format");
         assert_eq!(param(json!({"input": "x", "reasoning": {"effort": "max"}})), "reasoning.effort");
         assert_eq!(param(json!({"input": "x", "store": "yes"})), "store");
-        assert_eq!(param(json!({"input": "x", "max_output_tokens": "9"})), "max_tokens");
+        assert_eq!(param(json!({"input": "x", "max_output_tokens": "9"})), "max_output_tokens");
         assert_eq!(
             param(json!({"input": "x", "text": {"format": {"type": "json_schema", "schema": 5}}})),
-            "response_format"
+            "text.format.schema"
         );
     }
 }

@@ -7,6 +7,7 @@ pub mod generic;
 pub mod grammar;
 pub mod pythonic;
 
+use super::request::FieldNames;
 use crate::error::{ApiError, ApiResult};
 use crate::output::tools::Format;
 use crate::wire::chat::Conversation;
@@ -36,8 +37,9 @@ pub struct Tools {
 }
 
 impl Tools {
-    /// The request's tools, or None when it offers none or `tool_choice` is `none`.
-    pub fn resolve(c: &Conversation, template: &str) -> ApiResult<Option<Tools>> {
+    /// The request's tools, or None when it offers none or `tool_choice` is `none`; `fields` names a tool's
+    /// parameter schema as the request's API spells it.
+    pub fn resolve(c: &Conversation, template: &str, fields: &FieldNames) -> ApiResult<Option<Tools>> {
         let Some(list) = c.tools.as_ref().filter(|l| !l.is_empty()) else {
             if c.tool_choice
                 .as_ref()
@@ -67,10 +69,8 @@ impl Tools {
                 None | Some(Value::Null) => json!({"type": "object"}),
                 Some(p @ Value::Object(_)) => p.clone(),
                 Some(_) => {
-                    return Err(ApiError::param(
-                        "tools",
-                        format!("`tools[{i}].function.parameters` must be a JSON schema object"),
-                    ))
+                    let at = fields.tool_schema_at(i);
+                    return Err(ApiError::param(&at, format!("`{at}` must be a JSON schema object")));
                 }
             };
             functions.push((name.to_string(), params));
@@ -129,7 +129,9 @@ mod tests {
         let body = json!({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required", "tools": [
             {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]});
         let conv = <Conversation as crate::wire::RequestBody>::from_body(&body).expect("body");
-        let text = |template: &str| Tools::resolve(&conv, template).expect("tools").expect("some").instructions();
+        let text = |template: &str| {
+            Tools::resolve(&conv, template, &FieldNames::CHAT).expect("tools").expect("some").instructions()
+        };
         let gemma = text("<start_of_turn>user\n{{ message.content }}").expect("Gemma's template does not render tools");
         assert!(gemma.contains("\"get_weather\"") && gemma.contains("Python list"), "{gemma}");
         assert!(text("<start_of_turn>{% for t in tools %}{{ t | tojson }}{% endfor %}").is_none());

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 
 /// Paths under these prefixes belong to the API: never answered with the app.
 const API_PREFIXES: &[&str] =
-    &["/v1", "/admin", "/metrics", "/health", "/stats", "/tokenize", "/detokenize", "/apply-template"];
+    &["/v1", "/admin", "/metrics", "/health", "/stats", "/engine", "/tokenize", "/detokenize", "/apply-template"];
 
 fn is_api_path(path: &str) -> bool {
     API_PREFIXES.iter().any(|p| path == *p || path.strip_prefix(p).is_some_and(|rest| rest.starts_with('/')))
@@ -82,6 +82,11 @@ pub fn respond(asset: &'static Asset, method: &Method, headers: &HeaderMap) -> R
     }
     let body = if method == Method::HEAD { Body::empty() } else { Body::from(bytes) };
     builder.body(body).unwrap_or_default()
+}
+
+/// Whether the router's fallback answers this request with a file of the app (which needs no API key).
+pub fn serves(st: &AppState, method: &Method, path: &str, headers: &HeaderMap) -> bool {
+    st.cfg.ui && resolve(method, path, headers).is_some()
 }
 
 /// The router's fallback: the app where it applies, else the API's JSON 404.
