@@ -79,8 +79,13 @@ impl EngineConfig {
 
 /// KV blocks of `block_size` tokens for `model` in `budget_bytes`, at most what `max_batch` full contexts can use.
 pub fn kv_blocks(model: &dyn Model, budget_bytes: u64, max_batch: usize, block_size: usize) -> usize {
-    let fit = crate::engine::blocks_for_budget(model, budget_bytes, block_size);
+    let fit = blocks_for_budget(model, budget_bytes, block_size);
     fit.min(context_cap(model.max_positions(), max_batch, block_size))
+}
+
+/// Choose the number of KV blocks for a byte budget.
+pub fn blocks_for_budget(model: &dyn Model, budget_bytes: u64, block_size: usize) -> usize {
+    (budget_bytes / kv_bytes(model, 1, block_size).max(1)) as usize
 }
 
 /// The bytes of `blocks` KV blocks of `block_size` tokens for `model`.

@@ -23,11 +23,6 @@ use candle_core::Device;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
-/// Choose the number of KV blocks for a byte budget.
-pub fn blocks_for_budget(model: &dyn Model, budget_bytes: u64, block_size: usize) -> usize {
-    (budget_bytes / crate::sizing::kv_bytes(model, 1, block_size).max(1)) as usize
-}
-
 /// Open the SSD tier for this model's KV layout. Its files live under a fingerprint of the cache namespace
 /// (model + tokenizer), the KV layout and dtype, so another model or KV scheme never reads them.
 fn open_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Arc<SsdStore> {
