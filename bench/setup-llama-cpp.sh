@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama.cpp's own C++ tools (llama-bench, llama-cli, llama-server) from the llama.cpp vendored in the
-# llama-cpp-python sdist on PyPI, with native CPU flags, into bench/.build/llama.cpp/build. Idempotent.
+# llama-cpp-python sdist on PyPI, with native CPU flags (AMX off, below), into bench/.build/llama.cpp/build. Idempotent.
 # LLAMA_CPP_ISA=avx2 builds instead an AVX2 + FMA + F16C-only copy into bench/.build/llama.cpp/build-avx2: on an
 # AVX-512 machine it stands in for an AVX2-only one (paired with hearth's HEARTH_FAST_QUANT=avx2).
 # Needs: python3 + pip (for the sdist and for cmake if it is missing), a C++ compiler.
@@ -8,8 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")"
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 OUT=.build/llama.cpp
+# AMX stays off in both: a VM may report AMX without enabling it (ggml then dies on its first tile instruction), and
+# hearth uses none, so the comparison stays like for like. GCC's explicit -mno-* flags win over -march=native.
+NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 case "${LLAMA_CPP_ISA:-native}" in
-  native) BUILD="$OUT/build"; ISA_FLAGS=(-DGGML_NATIVE=ON) ;;
+  native) BUILD="$OUT/build"; ISA_FLAGS=(-DGGML_NATIVE=ON "-DCMAKE_C_FLAGS=$NO_AMX" "-DCMAKE_CXX_FLAGS=$NO_AMX") ;;
   avx2) BUILD="$OUT/build-avx2"
     ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
       -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;

@@ -210,3 +210,40 @@ fn chunked_prefill_equals_single_pass() {
         }
     }
 }
+
+#[test]
+fn qwen_coder_05b_matches_llama_cpp_and_transformers() {
+    run(
+        "logits_qwen05b.json",
+        "qwen2.5-coder-0.5b",
+        // Measured (f16 KV cache): vs llama.cpp max-abs <= 0.31, rel RMS <= 0.016; vs transformers 0.41, 0.018.
+        Tol { max_abs: 0.6, rel_rms: 0.03 },
+        Tol { max_abs: 0.6, rel_rms: 0.03 },
+        GAP_MARGIN,
+    );
+}
+
+#[test]
+fn qwen_coder_15b_matches_llama_cpp_and_transformers() {
+    run(
+        "logits_qwen15b.json",
+        "qwen2.5-coder-1.5b",
+        // Measured (f16 KV cache): vs llama.cpp max-abs <= 0.47, rel RMS <= 0.028; vs transformers 0.41, 0.024.
+        Tol { max_abs: 0.7, rel_rms: 0.04 },
+        Tol { max_abs: 0.7, rel_rms: 0.04 },
+        GAP_MARGIN,
+    );
+}
+
+/// The 0.5B only: the 1.5B runs the same model code (the Qwen2 family, q/k/v bias) at three times the f32
+/// weights, which would add minutes to the test run without covering anything more.
+#[test]
+fn qwen_coder_exact_math_matches_transformers() {
+    run_exact("logits_qwen05b.json", "qwen2.5-coder-0.5b");
+}
+
+#[test]
+fn qwen_coder_batched_matches_alone_and_llama_cpp() {
+    run_batched("logits_qwen05b.json", "qwen2.5-coder-0.5b", GAP_MARGIN);
+    run_batched("logits_qwen15b.json", "qwen2.5-coder-1.5b", GAP_MARGIN);
+}
