@@ -5,6 +5,7 @@
 
 pub mod generic;
 pub mod grammar;
+mod loose;
 pub mod pythonic;
 
 use crate::error::{ApiError, ApiResult};
