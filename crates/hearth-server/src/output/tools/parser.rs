@@ -57,7 +57,15 @@ pub struct CallParser {
     cut: bool,
     /// What opens a call in text, and the mode it opens.
     openers: Vec<(String, Mode)>,
+    /// JSON nesting over what a run or tag holds, read up to `nest_at`, for the mode `nest_of`: a long call is
+    /// scanned again only when its JSON closes (see [`CallParser::worth_scanning`]).
+    nest: JsonNesting,
+    nest_at: usize,
+    nest_of: Mode,
 }
+
+/// A held run or tag this long or shorter is scanned at every piece: its head decides whether it may be a call.
+const HEAD: usize = 256;
 
 /// Where a streamed arguments object stands: JSON nesting outside strings, so its closing brace is known.
 #[derive(Debug, Default)]
@@ -125,6 +133,9 @@ impl CallParser {
             args: None,
             cut: false,
             openers,
+            nest: JsonNesting::default(),
+            nest_at: 0,
+            nest_of: Mode::Start,
         }
     }
 
@@ -158,6 +169,10 @@ impl CallParser {
     /// Read what is held until it needs more text (or, at the end, until all is read).
     fn step(&mut self, out: &mut Vec<Piece>, end: bool) {
         while match self.mode {
+            _ if self.nest_of != self.mode => {
+                (self.nest, self.nest_at, self.nest_of) = (JsonNesting::default(), 0, self.mode);
+                true
+            }
             Mode::Start => self.start(end),
             Mode::Text => self.text(out, end),
             Mode::Hermes => self.hermes(out, end),
@@ -367,14 +382,31 @@ impl CallParser {
         false
     }
 
+    /// Whether what a run or tag holds may have changed what it is: at the end, while it is short, and when its
+    /// JSON is not open (inside an open value nothing but its end can make it calls, and a flaw in it may wait).
+    /// Scanning it at every piece would take time quadratic in a long call's arguments.
+    fn worth_scanning(&mut self, end: bool) -> bool {
+        for c in self.buf[self.nest_at..].chars() {
+            self.nest.step(c);
+        }
+        self.nest_at = self.buf.len();
+        end || self.buf.len() <= HEAD || (self.nest.depth <= 0 && !self.nest.in_str)
+    }
+
     /// A run of loose calls: held until the answer ends, released as text as soon as it cannot be one.
     fn run(&mut self, out: &mut Vec<Piece>, end: bool) -> bool {
+        if !self.worth_scanning(end) {
+            return false;
+        }
         let scan = Loose { names: &self.names }.run(&self.buf, end);
         self.held(out, scan, end, false)
     }
 
     /// A loose tagged call: sent when it closes, released as text as soon as it cannot be one.
     fn tag(&mut self, out: &mut Vec<Piece>, end: bool) -> bool {
+        if !self.worth_scanning(end) {
+            return false;
+        }
         let scan = Loose { names: &self.names }.tagged(&self.buf, end, 0);
         self.held(out, scan, end, true)
     }

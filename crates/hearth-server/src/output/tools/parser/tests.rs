@@ -317,3 +317,19 @@ fn text_is_held_back_only_while_it_may_be_a_call() {
     assert!(p.feed("<function=get_wea").is_empty());
     assert_eq!(texts(p.feed("k")).concat(), "<function=get_weak");
 }
+
+/// A call whose arguments are long, streamed in small pieces, is a call (and is not scanned whole at every piece).
+#[test]
+fn long_held_calls_stream_in_linear_time() {
+    let content = "x = {'a': [1, 2]}\\n".repeat(20_000);
+    for (open, close) in [("```json\n", "\n```"), ("<tools>", "</tools>")] {
+        let text = format!("{open}{{\"name\": \"f\", \"arguments\": {{\"content\": \"{content}\"}}}}{close}");
+        let mut p = parser(Format::Hermes);
+        let mut got: Vec<Piece> =
+            text.as_bytes().chunks(8).flat_map(|c| p.feed(std::str::from_utf8(c).unwrap_or(""))).collect();
+        got.extend(p.finish(false));
+        let (text, calls) = merge(got);
+        assert_eq!((text.len(), calls.len()), (0, 1), "{open}");
+        assert!(calls[0].arguments.len() > 300_000, "{open}");
+    }
+}
