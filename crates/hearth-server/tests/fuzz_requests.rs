@@ -24,6 +24,7 @@
 //! own, none, and the oracle's Qwen3-, Llama-3.1- and Mistral-like ones (`tools/oracle/templates`).
 
 mod fuzz;
+mod served;
 
 use axum::body::{to_bytes, Body};
 use axum::http::{header, Method, Request};

@@ -3,6 +3,7 @@
 //! The requests go through the real router over a fake model (`fuzz::server`).
 
 mod fuzz;
+mod served;
 
 use axum::body::{to_bytes, Body};
 use axum::http::{header, Method, Request};

@@ -191,3 +191,138 @@ fn whole_answer_formats_open_calls_at_their_first_character() {
     c.commit(tag).unwrap();
     assert!(!allows_start(&mut c, &tok, "Hello") && allows_start(&mut c, &tok, "{"));
 }
+
+/// Whether `text` (its tokens, one by one) fits where the constraint stands (which is left as it was).
+fn fits(c: &Constraint, tok: &Tokenizer, text: &str) -> bool {
+    let mut c = c.clone();
+    tok.encode(text, false).unwrap().into_iter().all(|id| c.allows(id).unwrap() && c.commit(id).is_ok())
+}
+
+/// Whether the constraint allows the end of the answer now.
+fn may_end(c: &mut Constraint, tok: &Tokenizer) -> bool {
+    c.allows(tok.eos_ids()[0]).unwrap()
+}
+
+/// `auto` with a Hermes template: the forms models write outside it open a call too — a bare or fenced call object
+/// (pretty-printed too) at the answer's start, `<function=NAME>` or a tag before a call object anywhere — and from
+/// the function's name on only that function's call fits; JSON that names no offered function stays free.
+#[test]
+fn hermes_auto_opens_calls_at_the_loose_forms_too() {
+    let tok = smollm2();
+    let g = Grammars::new(tok.clone(), tok.vocab_size());
+    let spec = weather("{{ '<tool_call>' }}", "auto").constraint(&tok).expect("guided");
+    let fresh = || g.compile(&spec).unwrap();
+    // A bare call: after the name, only its arguments; after the call, only the end.
+    let mut c = fresh();
+    write(&mut c, &tok, "{\"name\": \"get_weather\"");
+    assert!(!allows_start(&mut c, &tok, " Hello") && !allows_start(&mut c, &tok, "}"));
+    write(&mut c, &tok, ", \"arguments\": {");
+    assert!(fits(&c, &tok, "\"city\"") && !fits(&c, &tok, "\"town\""), "a property the schema does not have");
+    write(&mut c, &tok, "\"city\": \"Paris\"}}");
+    assert!(may_end(&mut c, &tok) && !allows_start(&mut c, &tok, " Done"));
+    // Fenced and pretty-printed, as Qwen2.5-Coder writes it.
+    let mut c = fresh();
+    write(&mut c, &tok, "```json\n{\n  \"name\": \"get_weather\"");
+    assert!(!allows_start(&mut c, &tok, "Hello"));
+    write(&mut c, &tok, ",\n  \"arguments\": {\n    \"city\": \"Paris\"\n  }\n}\n");
+    assert!(!may_end(&mut c, &tok), "the fence closes first");
+    write(&mut c, &tok, "```");
+    assert!(may_end(&mut c, &tok));
+    // A list in a fence.
+    let mut c = fresh();
+    let call = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
+    write(&mut c, &tok, &format!("```\n[{call}, {call}]\n```\n"));
+    assert!(may_end(&mut c, &tok));
+    // JSON that is no call of an offered function, a fence of other JSON, and fences after text stay free.
+    for free in [
+        "{\"name\": \"Alice\", \"age\": 3} is a person.",
+        "{\"name\": \"reverse_string\", \"arguments\": {\"s\": 1}}",
+        "```json\n{\"a\": 1}\n```\nMore text.",
+        "Sure:\n```json\n{\"name\": \"get_weather\", \"arguments\": {\"zip\": 1}}\n``` and more",
+        "A <function=other>{}</function> <tools>x</tools>",
+    ] {
+        let mut c = fresh();
+        write(&mut c, &tok, free);
+        assert!(may_end(&mut c, &tok), "{free:?}");
+    }
+    // Tags open a call anywhere in text; text is free again after them.
+    for (open, close) in [
+        ("<function=get_weather>", "{\"city\": \"Paris\"}</function>"),
+        ("<function name=\"get_weather\">", "\n{\"city\": \"Paris\"}\n</function>"),
+        ("<tools>\n{\"name\": \"get_weather\"", ", \"arguments\": {\"city\": \"Paris\"}}\n</tools>"),
+        ("<function_call>{\"name\": \"get_weather\"", ", \"arguments\": {\"city\": \"Paris\"}}</function_call>"),
+    ] {
+        let mut c = fresh();
+        write(&mut c, &tok, &format!("Let me check. {open}"));
+        assert!(!allows_start(&mut c, &tok, "Hello"), "{open}");
+        write(&mut c, &tok, close);
+        write(&mut c, &tok, " Done.");
+        assert!(may_end(&mut c, &tok), "{open}");
+    }
+}
+
+/// The loose openers in the other formats: fences at the start in all, a bare object in pythonic's (whose own calls
+/// open with `[`), tags in Mistral's text.
+#[test]
+fn other_formats_take_the_loose_openers() {
+    let tok = smollm2();
+    let g = Grammars::new(tok.clone(), tok.vocab_size());
+    let fence = "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```";
+    for template in [
+        "{{ '<|python_tag|>' }}",
+        "<|im_start|>{{ content }}",
+        "Respond in the format [func_name1(params_name1=params_value1)]",
+        "[AVAILABLE_TOOLS]{{ tools }}[TOOL_CALLS]",
+    ] {
+        let spec = weather(template, "auto").constraint(&tok).expect("guided");
+        let mut c = g.compile(&spec).unwrap();
+        write(&mut c, &tok, &fence[..fence.find("\",").unwrap() + 1]);
+        assert!(!allows_start(&mut c, &tok, "Hello"), "{template}");
+        write(&mut c, &tok, &fence[fence.find("\",").unwrap() + 1..]);
+        assert!(may_end(&mut c, &tok), "{template}");
+    }
+    let pythonic = weather("Respond in the format [func_name1(params_name1=params_value1)]", "auto");
+    let mut c = g.compile(&pythonic.constraint(&tok).unwrap()).unwrap();
+    write(&mut c, &tok, "{\"name\": \"get_weather\"");
+    assert!(!allows_start(&mut c, &tok, "Hello"));
+    let mistral = weather("[AVAILABLE_TOOLS]{{ tools }}[TOOL_CALLS]", "auto");
+    let mut c = g.compile(&mistral.constraint(&tok).unwrap()).unwrap();
+    write(&mut c, &tok, "Sure. <function=get_weather>");
+    assert!(!allows_start(&mut c, &tok, "Hello"));
+    write(&mut c, &tok, "{\"city\": \"Paris\"}</function> [TOOL_CALLS]");
+    assert!(!allows_start(&mut c, &tok, "Hello"), "Mistral's own calls after a tagged one");
+}
+
+/// `required` and a named function are enforced in the format's own form only; with `parallel_tool_calls: false` a
+/// loose run holds one call.
+#[test]
+fn loose_openers_are_for_auto_only_and_one_call_without_parallel() {
+    let tok = smollm2();
+    let g = Grammars::new(tok.clone(), tok.vocab_size());
+    let mut c = g.compile(&weather("{{ '<tool_call>' }}", "required").constraint(&tok).unwrap()).unwrap();
+    assert!(!allows_start(&mut c, &tok, "```") && !allows_start(&mut c, &tok, "{"));
+    let mut one = weather("{{ '<tool_call>' }}", "auto");
+    one.parallel = false;
+    let c = g.compile(&one.constraint(&tok).unwrap()).unwrap();
+    let call = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
+    assert!(fits(&c, &tok, &format!("```json\n[{call}]\n```")));
+    assert!(!fits(&c, &tok, &format!("```json\n[{call}, {call}]")));
+}
+
+/// Any function name a request may give compiles in every format's `auto` grammar (names are quoted into the
+/// openers), and a call of an odd name opens as any other.
+#[test]
+fn odd_function_names_compile() {
+    let tok = smollm2();
+    let g = Grammars::new(tok.clone(), tok.vocab_size());
+    let names = ["a\"b", "back\\slash", "x>y</function>", "new\nline", "é😀", ".*[", "{{ t }}", " "];
+    let tools: Vec<_> = names.iter().map(|n| json!({"type": "function", "function": {"name": n}})).collect();
+    let body = json!({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto", "tools": tools});
+    let conv = Conversation::from_body(&body).unwrap();
+    for template in ["{{ '<tool_call>' }}", "[TOOL_CALLS]", "{{ '<|python_tag|>' }}", "<|im_start|>", "<start_of_turn>"]
+    {
+        let t = Tools::resolve(&conv, template, &FieldNames::CHAT).unwrap().unwrap();
+        let c = g.compile(&t.constraint(&tok).unwrap()).unwrap_or_else(|e| panic!("{template}: {e}"));
+        assert!(fits(&c, &tok, "```json\n{\"name\": \"a\\\"b\", \"arguments\": {}}\n```"), "{template}");
+    }
+}

@@ -71,7 +71,7 @@ pub fn prepare(ready: &Ready, req: ChatRequest) -> ApiResult<Prepared> {
             c.after_marker = Some(reasoning::END.to_string());
         }
     }
-    let shape = AnswerShape { thinks, opened, tools: tools.as_ref().map(|t| t.format) };
+    let shape = AnswerShape { thinks, opened, tools: tools.as_ref().map(Tools::offered) };
     Ok(Prepared { req, g, shape, want_logprobs })
 }
 

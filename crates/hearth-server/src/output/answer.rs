@@ -4,7 +4,7 @@
 
 use crate::output::reasoning::{Part, ReasoningSplitter};
 use crate::output::tools::parser::{CallParser, Piece};
-use crate::output::tools::{Call, Format};
+use crate::output::tools::{Call, Offered};
 
 /// A piece of an answer, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,14 +26,36 @@ pub enum AnswerPart {
 }
 
 /// How a request's answers are split.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AnswerShape {
     /// The template thinks (`<think>...</think>`).
     pub thinks: bool,
     /// The prompt opened the thought: the answer starts inside it.
     pub opened: bool,
-    /// The request offers tools in this format.
-    pub tools: Option<Format>,
+    /// The tools the request offers.
+    pub tools: Option<Offered>,
+}
+
+/// Where the text given to a splitter stands in its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// More follows.
+    More,
+    /// The answer ends here.
+    End,
+    /// The length limit cut the answer here: calls that completed before the cut are calls.
+    Cut,
+}
+
+impl Flow {
+    /// How an answer that finished for `reason` ends.
+    pub fn finished(reason: &str) -> Flow {
+        if reason == "length" {
+            Flow::Cut
+        } else {
+            Flow::End
+        }
+    }
 }
 
 /// The streaming splitter of one choice.
@@ -43,10 +65,10 @@ pub struct AnswerSplitter {
 }
 
 impl AnswerSplitter {
-    pub fn new(shape: AnswerShape) -> Self {
+    pub fn new(shape: &AnswerShape) -> Self {
         Self {
             thinker: shape.thinks.then(|| ReasoningSplitter::new(shape.opened)),
-            parser: shape.tools.map(CallParser::new),
+            parser: shape.tools.as_ref().map(|t| CallParser::new(t.format, t.names.clone())),
         }
     }
 
@@ -55,8 +77,9 @@ impl AnswerSplitter {
         self.parser.as_ref().map_or(0, CallParser::calls)
     }
 
-    /// The parts of the next text (`end`: the choice ended, flush what was held back).
-    pub fn feed(&mut self, text: &str, end: bool) -> Vec<AnswerPart> {
+    /// The parts of the next text (at the answer's end what was held back is flushed).
+    pub fn feed(&mut self, text: &str, flow: Flow) -> Vec<AnswerPart> {
+        let end = flow != Flow::More;
         let mut out = Vec::new();
         let answer = match self.thinker.as_mut() {
             Some(t) => {
@@ -84,7 +107,7 @@ impl AnswerSplitter {
         let mut next = p.calls();
         let mut pieces = p.feed(&answer);
         if end {
-            pieces.extend(p.finish());
+            pieces.extend(p.finish(flow == Flow::Cut));
         }
         for piece in pieces {
             match piece {
@@ -119,11 +142,12 @@ pub struct Answer {
 }
 
 impl Answer {
-    pub fn split(shape: AnswerShape, text: &str) -> Answer {
+    /// A whole answer that finished for `reason`, split.
+    pub fn split(shape: &AnswerShape, text: &str, reason: &str) -> Answer {
         let mut s = AnswerSplitter::new(shape);
         let mut a = Answer::default();
         let mut content = String::new();
-        for part in s.feed(text, true) {
+        for part in s.feed(text, Flow::finished(reason)) {
             match part {
                 AnswerPart::Reasoning(r) => a.reasoning.get_or_insert_with(String::new).push_str(&r),
                 AnswerPart::Content(c) => content.push_str(&c),
@@ -145,20 +169,25 @@ impl Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::tools::Format;
+
+    fn hermes(names: &[&str]) -> Offered {
+        Offered { format: Format::Hermes, names: names.iter().map(|n| n.to_string()).collect() }
+    }
 
     #[test]
     fn a_whole_answer_and_its_stream_split_alike() {
-        let shape = AnswerShape { thinks: true, opened: false, tools: Some(Format::Hermes) };
+        let shape = AnswerShape { thinks: true, opened: false, tools: Some(hermes(&["f"])) };
         let text = "<think>hmm</think>\n\nSure.<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>";
-        let whole = Answer::split(shape, text);
+        let whole = Answer::split(&shape, text, "stop");
         assert_eq!(whole.reasoning.as_deref(), Some("hmm"));
         assert_eq!(whole.content.as_deref(), Some("Sure."));
         assert_eq!(whole.calls, vec![Call { name: "f".into(), arguments: "{\"x\": 1}".into() }]);
-        let mut s = AnswerSplitter::new(shape);
+        let mut s = AnswerSplitter::new(&shape);
         let mut streamed = Vec::new();
         let chars: Vec<char> = text.chars().collect();
         for (i, c) in chars.iter().enumerate() {
-            streamed.extend(s.feed(&c.to_string(), i + 1 == chars.len()));
+            streamed.extend(s.feed(&c.to_string(), if i + 1 == chars.len() { Flow::End } else { Flow::More }));
         }
         let args: String = streamed
             .iter()
@@ -173,11 +202,22 @@ mod tests {
 
     #[test]
     fn only_calls_or_only_a_thought_have_no_content() {
-        let calls = AnswerShape { tools: Some(Format::Hermes), ..AnswerShape::default() };
-        let a = Answer::split(calls, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>");
+        let calls = AnswerShape { tools: Some(hermes(&["f"])), ..AnswerShape::default() };
+        let a = Answer::split(&calls, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", "stop");
         assert_eq!((a.content, a.calls.len()), (None, 1));
         let thought = AnswerShape { thinks: true, opened: true, tools: None };
-        assert_eq!(Answer::split(thought, "still thinking").content, None);
-        assert_eq!(Answer::split(AnswerShape::default(), "").content.as_deref(), Some(""));
+        assert_eq!(Answer::split(&thought, "still thinking", "length").content, None);
+        assert_eq!(Answer::split(&AnswerShape::default(), "", "stop").content.as_deref(), Some(""));
+    }
+
+    #[test]
+    fn the_calls_a_length_cut_completed_are_calls() {
+        let shape = AnswerShape { tools: Some(hermes(&["f", "g"])), ..AnswerShape::default() };
+        let text = "```json\n[{\"name\": \"f\", \"arguments\": {}}, {\"name\": \"g\", \"argu";
+        let cut = Answer::split(&shape, text, "length");
+        assert_eq!((cut.content, cut.calls), (None, vec![Call { name: "f".into(), arguments: "{}".into() }]));
+        // The same answer ended by the model (a stop string, say) is malformed: text.
+        let stopped = Answer::split(&shape, text, "stop");
+        assert_eq!((stopped.content.as_deref(), stopped.calls.len()), (Some(text), 0));
     }
 }

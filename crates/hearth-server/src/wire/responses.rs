@@ -118,10 +118,13 @@ impl OutputItem {
         OutputItem::Message { id, status, role: "assistant", content }
     }
 
-    /// Mark the item incomplete (the length limit cut it).
+    /// Mark the last item of an answer the length limit cut incomplete; a function call whose arguments are a whole
+    /// JSON object completed before the cut and stays `completed`.
     pub fn cut(&mut self) {
         match self {
             OutputItem::Reasoning { status, .. } => *status = Some("incomplete"),
+            OutputItem::FunctionCall { arguments, .. }
+                if serde_json::from_str::<serde_json::Value>(arguments).is_ok_and(|v| v.is_object()) => {}
             OutputItem::Message { status, .. } | OutputItem::FunctionCall { status, .. } => *status = "incomplete",
         }
     }
@@ -284,18 +287,21 @@ mod tests {
             json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0,
                 "delta": "Hi", "logprobs": [], "sequence_number": 4})
         );
-        let mut call = OutputItem::FunctionCall {
-            id: "fc_1".into(),
-            call_id: "call_1".into(),
-            name: "f".into(),
-            arguments: "{}".into(),
-            status: "completed",
-        };
-        call.cut();
-        assert_eq!(
-            serde_json::to_value(call).unwrap(),
-            json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": "{}",
-                "status": "incomplete"})
-        );
+        // A call the length limit cut inside its arguments is incomplete; one that completed before the cut is not.
+        for (arguments, status) in [("{\"a\": [1", "incomplete"), ("{}", "completed")] {
+            let mut call = OutputItem::FunctionCall {
+                id: "fc_1".into(),
+                call_id: "call_1".into(),
+                name: "f".into(),
+                arguments: arguments.into(),
+                status: "completed",
+            };
+            call.cut();
+            assert_eq!(
+                serde_json::to_value(call).unwrap(),
+                json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": arguments,
+                    "status": status})
+            );
+        }
     }
 }

@@ -5,7 +5,7 @@
 
 use super::{stop_reason, tool_use, usage_of};
 use crate::error::ApiError;
-use crate::output::answer::{AnswerPart, AnswerShape, AnswerSplitter};
+use crate::output::answer::{AnswerPart, AnswerShape, AnswerSplitter, Flow};
 use crate::output::generation::{Event, UsageTotals};
 use crate::output::sse::{typed, ChunkFormat};
 use crate::output::tools::Format;
@@ -42,8 +42,8 @@ impl MessageEvents {
             id,
             model,
             prompt_tokens,
-            format: shape.tools.unwrap_or(Format::Generic),
-            splitter: AnswerSplitter::new(shape),
+            format: shape.tools.as_ref().map_or(Format::Generic, |t| t.format),
+            splitter: AnswerSplitter::new(&shape),
             open: None,
             blocks: 0,
             stop_reason: "end_turn",
@@ -74,9 +74,9 @@ impl MessageEvents {
         index
     }
 
-    fn parts(&mut self, text: &str, end: bool) -> Vec<Ev> {
+    fn parts(&mut self, text: &str, flow: Flow) -> Vec<Ev> {
         let mut out = Vec::new();
-        for part in self.splitter.feed(text, end) {
+        for part in self.splitter.feed(text, flow) {
             match part {
                 AnswerPart::Reasoning(thinking) => {
                     let start = ContentBlock::Thinking { thinking: String::new(), signature: String::new() };
@@ -133,9 +133,9 @@ impl ChunkFormat for MessageEvents {
 
     fn event(&mut self, _tok: &Tokenizer, ev: Event) -> Vec<Ev> {
         match ev {
-            Event::Token { text, .. } => self.parts(&text, false),
+            Event::Token { text, .. } => self.parts(&text, Flow::More),
             Event::Finish { text, reason, stop_sequence, .. } => {
-                let mut out = self.parts(&text, true);
+                let mut out = self.parts(&text, Flow::finished(reason));
                 self.close(&mut out);
                 self.stop_reason = stop_reason(reason, stop_sequence.is_some(), self.splitter.calls() > 0);
                 self.stop_sequence = stop_sequence;

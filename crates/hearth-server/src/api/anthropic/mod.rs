@@ -33,15 +33,15 @@ async fn run(st: AppState, req: MessagesRequest, id: String) -> ApiResult<Respon
     let chat = request::translate(req, false)?;
     let (ready, _admitted) = st.generator_for(model.as_deref()).await?;
     let sub = chat::submit(&ready, chat).await?;
-    let (shape, model) = (sub.shape, ready.model_id.clone());
+    let (shape, model) = (sub.shape.clone(), ready.model_id.clone());
     if sub.stream {
         let fmt = events::MessageEvents::new(id, model, sub.prompt_tokens, shape);
         return Ok(sub.into_sse(&ready, st.cfg.keepalive, fmt));
     }
     let (c, usage) = sub.answer(&ready).await?;
-    let answer = Answer::split(shape, &c.text);
+    let answer = Answer::split(&shape, &c.text, c.finish_reason);
     let stop_reason = stop_reason(c.finish_reason, c.stop_sequence.is_some(), !answer.calls.is_empty());
-    let format = shape.tools.unwrap_or(Format::Generic);
+    let format = shape.tools.as_ref().map_or(Format::Generic, |t| t.format);
     let mut content = Vec::new();
     if let Some(thinking) = answer.reasoning {
         content.push(Block::Thinking { thinking, signature: String::new() });

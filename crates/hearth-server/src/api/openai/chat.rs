@@ -6,7 +6,7 @@ use crate::chat::{self, ChatRequest, FieldNames};
 use crate::error::ApiResult;
 use crate::http::body::JsonBody;
 use crate::ids::{new_id, unix_now};
-use crate::output::answer::{Answer, AnswerPart, AnswerSplitter};
+use crate::output::answer::{Answer, AnswerPart, AnswerSplitter, Flow};
 use crate::output::generation::{Event, UsageTotals};
 use crate::output::sse::ChunkFormat;
 use crate::output::tools::{call_id, Call, Format};
@@ -37,11 +37,12 @@ pub async fn handler(
 async fn run(st: AppState, req: ChatRequest, id: String) -> ApiResult<Response> {
     let (ready, _admitted) = st.generator_for(req.params.model.as_deref()).await?;
     let sub = chat::submit(&ready, req).await?;
-    let (shape, n, want_logprobs) = (sub.shape, sub.n, sub.want_logprobs);
+    let (shape, n, want_logprobs) = (sub.shape.clone(), sub.n, sub.want_logprobs);
     let meta = ResponseMeta { id, created: unix_now(), model: ready.model_id.clone() };
     if sub.stream {
-        let splitters = (0..n).map(|_| AnswerSplitter::new(shape)).collect();
-        let fmt = ChatChunks { meta, n, include_usage: sub.include_usage, splitters, format: shape.tools };
+        let splitters = (0..n).map(|_| AnswerSplitter::new(&shape)).collect();
+        let format = shape.tools.map(|t| t.format);
+        let fmt = ChatChunks { meta, n, include_usage: sub.include_usage, splitters, format };
         return Ok(sub.into_sse(&ready, st.cfg.keepalive, fmt));
     }
     let (choices, usage) = sub.collect(&ready).await?;
@@ -50,12 +51,13 @@ async fn run(st: AppState, req: ChatRequest, id: String) -> ApiResult<Response> 
         .into_iter()
         .enumerate()
         .map(|(index, c)| {
-            let a = Answer::split(shape, &c.text);
+            let a = Answer::split(&shape, &c.text, c.finish_reason);
             let finish_reason = finish_reason(c.finish_reason, !a.calls.is_empty());
             let tool_calls = shape
                 .tools
+                .as_ref()
                 .filter(|_| !a.calls.is_empty())
-                .map(|f| a.calls.into_iter().map(|c| tool_call(c, f)).collect());
+                .map(|t| a.calls.into_iter().map(|c| tool_call(c, t.format)).collect());
             ChatChoice {
                 index,
                 logprobs: want_logprobs.then(|| logprobs::chat(tok, &c.logprobs)),
@@ -121,10 +123,10 @@ impl ChatChunks {
     }
 
     /// A choice's new text as deltas (`end`: the choice ended).
-    fn deltas(&mut self, index: usize, text: String, end: bool) -> Vec<Delta> {
+    fn deltas(&mut self, index: usize, text: String, flow: Flow) -> Vec<Delta> {
         let Some(s) = self.splitters.get_mut(index) else { return Vec::new() };
         let format = self.format.unwrap_or(Format::Generic);
-        s.feed(&text, end)
+        s.feed(&text, flow)
             .into_iter()
             .map(|part| match part {
                 AnswerPart::Content(c) => Delta { content: Some(c), ..Delta::default() },
@@ -179,11 +181,11 @@ impl ChunkFormat for ChatChunks {
         match ev {
             Event::Token { choice, text, logprob } => {
                 let lp = logprob.map(|l| logprobs::chat(tok, std::slice::from_ref(&l)));
-                let deltas = self.deltas(choice, text, false);
+                let deltas = self.deltas(choice, text, Flow::More);
                 self.chunks(choice, deltas, lp)
             }
             Event::Finish { choice, text, reason, .. } => {
-                let deltas = self.deltas(choice, text, true);
+                let deltas = self.deltas(choice, text, Flow::finished(reason));
                 let reason = finish_reason(reason, self.called(choice));
                 let mut out = self.chunks(choice, deltas, None);
                 let done = ChatChunkChoice {

@@ -9,7 +9,7 @@
 use super::{call_item, finish, response_object, Echo};
 use crate::error::ApiError;
 use crate::ids::item_id;
-use crate::output::answer::{AnswerPart, AnswerShape, AnswerSplitter};
+use crate::output::answer::{AnswerPart, AnswerShape, AnswerSplitter, Flow};
 use crate::output::generation::{Event, UsageTotals};
 use crate::output::sse::{typed, ChunkFormat};
 use crate::output::tools::{call_id, Call, Format};
@@ -47,8 +47,8 @@ impl ResponseEvents {
     pub fn new(echo: Echo, shape: AnswerShape) -> Self {
         Self {
             echo,
-            format: shape.tools.unwrap_or(Format::Generic),
-            splitter: AnswerSplitter::new(shape),
+            format: shape.tools.as_ref().map_or(Format::Generic, |t| t.format),
+            splitter: AnswerSplitter::new(&shape),
             items: Vec::new(),
             open: None,
             seq: 0,
@@ -152,9 +152,9 @@ impl ResponseEvents {
         out.push(e);
     }
 
-    fn parts(&mut self, text: &str, end: bool) -> Vec<Sequenced> {
+    fn parts(&mut self, text: &str, flow: Flow) -> Vec<Sequenced> {
         let mut out = Vec::new();
-        for part in self.splitter.feed(text, end) {
+        for part in self.splitter.feed(text, flow) {
             match part {
                 AnswerPart::Reasoning(t) => self.text(true, t, &mut out),
                 AnswerPart::Content(t) if t.is_empty() => {}
@@ -198,9 +198,9 @@ impl ChunkFormat for ResponseEvents {
 
     fn event(&mut self, _tok: &Tokenizer, ev: Event) -> Vec<Sequenced> {
         match ev {
-            Event::Token { text, .. } => self.parts(&text, false),
+            Event::Token { text, .. } => self.parts(&text, Flow::More),
             Event::Finish { text, reason, .. } => {
-                let mut out = self.parts(&text, true);
+                let mut out = self.parts(&text, Flow::finished(reason));
                 self.close(&mut out);
                 self.finish_reason = reason;
                 out

@@ -57,7 +57,7 @@ async fn run(st: AppState, req: ResponsesRequest, id: String) -> ApiResult<Respo
     let t = request::translate(&req, previous)?;
     let (ready, _admitted) = st.generator_for(req.model()).await?;
     let sub = chat::submit(&ready, t.chat).await?;
-    let shape = sub.shape;
+    let shape = sub.shape.clone();
     let echo = Echo {
         id,
         created_at: unix_now(),
@@ -70,7 +70,7 @@ async fn run(st: AppState, req: ResponsesRequest, id: String) -> ApiResult<Respo
         return Ok(sub.into_sse(&ready, st.cfg.keepalive, events::ResponseEvents::new(echo, shape)));
     }
     let (c, usage) = sub.answer(&ready).await?;
-    let output = output_items(shape, &c.text);
+    let output = output_items(&shape, &c.text, c.finish_reason);
     Ok(Json(finish(&echo, output, c.finish_reason, &usage)).into_response())
 }
 
@@ -118,8 +118,8 @@ fn echoed(req: &ResponsesRequest) -> Map<String, Value> {
 }
 
 /// The output items of a whole answer.
-fn output_items(shape: AnswerShape, text: &str) -> Vec<OutputItem> {
-    let a = Answer::split(shape, text);
+fn output_items(shape: &AnswerShape, text: &str, reason: &str) -> Vec<OutputItem> {
+    let a = Answer::split(shape, text, reason);
     let mut items = Vec::new();
     if let Some(r) = a.reasoning {
         items.push(OutputItem::reasoning(item_id("rs"), Some(r)));
@@ -127,7 +127,7 @@ fn output_items(shape: AnswerShape, text: &str) -> Vec<OutputItem> {
     if let Some(t) = a.content.filter(|t| !t.is_empty()) {
         items.push(OutputItem::message(item_id("msg"), Some(t), "completed"));
     }
-    let format = shape.tools.unwrap_or(Format::Generic);
+    let format = shape.tools.as_ref().map_or(Format::Generic, |t| t.format);
     for c in a.calls {
         items.push(call_item(item_id("fc"), call_id(format), c, "completed"));
     }
@@ -163,7 +163,7 @@ pub fn response_object(
 /// The finished response (stored when asked): its status from the finish reason, its usage.
 pub fn finish(echo: &Echo, mut output: Vec<OutputItem>, finish_reason: &str, u: &UsageTotals) -> ResponseObject {
     let status = if finish_reason == "length" { "incomplete" } else { "completed" };
-    // The item the length limit cut is incomplete too.
+    // The item the length limit cut is incomplete too (a call that completed before the cut is not).
     if let Some(last) = output.last_mut().filter(|_| status == "incomplete") {
         last.cut();
     }

@@ -9,7 +9,10 @@
 //!   control token gets the newer form `[TOOL_CALLS]name[ARGS]{..}` per call, the list `[TOOL_CALLS] [{..}]`
 //!   otherwise;
 //! - the whole-answer formats (Llama 3 JSON, pythonic, generic): an answer whose first character opens a call (`{`,
-//!   `[`) is calls, any other answer is free text; Llama 3's `<|python_tag|>` control token opens calls too.
+//!   `[`) is calls, any other answer is free text; Llama 3's `<|python_tag|>` control token opens calls too;
+//! - in every format, the forms models write outside it (`super::loose`): a call object, list or fence of them that
+//!   opens the answer, and in Hermes' and Mistral's text `<function=NAME>` and tags before a call object; each
+//!   opens a call once it names an offered function.
 
 use super::{pythonic, ToolChoice, Tools};
 use crate::output::tools::{hermes, llama3, mistral, Format};
@@ -20,6 +23,17 @@ use serde_json::{json, Value};
 /// Any text.
 const TEXT: &str = "TEXT: /(.|\\n)*/\n";
 
+/// Which of the loose forms' openers (`super::loose`) a format's `auto` grammar takes.
+#[derive(Debug, Clone, Copy)]
+pub struct Openers {
+    /// A bare call object (and list) at the answer's start (formats whose own calls do not open with `{` / `[`).
+    pub bare: bool,
+    /// Tags anywhere in text.
+    pub tags: bool,
+    /// `<tool_call>` is a loose tag (not the format's own).
+    pub tool_call: bool,
+}
+
 /// A control token as a grammar terminal, if the vocabulary has it.
 fn control(tok: &Tokenizer, text: &str) -> Option<String> {
     tok.control_id(text).map(|id| format!("<[{id}]>"))
@@ -28,6 +42,33 @@ fn control(tok: &Tokenizer, text: &str) -> Option<String> {
 impl Tools {
     /// The grammar that enforces `required` or a named function, or guides `auto` (see the module's text).
     pub fn constraint(&self, tok: &Tokenizer) -> Option<ConstraintSpec> {
+        let auto = self.choice == ToolChoice::Auto;
+        // `auto`: the loose forms' openers besides the format's own (`output::tools::loose`); tags in the text of
+        // the formats whose calls may follow text.
+        let text_calls = matches!(self.format, Format::Hermes | Format::Mistral);
+        let openers = Openers {
+            bare: matches!(self.format, Format::Hermes | Format::Mistral | Format::Pythonic),
+            tags: text_calls,
+            tool_call: self.format != Format::Hermes,
+        };
+        let loose = if auto { self.loose_rules(openers) } else { None };
+        let (top, rules) = self.format_rules(tok, loose.is_some() && text_calls);
+        let Some(loose) = loose else {
+            return Some(ConstraintSpec::Lark(format!("%llguidance {{}}\n{top}{rules}")));
+        };
+        // The format's own `start` becomes `fstart`; Mistral's text may hold tagged calls before its own.
+        let own = top.strip_prefix("start:").unwrap_or(&top);
+        let start = match self.format {
+            Format::Mistral if self.parallel => "lead | ltag* fstart",
+            Format::Mistral => "lead | ltag? fstart",
+            _ => "lead | fstart",
+        };
+        Some(ConstraintSpec::Lark(format!("%llguidance {{}}\nstart: {start}\nfstart:{own}{rules}{loose}")))
+    }
+
+    /// The format's own grammar: its `start` rule and terminals, and the call rules they use (`tagged`: Hermes'
+    /// calls under `auto` may be loose tagged calls, `ltag`, too).
+    fn format_rules(&self, tok: &Tokenizer, tagged: bool) -> (String, String) {
         let auto = self.choice == ToolChoice::Auto;
         let more = |sep: &str| if self.parallel { format!(" ({} call)*", lark_string(sep)) } else { String::new() };
         let calls = if self.parallel { "+" } else { "" };
@@ -45,8 +86,9 @@ impl Tools {
         let top = match self.format {
             Format::Hermes if auto => {
                 let more = if self.parallel { "*" } else { "?" };
+                let ltag = if tagged { "ltag | " } else { "" };
                 format!(
-                    "start: tc{more} TEXT\ntc: tc_open \"\\n\" call \"\\n\" {}\ntc_open[lazy]: TEXT {}\n{TEXT}",
+                    "start: tc{more} TEXT\ntc: {ltag}tc_open \"\\n\" call \"\\n\" {}\ntc_open[lazy]: TEXT {}\n{TEXT}",
                     lark_string(hermes::END),
                     lark_string(hermes::START)
                 )
@@ -56,7 +98,7 @@ impl Tools {
                 lark_string(hermes::START),
                 lark_string(hermes::END)
             ),
-            Format::Mistral => return Some(self.mistral(tok)),
+            Format::Mistral => return self.mistral(tok),
             Format::Llama3 => whole('{', format!("call{}", more("; ")), control(tok, llama3::MARKER)),
             Format::Generic => {
                 whole('{', format!("{} call{} \"]}}\"", lark_string("{\"tool_calls\": ["), more(", ")), None)
@@ -68,11 +110,11 @@ impl Tools {
             Format::Llama3 => self.call_rules("parameters"),
             _ => self.call_rules("arguments"),
         };
-        Some(ConstraintSpec::Lark(format!("%llguidance {{}}\n{top}{rules}")))
+        (top, rules)
     }
 
     /// Mistral's calls (see the module's text).
-    fn mistral(&self, tok: &Tokenizer) -> ConstraintSpec {
+    fn mistral(&self, tok: &Tokenizer) -> (String, String) {
         let auto = self.choice == ToolChoice::Auto;
         let marker = control(tok, mistral::MARKER);
         let args = control(tok, mistral::ARGS);
@@ -84,7 +126,11 @@ impl Tools {
                 let mut names = Vec::new();
                 let mut rules = String::new();
                 for (i, (name, params)) in self.callable().enumerate() {
-                    rules.push_str(&format!("n{i}: {} {a} %json {}\n", lark_string(name), compact(params, params)));
+                    rules.push_str(&format!(
+                        "n{i}: {} {a} %json {}\n",
+                        lark_string(name),
+                        nested(params, params, false)
+                    ));
                     names.push(format!("n{i}"));
                 }
                 (format!("start: {start}\nncall: {m} ({})\n{TEXT}", names.join(" | ")), rules)
@@ -108,7 +154,7 @@ impl Tools {
                 (top, self.call_rules("arguments"))
             }
         };
-        ConstraintSpec::Lark(format!("%llguidance {{}}\n{top}{rules}"))
+        (top, rules)
     }
 
     /// The functions a call may name under `tool_choice`.
@@ -125,24 +171,33 @@ impl Tools {
         let mut names = Vec::new();
         let mut rules = String::new();
         for (i, (name, params)) in self.callable().enumerate() {
-            let schema = json!({
-                "type": "object",
-                "properties": {"name": {"const": name}, key: params},
-                "required": ["name", key],
-                "additionalProperties": false,
-            });
-            rules.push_str(&format!("f{i}: %json {}\n", compact(&schema, params)));
+            rules.push_str(&format!("f{i}: %json {}\n", nested(&call_schema(name, key, params), params, false)));
             names.push(format!("f{i}"));
         }
         format!("call: {}\n{rules}", names.join(" | "))
     }
 }
 
-/// `schema` as the root of a nested JSON grammar: compact JSON (with free whitespace a small model can pad an empty
-/// object forever), and the definitions of `params` (whose `$ref`s point into their own root) carried to it.
-fn compact(schema: &Value, params: &Value) -> Value {
+/// A call object's schema, `{"name": const, KEY: parameters}`.
+pub(super) fn call_schema(name: &str, key: &str, params: &Value) -> Value {
+    json!({
+        "type": "object",
+        "properties": {"name": {"const": name}, key: params},
+        "required": ["name", key],
+        "additionalProperties": false,
+    })
+}
+
+/// `schema` as the root of a nested JSON grammar, with the definitions of `params` (whose `$ref`s point into their
+/// own root) carried to it. Its whitespace: none (`flexible` false: with free whitespace a small model can pad an
+/// empty object forever), or up to 16 characters between tokens (pretty-printed JSON fits; padding is bounded).
+pub(super) fn nested(schema: &Value, params: &Value, flexible: bool) -> Value {
     let mut schema = schema.clone();
-    schema["x-guidance"] = json!({"whitespace_flexible": false});
+    schema["x-guidance"] = if flexible {
+        json!({"whitespace_pattern": "[\\x20\\x0A\\x0D\\x09]{1,16}"})
+    } else {
+        json!({"whitespace_flexible": false})
+    };
     for defs in ["$defs", "definitions"] {
         if let Some(d) = params.get(defs) {
             schema[defs] = d.clone();

@@ -5,11 +5,12 @@
 
 pub mod generic;
 pub mod grammar;
+mod loose;
 pub mod pythonic;
 
 use super::request::FieldNames;
 use crate::error::{ApiError, ApiResult};
-use crate::output::tools::Format;
+use crate::output::tools::{Format, Offered};
 use crate::wire::chat::Conversation;
 use serde_json::{json, Value};
 
@@ -107,6 +108,11 @@ impl Tools {
         };
         let in_template = template.contains("tools");
         Ok(Some(Tools { format: Format::of_template(template), choice, parallel, functions, in_template }))
+    }
+
+    /// What the answer side reads calls by: the format, and the names of every function in `tools`.
+    pub fn offered(&self) -> Offered {
+        Offered { format: self.format, names: self.functions.iter().map(|(n, _)| n.clone()).collect() }
     }
 
     /// For templates that do not render tools: the system text that describes them (generic, and pythonic for

@@ -3,7 +3,7 @@
 //! newer templates (Mistral Small 3.2, Magistral, Devstral) have `[TOOL_CALLS]f[ARGS]{...}` per call instead. The
 //! markers are control tokens that the text usually leaves out, so `[{...}]` and `f{...}g{...}` are calls too.
 
-use super::{first_json, Call};
+use super::{call_of, cut_list, json_at, name_char, Call, Json, Scan};
 use serde_json::{json, Value};
 
 /// The control token before the calls.
@@ -16,11 +16,6 @@ pub const CALL_ID: &str = "[CALL_ID]";
 /// Whether a chat template speaks this format.
 pub fn speaks(template: &str) -> bool {
     template.contains(MARKER)
-}
-
-/// Characters of a function name.
-fn name_char(c: char) -> bool {
-    c.is_alphanumeric() || matches!(c, '_' | '-' | '.')
 }
 
 /// Whether an answer that begins with `text` is calls (None: not known yet): it opens with the marker, with `[`,
@@ -48,25 +43,43 @@ pub fn opens(text: &str) -> Option<bool> {
 
 /// The calls of `text` (an answer, or its end from the marker on), if it is nothing but calls in either form.
 pub fn parse(text: &str) -> Option<Vec<Call>> {
+    scan(text).whole()
+}
+
+/// `text` as calls: `More` when it ends inside one (with those before it).
+pub fn scan(text: &str) -> Scan {
     let mut calls = Vec::new();
-    let mut rest = text.trim();
+    let text = text.trim();
+    let mut rest = text;
     while !rest.is_empty() {
         rest = rest.strip_prefix(MARKER).unwrap_or(rest).trim_start();
         let used = if rest.starts_with(['[', '{']) {
-            let (v, used) = first_json(rest)?;
-            match v {
-                Value::Array(list) => {
+            match json_at(rest) {
+                Json::Value(Value::Array(list), used) => {
                     for c in &list {
-                        calls.push(super::call_of(c)?);
+                        let Some(c) = call_of(c) else { return Scan::No };
+                        calls.push(c);
                     }
+                    used
                 }
-                v => calls.push(super::call_of(&v)?),
+                Json::Value(v, used) => {
+                    let Some(c) = call_of(&v) else { return Scan::No };
+                    calls.push(c);
+                    used
+                }
+                Json::Eof if rest.starts_with('[') => {
+                    let cut: Option<Vec<Call>> = cut_list(rest).unwrap_or_default().iter().map(call_of).collect();
+                    let Some(cut) = cut else { return Scan::No };
+                    calls.extend(cut);
+                    return Scan::More(calls);
+                }
+                Json::Eof => return Scan::More(calls),
+                Json::Bad => return Scan::No,
             }
-            used
         } else {
             let name_len = rest.len() - rest.trim_start_matches(name_char).len();
             if name_len == 0 {
-                return None;
+                return Scan::No;
             }
             let name = &rest[..name_len];
             let mut args = &rest[name_len..];
@@ -74,13 +87,26 @@ pub fn parse(text: &str) -> Option<Vec<Call>> {
                 args = after.trim_start_matches(|c: char| c.is_ascii_alphanumeric());
             }
             args = args.strip_prefix(ARGS).unwrap_or(args);
-            let (v, used) = first_json(args)?;
-            calls.push(super::call_of(&json!({"name": name, "arguments": v}))?);
-            rest.len() - args.len() + used
+            if !args.is_empty() && (ARGS.starts_with(args) || CALL_ID.starts_with(args)) {
+                return Scan::More(calls);
+            }
+            match json_at(args) {
+                Json::Value(v, used) => {
+                    let Some(c) = call_of(&json!({"name": name, "arguments": v})) else { return Scan::No };
+                    calls.push(c);
+                    rest.len() - args.len() + used
+                }
+                Json::Eof => return Scan::More(calls),
+                Json::Bad => return Scan::No,
+            }
         };
         rest = rest[used..].trim_start();
     }
-    (!calls.is_empty()).then_some(calls)
+    if calls.is_empty() {
+        Scan::No
+    } else {
+        Scan::Calls(calls, text.len())
+    }
 }
 
 #[cfg(test)]
@@ -110,6 +136,21 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(parse(text), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn cut_answers_keep_the_calls_that_completed() {
+        let f = || Call { name: "f".into(), arguments: "{}".into() };
+        let cases = [
+            ("[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}}, {\"name\": \"g\", \"ar", Scan::More(vec![f()])),
+            ("[TOOL_CALLS]f[ARGS]{}[TOOL_CALLS]g[ARGS]{\"x\": ", Scan::More(vec![f()])),
+            ("[TOOL_CALLS]f[ARGS]{}[TOOL_CALLS]g[AR", Scan::More(vec![f()])),
+            ("[{\"name\": \"f\", \"arguments\": {}}, 3, {\"na", Scan::No),
+            ("f[ARGS]{} [1, {", Scan::No),
+        ];
+        for (text, want) in cases {
+            assert_eq!(scan(text), want, "{text:?}");
         }
     }
 

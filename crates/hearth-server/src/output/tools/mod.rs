@@ -9,16 +9,19 @@
 //! (`[name(key=value, ..)]` as the whole answer: Gemma, Llama 4 and the pythonic tool templates), and [`generic`] for
 //! templates that do not render tools: the tools are described in a system message and the model answers
 //! `{"tool_calls": [{"name": .., "arguments": {..}}]}`. Gemma's own templates do not render tools either: they are
-//! described in a system message too, asking for the pythonic form.
+//! described in a system message too, asking for the pythonic form. Besides its template's format, a model's calls
+//! are read in the [`loose`] forms that models write when they leave it (fenced or bare JSON, tags).
 
 pub mod generic;
 pub mod hermes;
 pub mod llama3;
+pub mod loose;
 pub mod mistral;
 pub mod parser;
 pub mod pythonic;
 
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// How a model writes tool calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +51,14 @@ impl Format {
     }
 }
 
+/// The tools a request offers, as the answer side reads them: the format its template speaks and the functions it
+/// declares (the only ones a [`loose`] form may call).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offered {
+    pub format: Format,
+    pub names: Arc<[String]>,
+}
+
 /// A new `tool_calls[].id`: `call_` and 24 hex digits, or for the Mistral format 9 of those digits (Mistral's
 /// templates raise on ids of any other length when the calls come back in `messages`).
 pub fn call_id(format: Format) -> String {
@@ -66,11 +77,89 @@ pub struct Call {
     pub arguments: String,
 }
 
-/// The first JSON value of `s` and the bytes it takes (what follows it is left to the caller).
-fn first_json(s: &str) -> Option<(Value, usize)> {
+/// Characters of a function name written outside JSON (Mistral's `name[ARGS]`, `<function=name>`).
+fn name_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
+/// A JSON value at the start of a text.
+enum Json {
+    /// The value and the bytes it takes.
+    Value(Value, usize),
+    /// The text ends inside it (or is empty, or only whitespace).
+    Eof,
+    /// Not JSON.
+    Bad,
+}
+
+fn json_at(s: &str) -> Json {
     let mut it = serde_json::Deserializer::from_str(s).into_iter::<Value>();
-    let v = it.next()?.ok()?;
-    Some((v, it.byte_offset()))
+    match it.next() {
+        None => Json::Eof,
+        Some(Ok(v)) => Json::Value(v, it.byte_offset()),
+        Some(Err(e)) if e.is_eof() => Json::Eof,
+        Some(Err(_)) => Json::Bad,
+    }
+}
+
+/// What a text (from some point) is, as calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scan {
+    /// Its first `len` bytes are these calls.
+    Calls(Vec<Call>, usize),
+    /// It may still become calls: the text ends first. The calls that completed before the end (what an answer
+    /// the length limit cut keeps).
+    More(Vec<Call>),
+    /// It is not calls.
+    No,
+}
+
+impl Scan {
+    /// The calls of a whole text, if it is calls.
+    pub fn whole(self) -> Option<Vec<Call>> {
+        match self {
+            Scan::Calls(c, _) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The same, with `n` more bytes before it.
+    fn shifted(self, n: usize) -> Scan {
+        match self {
+            Scan::Calls(c, len) => Scan::Calls(c, len + n),
+            other => other,
+        }
+    }
+}
+
+/// The complete elements of a JSON list that the text ends inside of (`s` starts with `[`; the list may have
+/// closed right before the end), or None when what was read is not a JSON list.
+fn cut_list(s: &str) -> Option<Vec<Value>> {
+    let mut out = Vec::new();
+    let mut i = 1;
+    loop {
+        i = skip_ws(s, i);
+        let rest = &s[i..];
+        if rest.is_empty() || rest.starts_with(']') {
+            return Some(out);
+        }
+        if !out.is_empty() {
+            i = skip_ws(s, i + rest.strip_prefix(',').map(|_| 1)?);
+        }
+        match json_at(&s[i..]) {
+            Json::Value(v, used) => {
+                out.push(v);
+                i += used;
+            }
+            Json::Eof => return Some(out),
+            Json::Bad => return None,
+        }
+    }
+}
+
+/// `i` moved past whitespace.
+fn skip_ws(s: &str, i: usize) -> usize {
+    i + s[i..].len() - s[i..].trim_start().len()
 }
 
 /// A call from a JSON object `{"name": .., "arguments": {..}}` (`parameters` is taken for `arguments` too).

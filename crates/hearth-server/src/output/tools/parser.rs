@@ -1,11 +1,18 @@
 //! The streaming tool-call parser of one choice: text goes in piece by piece as it is decoded; out come text to
 //! show and calls: a Hermes call as its name, then its arguments' JSON text fragment by fragment as it is decoded;
-//! the whole-answer formats' calls each as soon as it is complete. Text that may begin a call marker is held back
-//! until it is known not to (a Hermes `<tool_call>` or Mistral `[TOOL_CALLS]` split over several pieces, a generic answer that
-//! opens with `{`, a pythonic one that opens with `[`, a Mistral one's first word until what follows it shows).
+//! the other forms' calls each as soon as it is complete (the whole-answer formats' and a run of loose calls when
+//! the answer ends, generic's object as soon as it closes, a tagged call at its closing tag). Text that may begin a
+//! call is held back until it is known not to: a marker split over pieces (`<tool_call>`, `[TOOL_CALLS]`, a fence,
+//! a tag), an answer that opens like a call (`{`, `[`, a fence; Mistral's first word until what follows it shows),
+//! a fenced block or tag that may hold calls until it shows it does not (or, a run, until the answer ends).
+//!
+//! What was held and turns out not to be calls is released as text: its first character, then the rest is read
+//! again as text (so a tag inside it still opens a call).
 
-use super::{generic, hermes, llama3, mistral, pythonic, Call, Format};
+use super::loose::{self, Loose};
+use super::{generic, hermes, llama3, mistral, pythonic, Call, Format, Scan};
 use crate::output::text::partial_marker_len;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
@@ -20,24 +27,45 @@ pub enum Piece {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    /// Hermes: plain text; whole-answer formats: how the answer opens is not known yet.
+    /// How the answer opens is not known yet (only whitespace, or what may begin a fence or Mistral's call).
+    Start,
+    /// Text, watched for what opens a call.
     Text,
-    /// Hermes: inside `<tool_call>`; whole-answer formats: the answer (Mistral: from its marker on) may be calls.
-    Call,
-    /// Whole-answer formats: the answer is text (Mistral: until its marker).
-    Plain,
+    /// Inside a Hermes `<tool_call>`, of a template that speaks Hermes.
+    Hermes,
+    /// The template's whole-answer format (Mistral's from its marker on): held until the answer ends (generic's
+    /// until its object closes).
+    Native,
+    /// A run of loose calls (bare JSON, fences) from the start of what is held: it must end the answer.
+    Run,
+    /// A loose tagged call from the start of what is held.
+    Tag,
 }
 
 pub struct CallParser {
     format: Format,
+    /// The functions the request declares (loose forms call only these).
+    names: Arc<[String]>,
     mode: Mode,
     buf: String,
     calls: usize,
-    /// Hermes: a call just closed; the newline after it (if it comes) is not text.
+    /// A tagged call just closed; the newline after it (if it comes) is not text.
     skip_newline: bool,
     /// Hermes: the call whose arguments are streaming (its header was read).
     args: Option<ArgScan>,
+    /// The length limit cut the answer: calls that completed before the cut are calls.
+    cut: bool,
+    /// What opens a call in text, and the mode it opens.
+    openers: Vec<(String, Mode)>,
+    /// JSON nesting over what a run or tag holds, read up to `nest_at`, for the mode `nest_of`: a long call is
+    /// scanned again only when its JSON closes (see [`CallParser::worth_scanning`]).
+    nest: JsonNesting,
+    nest_at: usize,
+    nest_of: Mode,
 }
+
+/// A held run or tag this long or shorter is scanned at every piece: its head decides whether it may be a call.
+const HEAD: usize = 256;
 
 /// Where a streamed arguments object stands: JSON nesting outside strings, so its closing brace is known.
 #[derive(Debug, Default)]
@@ -85,8 +113,30 @@ impl JsonNesting {
 }
 
 impl CallParser {
-    pub fn new(format: Format) -> Self {
-        Self { format, mode: Mode::Text, buf: String::new(), calls: 0, skip_newline: false, args: None }
+    /// The parser of answers to a request that offers the functions `names` to a template of `format`.
+    pub fn new(format: Format, names: Arc<[String]>) -> Self {
+        let mut openers = vec![(loose::FENCE.to_string(), Mode::Run)];
+        for t in loose::tag_openers() {
+            let native = format == Format::Hermes && t == hermes::START;
+            openers.push((t, if native { Mode::Hermes } else { Mode::Tag }));
+        }
+        if format == Format::Mistral {
+            openers.push((mistral::MARKER.to_string(), Mode::Native));
+        }
+        Self {
+            format,
+            names,
+            mode: Mode::Start,
+            buf: String::new(),
+            calls: 0,
+            skip_newline: false,
+            args: None,
+            cut: false,
+            openers,
+            nest: JsonNesting::default(),
+            nest_at: 0,
+            nest_of: Mode::Start,
+        }
     }
 
     /// Calls emitted so far.
@@ -103,101 +153,142 @@ impl CallParser {
     pub fn feed(&mut self, text: &str) -> Vec<Piece> {
         self.buf.push_str(text);
         let mut out = Vec::new();
-        match self.format {
-            Format::Hermes => self.hermes(&mut out, false),
-            _ => self.whole_answer(&mut out, false),
-        }
+        self.step(&mut out, false);
         out
     }
 
-    /// The output ended: release what is held (an unterminated call that parses is still a call).
-    pub fn finish(&mut self) -> Vec<Piece> {
+    /// The output ended (`cut`: by the length limit): release what is held (an unterminated call that parses is
+    /// still a call; after a cut, so are the calls that completed before it).
+    pub fn finish(&mut self, cut: bool) -> Vec<Piece> {
+        self.cut = cut;
         let mut out = Vec::new();
-        match self.format {
-            Format::Hermes => self.hermes(&mut out, true),
-            _ => self.whole_answer(&mut out, true),
-        }
+        self.step(&mut out, true);
         out
     }
 
-    fn text(out: &mut Vec<Piece>, s: &str) {
+    /// Read what is held until it needs more text (or, at the end, until all is read).
+    fn step(&mut self, out: &mut Vec<Piece>, end: bool) {
+        while match self.mode {
+            _ if self.nest_of != self.mode => {
+                (self.nest, self.nest_at, self.nest_of) = (JsonNesting::default(), 0, self.mode);
+                true
+            }
+            Mode::Start => self.start(end),
+            Mode::Text => self.text(out, end),
+            Mode::Hermes => self.hermes(out, end),
+            Mode::Native => self.native(out, end),
+            Mode::Run => self.run(out, end),
+            Mode::Tag => self.tag(out, end),
+        } {}
+    }
+
+    fn emit_text(out: &mut Vec<Piece>, s: &str) {
         if !s.is_empty() {
             out.push(Piece::Text(s.to_string()));
         }
     }
 
-    fn hermes(&mut self, out: &mut Vec<Piece>, end: bool) {
-        loop {
-            match self.mode {
-                Mode::Text => {
-                    if self.skip_newline {
-                        if self.buf.is_empty() && !end {
-                            return;
-                        }
-                        if self.buf.starts_with('\n') {
-                            self.buf.remove(0);
-                        }
-                        self.skip_newline = false;
-                    }
-                    if let Some(i) = self.buf.find(hermes::START) {
-                        Self::text(out, &self.buf[..i]);
-                        self.buf.drain(..i + hermes::START.len());
-                        self.mode = Mode::Call;
-                        continue;
-                    }
-                    let keep = if end { 0 } else { partial_marker_len(&self.buf, hermes::START) };
-                    let cut = self.buf.len() - keep;
-                    Self::text(out, &self.buf[..cut]);
-                    self.buf.drain(..cut);
-                    return;
+    fn emit_calls(&mut self, out: &mut Vec<Piece>, calls: Vec<Call>) {
+        self.calls += calls.len();
+        out.extend(calls.into_iter().map(Piece::Call));
+    }
+
+    /// What was held is not calls: its first character is text, the rest is read again as text.
+    fn release_one(&mut self, out: &mut Vec<Piece>) -> bool {
+        let n = self.buf.chars().next().map_or(0, char::len_utf8);
+        Self::emit_text(out, &self.buf[..n]);
+        self.buf.drain(..n);
+        self.mode = Mode::Text;
+        true
+    }
+
+    /// How the answer opens: the template's whole-answer format, a run of loose calls, or text. Returns whether
+    /// it is known.
+    fn start(&mut self, end: bool) -> bool {
+        let native = match self.format {
+            Format::Hermes => Some(false),
+            Format::Mistral => mistral::opens(&self.buf),
+            Format::Pythonic => pythonic::opens(&self.buf),
+            Format::Llama3 | Format::Generic => self.buf.trim_start().chars().next().map(|c| c == '{'),
+        };
+        self.mode = match (native, loose::opens(&self.buf)) {
+            (Some(true), _) => Mode::Native,
+            (None, _) | (_, None) if !end => return false,
+            (_, Some(true)) => Mode::Run,
+            _ => Mode::Text,
+        };
+        true
+    }
+
+    /// Text up to the first opener of a call; what may begin one at its end is held back.
+    fn text(&mut self, out: &mut Vec<Piece>, end: bool) -> bool {
+        if self.skip_newline {
+            if self.buf.is_empty() && !end {
+                return false;
+            }
+            if self.buf.starts_with('\n') {
+                self.buf.remove(0);
+            }
+            self.skip_newline = false;
+        }
+        let first = self
+            .openers
+            .iter()
+            .filter_map(|(m, mode)| self.buf.find(m.as_str()).map(|i| (i, *mode)))
+            .min_by_key(|&(i, _)| i);
+        if let Some((i, mode)) = first {
+            Self::emit_text(out, &self.buf[..i]);
+            let skip = if mode == Mode::Hermes { hermes::START.len() } else { 0 };
+            self.buf.drain(..i + skip);
+            self.mode = mode;
+            return true;
+        }
+        let keep =
+            if end { 0 } else { self.openers.iter().map(|(m, _)| partial_marker_len(&self.buf, m)).max().unwrap_or(0) };
+        let cut = self.buf.len() - keep;
+        Self::emit_text(out, &self.buf[..cut]);
+        self.buf.drain(..cut);
+        false
+    }
+
+    /// Inside a Hermes `<tool_call>` (its opener read): stream the call once its header is read, or parse its body
+    /// when it closes.
+    fn hermes(&mut self, out: &mut Vec<Piece>, end: bool) -> bool {
+        if self.args.is_some() {
+            return self.stream_args(out, end);
+        }
+        if !end || !self.buf.contains(hermes::END) {
+            match hermes::header(&self.buf) {
+                hermes::Header::Yes { name, len } => {
+                    self.calls += 1;
+                    out.push(Piece::CallStart(name));
+                    self.buf.drain(..len);
+                    self.args = Some(ArgScan::default());
+                    return true;
                 }
-                Mode::Call if self.args.is_some() => {
-                    if !self.stream_args(out, end) {
-                        return;
-                    }
-                }
-                Mode::Call => {
-                    if !end || !self.buf.contains(hermes::END) {
-                        match hermes::header(&self.buf) {
-                            hermes::Header::Yes { name, len } => {
-                                self.calls += 1;
-                                out.push(Piece::CallStart(name));
-                                self.buf.drain(..len);
-                                self.args = Some(ArgScan::default());
-                                continue;
-                            }
-                            hermes::Header::Need if !end => return,
-                            _ => {}
-                        }
-                    }
-                    let close = self.buf.find(hermes::END);
-                    let body_end = match (close, end) {
-                        (Some(j), _) => j,
-                        (None, true) => self.buf.len(),
-                        (None, false) => return,
-                    };
-                    let body = self.buf[..body_end].to_string();
-                    match hermes::parse_body(&body) {
-                        Some(call) => {
-                            self.calls += 1;
-                            out.push(Piece::Call(call));
-                        }
-                        // Not a call after all: show it as it was written.
-                        None => Self::text(
-                            out,
-                            &format!("{}{body}{}", hermes::START, if close.is_some() { hermes::END } else { "" }),
-                        ),
-                    }
-                    self.buf.drain(..close.map_or(body_end, |j| j + hermes::END.len()));
-                    self.skip_newline = true;
-                    self.mode = Mode::Text;
-                    if end && self.buf.is_empty() {
-                        return;
-                    }
-                }
-                Mode::Plain => unreachable!("hermes has no plain mode"),
+                hermes::Header::Need if !end => return false,
+                _ => {}
             }
         }
+        let close = self.buf.find(hermes::END);
+        let body_end = match (close, end) {
+            (Some(j), _) => j,
+            (None, true) => self.buf.len(),
+            (None, false) => return false,
+        };
+        let body = self.buf[..body_end].to_string();
+        match hermes::parse_body(&body) {
+            Some(call) => self.emit_calls(out, vec![call]),
+            // Not a call after all: show it as it was written.
+            None => Self::emit_text(
+                out,
+                &format!("{}{body}{}", hermes::START, if close.is_some() { hermes::END } else { "" }),
+            ),
+        }
+        self.buf.drain(..close.map_or(body_end, |j| j + hermes::END.len()));
+        self.skip_newline = true;
+        self.mode = Mode::Text;
+        true
     }
 
     /// Stream the arguments of the Hermes call begun last: send what was decoded of its JSON object, up to its
@@ -252,58 +343,92 @@ impl CallParser {
         self.args = None;
         self.skip_newline = true;
         self.mode = Mode::Text;
-        !(end && self.buf.is_empty())
+        true
     }
 
-    /// Formats whose calls are the whole answer: decided by how it opens, parsed once complete (generic: one
-    /// object, as soon as it closes; the others when the answer ends, as several calls may follow each other).
-    /// Mistral's calls may also follow text, after their marker.
-    fn whole_answer(&mut self, out: &mut Vec<Piece>, end: bool) {
-        if self.mode == Mode::Text {
-            let opens = match self.format {
-                Format::Mistral => mistral::opens(&self.buf),
-                Format::Pythonic => pythonic::opens(&self.buf),
-                _ => self.buf.trim_start().chars().next().map(|c| c == '{'),
-            };
-            match (opens, end) {
-                (Some(true), _) => self.mode = Mode::Call,
-                (Some(false), _) | (None, true) => self.mode = Mode::Plain,
-                (None, false) => return,
+    /// The template's whole-answer format: parsed when the answer ends (generic: when its object closes); what
+    /// does not parse is read as a run of loose calls, then as text.
+    fn native(&mut self, out: &mut Vec<Piece>, end: bool) -> bool {
+        if !end {
+            if self.format != Format::Generic || !json_complete(&self.buf) {
+                return false;
             }
-        }
-        if self.mode == Mode::Plain {
-            let marker = (self.format == Format::Mistral).then_some(mistral::MARKER);
-            match marker.and_then(|m| self.buf.find(m)) {
-                Some(i) => {
-                    Self::text(out, &self.buf[..i]);
-                    self.buf.drain(..i);
-                    self.mode = Mode::Call;
-                }
-                None => {
-                    let keep = marker.filter(|_| !end).map_or(0, |m| partial_marker_len(&self.buf, m));
-                    let cut = self.buf.len() - keep;
-                    Self::text(out, &self.buf[..cut]);
-                    self.buf.drain(..cut);
-                    return;
-                }
-            }
-        }
-        if end || (self.format == Format::Generic && json_complete(&self.buf)) {
-            let parsed = match self.format {
-                Format::Llama3 => llama3::parse(&self.buf),
-                Format::Mistral => mistral::parse(&self.buf),
-                Format::Pythonic => pythonic::parse(&self.buf),
-                _ => generic::parse(&self.buf),
-            };
-            match parsed {
+            match generic::parse(&self.buf) {
                 Some(calls) => {
-                    self.calls += calls.len();
-                    out.extend(calls.into_iter().map(Piece::Call));
+                    self.emit_calls(out, calls);
+                    self.buf.clear();
+                    self.mode = Mode::Text;
                 }
-                None => Self::text(out, &self.buf),
+                None => self.mode = Mode::Run,
             }
-            self.buf.clear();
-            self.mode = Mode::Plain;
+            return true;
+        }
+        let scan = match self.format {
+            Format::Llama3 => llama3::scan(&self.buf),
+            Format::Mistral => mistral::scan(&self.buf),
+            Format::Pythonic => pythonic::scan(&self.buf),
+            _ => generic::scan(&self.buf),
+        };
+        match scan {
+            Scan::Calls(calls, _) => self.emit_calls(out, calls),
+            Scan::More(done) if self.cut && !done.is_empty() => self.emit_calls(out, done),
+            _ => {
+                self.mode = Mode::Run;
+                return true;
+            }
+        }
+        self.buf.clear();
+        self.mode = Mode::Text;
+        false
+    }
+
+    /// Whether what a run or tag holds may have changed what it is: at the end, while it is short, and when its
+    /// JSON is not open (inside an open value nothing but its end can make it calls, and a flaw in it may wait).
+    /// Scanning it at every piece would take time quadratic in a long call's arguments.
+    fn worth_scanning(&mut self, end: bool) -> bool {
+        for c in self.buf[self.nest_at..].chars() {
+            self.nest.step(c);
+        }
+        self.nest_at = self.buf.len();
+        end || self.buf.len() <= HEAD || (self.nest.depth <= 0 && !self.nest.in_str)
+    }
+
+    /// A run of loose calls: held until the answer ends, released as text as soon as it cannot be one.
+    fn run(&mut self, out: &mut Vec<Piece>, end: bool) -> bool {
+        if !self.worth_scanning(end) {
+            return false;
+        }
+        let scan = Loose { names: &self.names }.run(&self.buf, end);
+        self.held(out, scan, end, false)
+    }
+
+    /// A loose tagged call: sent when it closes, released as text as soon as it cannot be one.
+    fn tag(&mut self, out: &mut Vec<Piece>, end: bool) -> bool {
+        if !self.worth_scanning(end) {
+            return false;
+        }
+        let scan = Loose { names: &self.names }.tagged(&self.buf, end, 0);
+        self.held(out, scan, end, true)
+    }
+
+    /// Act on what a held run or tag is.
+    fn held(&mut self, out: &mut Vec<Piece>, scan: Scan, end: bool, tagged: bool) -> bool {
+        match scan {
+            Scan::Calls(calls, len) => {
+                self.emit_calls(out, calls);
+                self.buf.drain(..len);
+                self.skip_newline = tagged;
+                self.mode = Mode::Text;
+                true
+            }
+            Scan::More(_) if !end => false,
+            Scan::More(done) if self.cut && !done.is_empty() => {
+                self.emit_calls(out, done);
+                self.buf.clear();
+                self.mode = Mode::Text;
+                false
+            }
+            _ => self.release_one(out),
         }
     }
 }
@@ -327,11 +452,11 @@ pub fn merge(pieces: Vec<Piece>) -> (String, Vec<Call>) {
     (text, calls)
 }
 
-/// A whole answer's text and calls.
-pub fn parse_whole(format: Format, text: &str) -> (String, Vec<Call>) {
-    let mut p = CallParser::new(format);
+/// A whole answer's text and calls (`names`: the functions the request declares).
+pub fn parse_whole(format: Format, names: &[&str], text: &str) -> (String, Vec<Call>) {
+    let mut p = CallParser::new(format, names.iter().map(|n| n.to_string()).collect());
     let mut pieces = p.feed(text);
-    pieces.extend(p.finish());
+    pieces.extend(p.finish(false));
     merge(pieces)
 }
 
@@ -343,163 +468,4 @@ fn json_complete(s: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Feed `text` split at every byte boundary pair (char boundaries) and in one piece: the same pieces come out,
-    /// merged.
-    fn parse_all(format: Format, text: &str) -> (String, Vec<Call>) {
-        crate::output::text::same_at_every_split(text, |pieces| {
-            let mut p = CallParser::new(format);
-            let mut got: Vec<Piece> = pieces.iter().flat_map(|t| p.feed(t)).collect();
-            got.extend(p.finish());
-            merge(got)
-        })
-    }
-
-    fn call(name: &str, args: &str) -> Call {
-        Call { name: name.into(), arguments: args.into() }
-    }
-
-    #[test]
-    fn hermes_calls_text_and_splits() {
-        let out =
-            "Let me check.<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n\
-                   <tool_call>\n{\"name\": \"time\", \"arguments\": {}}\n</tool_call>";
-        let (text, calls) = parse_all(Format::Hermes, out);
-        assert_eq!(text, "Let me check.");
-        // Hermes arguments are the model's JSON text as written (streamed as it is decoded).
-        assert_eq!(calls, vec![call("weather", "{\"city\": \"Paris\"}"), call("time", "{}")]);
-        // No call: all text, including something that starts like the marker.
-        assert_eq!(parse_all(Format::Hermes, "a <tool b> é <tool_"), ("a <tool b> é <tool_".into(), vec![]));
-        // An unterminated call that parses is a call (a model that stops after the JSON).
-        let (t, c) = parse_all(Format::Hermes, "<tool_call>{\"name\": \"f\", \"parameters\": {\"x\": 1}}");
-        assert_eq!((t.as_str(), c), ("", vec![call("f", "{\"x\": 1}")]));
-        // Cut off inside its arguments: what was written is the call (as a streaming client saw it).
-        let (_, c) = parse_all(Format::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": [1, ");
-        assert_eq!(c, vec![call("f", "{\"x\": [1, ")]);
-        // Braces and quotes inside strings do not end the arguments.
-        let (t, c) =
-            parse_all(Format::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"}\\\"{\"}}</tool_call>ok");
-        assert_eq!((t.as_str(), c), ("ok", vec![call("f", "{\"s\": \"}\\\"{\"}")]));
-        // Another key order: parsed when the call is complete.
-        let (_, c) = parse_all(Format::Hermes, "<tool_call>{\"arguments\": {\"x\": 1}, \"name\": \"f\"}</tool_call>");
-        assert_eq!(c, vec![call("f", "{\"x\":1}")]);
-        // A body that is not a call stays text.
-        assert_eq!(
-            parse_all(Format::Hermes, "<tool_call>oops</tool_call>"),
-            ("<tool_call>oops</tool_call>".into(), vec![])
-        );
-        // Arguments given as a JSON string.
-        let (_, c) =
-            parse_all(Format::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": [1]}\"}</tool_call>");
-        assert_eq!(c, vec![call("f", "{\"a\": [1]}")]);
-    }
-
-    #[test]
-    fn hermes_arguments_stream_as_they_are_decoded() {
-        let mut p = CallParser::new(Format::Hermes);
-        let mut got = p.feed("Sure.<tool_call>\n{\"name\": \"write\", \"arguments\": {\"text\": \"Hel");
-        assert_eq!(
-            got,
-            vec![
-                Piece::Text("Sure.".into()),
-                Piece::CallStart("write".into()),
-                Piece::CallArgs("{\"text\": \"Hel".into())
-            ]
-        );
-        got = p.feed("lo\"}}\n</tool_call>\nDone.");
-        assert_eq!(got, vec![Piece::CallArgs("lo\"}".into()), Piece::Text("Done.".into())]);
-        assert_eq!(p.calls(), 1);
-    }
-
-    #[test]
-    fn whole_answer_json_formats() {
-        let generic = " {\"tool_calls\": [{\"name\": \"weather\", \"arguments\": {\"city\": \"Lima {x}\"}}, {\"name\": \"t\", \"arguments\": {}}]}";
-        let llama = "{\"name\": \"f\", \"parameters\": {\"x\": \"{;}\"}}; {\"name\": \"g\", \"parameters\": {}}";
-        let cases: Vec<(Format, &str, &str, Vec<Call>)> = vec![
-            (Format::Generic, generic, "", vec![call("weather", "{\"city\":\"Lima {x}\"}"), call("t", "{}")]),
-            (Format::Llama3, llama, "", vec![call("f", "{\"x\":\"{;}\"}"), call("g", "{}")]),
-            // Text, and JSON that is not a call list, stay text.
-            (Format::Generic, "Hello {there}", "Hello {there}", vec![]),
-            (Format::Generic, "{\"a\": 1}", "{\"a\": 1}", vec![]),
-            (Format::Generic, "{\"tool_calls\": [{\"na", "{\"tool_calls\": [{\"na", vec![]),
-            (Format::Generic, "  ", "  ", vec![]),
-            (Format::Llama3, "Sure, {x}", "Sure, {x}", vec![]),
-            (Format::Llama3, "{\"a\": 1}", "{\"a\": 1}", vec![]),
-        ];
-        for (format, input, text, calls) in cases {
-            assert_eq!(parse_all(format, input), (text.to_string(), calls), "{format:?} {input:?}");
-        }
-    }
-
-    #[test]
-    fn mistral_answers() {
-        let weather = || call("weather", "{\"city\":\"Paris\"}");
-        let two = || vec![weather(), call("time", "{}")];
-        let list = "[TOOL_CALLS] [{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"time\", \"arguments\": {}}]";
-        let cases: Vec<(&str, &str, Vec<Call>)> = vec![
-            (list, "", two()),
-            (&list["[TOOL_CALLS]".len()..], "", two()),
-            ("[TOOL_CALLS]weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]time[ARGS]{}", "", two()),
-            // The markers left out of the text.
-            ("weather{\"city\": \"Paris\"}time{}", "", two()),
-            // Calls after text, from the marker on.
-            (
-                "Let me check. [TOOL_CALLS][{\"name\": \"time\", \"arguments\": {}}]",
-                "Let me check. ",
-                vec![call("time", "{}")],
-            ),
-            // Text, and what is not a call list, stay text as written.
-            ("Hello there [1] é [TOOL_", "Hello there [1] é [TOOL_", vec![]),
-            ("[1, 2] are numbers", "[1, 2] are numbers", vec![]),
-            ("[TOOL_CALLS] [{\"name\": \"weather\", \"argu", "[TOOL_CALLS] [{\"name\": \"weather\", \"argu", vec![]),
-            ("Sure: [TOOL_CALLS]oops", "Sure: [TOOL_CALLS]oops", vec![]),
-            ("weather", "weather", vec![]),
-            ("  ", "  ", vec![]),
-        ];
-        for (input, text, calls) in cases {
-            assert_eq!(parse_all(Format::Mistral, input), (text.to_string(), calls), "{input:?}");
-        }
-    }
-
-    #[test]
-    fn pythonic_answers() {
-        let weather = || call("get_weather", "{\"city\":\"Paris\",\"days\":3}");
-        let cases: Vec<(&str, &str, Vec<Call>)> = vec![
-            ("[get_weather(city=\"Paris\", days=3), get_time()]", "", vec![weather(), call("get_time", "{}")]),
-            (" ```tool_code\n[get_weather(city='Paris', days=3)]\n```", "", vec![weather()]),
-            ("```tool_code\nget_weather(city=\"Paris\", days=3)\n```", "", vec![weather()]),
-            ("<|python_start|>[get_weather(city=\"Paris\", days=3,)]<|python_end|>", "", vec![weather()]),
-            (
-                "[f(a=True, b=None, c=[1, 2.5, 'x'], d={'k': \"v\"}, e=false, s=\"\\u00e9\\n\")]",
-                "",
-                vec![call(
-                    "f",
-                    "{\"a\":true,\"b\":null,\"c\":[1,2.5,\"x\"],\"d\":{\"k\":\"v\"},\"e\":false,\"s\":\"é\\n\"}",
-                )],
-            ),
-            // Text, and what is not a list of calls, stay text as written.
-            ("The weather is nice. [f()]", "The weather is nice. [f()]", vec![]),
-            ("<b>é</b>", "<b>é</b>", vec![]),
-            ("[1, 2, 3]", "[1, 2, 3]", vec![]),
-            ("[f(1, 2)]", "[f(1, 2)]", vec![]),
-            ("[f(a=x)]", "[f(a=x)]", vec![]),
-            ("[f(a=1]", "[f(a=1]", vec![]),
-            ("[f(a=1)] and more", "[f(a=1)] and more", vec![]),
-            ("```python\nprint(f(a=1))\n```", "```python\nprint(f(a=1))\n```", vec![]),
-            ("  ", "  ", vec![]),
-        ];
-        for (input, text, calls) in cases {
-            assert_eq!(parse_all(Format::Pythonic, input), (text.to_string(), calls), "{input:?}");
-        }
-    }
-
-    #[test]
-    fn marker_prefixes() {
-        assert_eq!(partial_marker_len("abc <tool", "<tool_call>"), 5);
-        assert_eq!(partial_marker_len("abc", "<tool_call>"), 0);
-        assert_eq!(partial_marker_len("é<", "<tool_call>"), 1);
-        assert!(json_complete("{\"a\": \"}\"}") && !json_complete("{\"a\": \"}\"") && !json_complete("  "));
-    }
-}
+mod tests;

@@ -4,7 +4,7 @@
 //! Argument values are Python literals (strings, numbers, `True`/`False`/`None`, lists, dicts) or JSON ones, read
 //! into JSON; an answer that is anything else is text.
 
-use super::Call;
+use super::{Call, Scan};
 use serde_json::{Map, Number, Value};
 
 /// Llama 4's control token before pythonic calls (the text usually leaves it out).
@@ -41,6 +41,11 @@ pub fn opens(text: &str) -> Option<bool> {
 
 /// The calls of a whole answer, if it is a list of calls (in a fence, bare calls one after another too).
 pub fn parse(text: &str) -> Option<Vec<Call>> {
+    scan(text).whole()
+}
+
+/// An answer as calls: `More` when it ends inside one (with those before it).
+pub fn scan(text: &str) -> Scan {
     let s = text.trim();
     let s = s.strip_prefix(START).unwrap_or(s);
     let s = s.strip_suffix(END).unwrap_or(s).trim();
@@ -53,20 +58,48 @@ pub fn parse(text: &str) -> Option<Vec<Call>> {
     };
     let mut r = Reader { rest: body };
     let mut calls = Vec::new();
+    // A call that does not read: the text ends inside it, or it is not a call.
+    let failed = |from: &str, calls: Vec<Call>| if unfinished(from) { Scan::More(calls) } else { Scan::No };
     if r.eat('[') {
         while !r.eat(']') {
-            calls.push(r.call()?);
+            let from = r.rest;
+            let Some(c) = r.call() else { return failed(from, calls) };
+            calls.push(c);
             if !r.separator(']') {
-                return None;
+                return if r.at_end() { Scan::More(calls) } else { Scan::No };
             }
         }
     } else if fenced {
         while !r.at_end() {
-            calls.push(r.call()?);
+            let from = r.rest;
+            let Some(c) = r.call() else { return failed(from, calls) };
+            calls.push(c);
             r.eat(',');
         }
     }
-    (r.at_end() && !calls.is_empty()).then_some(calls)
+    if r.at_end() && !calls.is_empty() {
+        Scan::Calls(calls, text.len())
+    } else {
+        Scan::No
+    }
+}
+
+/// Whether `s` ends before what it opens closes: an open quote or bracket, or nothing at all.
+fn unfinished(s: &str) -> bool {
+    let (mut depth, mut quote, mut esc) = (0i64, None, false);
+    for c in s.chars() {
+        match (quote, esc, c) {
+            (Some(_), true, _) => esc = false,
+            (Some(_), false, '\\') => esc = true,
+            (Some(q), false, c) if c == q => quote = None,
+            (Some(_), _, _) => {}
+            (None, _, '"' | '\'') => quote = Some(c),
+            (None, _, '(' | '[' | '{') => depth += 1,
+            (None, _, ')' | ']' | '}') => depth -= 1,
+            _ => {}
+        }
+    }
+    s.trim().is_empty() || quote.is_some() || depth > 0
 }
 
 /// A recursive-descent reader of Python literals and calls.
@@ -261,6 +294,23 @@ fn word_value(word: &str) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cut_answers_keep_the_calls_that_completed() {
+        let f = || Call { name: "f".into(), arguments: "{\"a\":1}".into() };
+        let cases = [
+            ("[f(a=1), g(b='x", Scan::More(vec![f()])),
+            ("[f(a=1), g(b=[1, 2", Scan::More(vec![f()])),
+            ("[f(a=1), ", Scan::More(vec![f()])),
+            ("[f(a=1)", Scan::More(vec![f()])),
+            ("```tool_code\nf(a=1)\ng(", Scan::More(vec![f()])),
+            ("[f(a=1), g(b=x)]", Scan::No),
+            ("[f(a=1) oops", Scan::No),
+        ];
+        for (text, want) in cases {
+            assert_eq!(scan(text), want, "{text:?}");
+        }
+    }
 
     /// The arguments of `[f(<args>)]`, as JSON text.
     fn args(text: &str) -> Option<String> {
