@@ -3,7 +3,10 @@
 //! run_tests) with `tool_choice: auto`, greedy decoding, and up to 8 steps, once on each of Chat Completions and
 //! Responses (`openai`) and Messages (`anthropic`). `tests/agent_loop.py` runs the loops and prints one JSON line;
 //! this test asserts that every step is a call of a declared tool with arguments that fit its schema, or the final
-//! answer in text, that the agent ran the tests, and that it finished within the steps.
+//! answer (a turn the model ends normally, without calls), that the agent ran the tests, and that it finished
+//! within the steps. The final answer may be empty: after the passing test run this model ends its turn at once
+//! (its first token is the end of the turn: `completion_tokens` 0). Whether it fixed the bug is the model's skill,
+//! not hearth's, and is reported (`tests_pass`) rather than asserted.
 //!
 //! The interpreter is `.venv-test/bin/python` (scripts/setup-test-python). Without it, or without the model, this
 //! test fails; it never skips.
@@ -31,13 +34,18 @@ fn check_loop(r: &Value, api: &str) {
         }
     }
     assert_eq!(last["calls"].as_array().map(Vec::len), Some(0), "{api}: still calling after 8 steps: {last}");
-    assert!(last["text"].as_str().is_some_and(|t| !t.trim().is_empty()), "{api}: no final answer: {last}");
+    let ended = [&last["finish_reason"], &last["status"], &last["stop_reason"]];
+    assert!(
+        ended.iter().any(|v| matches!(v.as_str(), Some("stop" | "completed" | "end_turn"))),
+        "{api}: the last turn did not end normally: {last}"
+    );
     let names: Vec<&str> = calls
         .iter()
         .flat_map(|s| s["calls"].as_array().into_iter().flatten())
         .filter_map(|c| c["name"].as_str())
         .collect();
     assert!(names.contains(&"run_tests"), "{api}: the agent never ran the tests: {names:?}");
+    eprintln!("{api}: {} steps, calls {names:?}, the tests pass at the end: {}", steps.len(), r["tests_pass"]);
 }
 
 #[test]
