@@ -1,8 +1,8 @@
-//! Micro-benchmark: candle's CPU `QMatMul` vs `hearth_engine::cpu_matmul` on SmolLM2-135M and Gemma 3 270M shapes.
+//! Micro-benchmark: candle's CPU `QMatMul` vs `hearth_engine::cpu_matmul` on SmolLM2-135M, Gemma 3 270M and Qwen2.5-Coder-1.5B shapes.
 //!
 //! `RAYON_NUM_THREADS=2 cargo run --release --example qmatmul_bench -p hearth-engine`
 //!
-//! Environment: `QBENCH_M=1,512` (activation rows to time), `QBENCH_SHAPES=smollm2|gemma|all`,
+//! Environment: `QBENCH_M=1,512` (activation rows to time), `QBENCH_SHAPES=smollm2|gemma|qwen15b|all`,
 //! `QBENCH_MIN_S=0.3` (minimum seconds per measurement), `QBENCH_CLOCK=cpu` (time the calling thread's CPU
 //! time instead of wall time: only meaningful with RAYON_NUM_THREADS=1, for comparing kernels on a busy machine).
 //! Times are medians, in milliseconds.
@@ -40,6 +40,13 @@ fn shapes() -> Vec<Shape> {
         s("gemma", "ffn_down", 640, 2048, Q4K, 9),
         s("gemma", "attn_output", 640, 1024, Q4K, 18),
         s("gemma", "lm_head", 262144, 640, Q8_0, 1),
+        s("qwen15b", "attn_q/o", 1536, 1536, Q4K, 56),
+        s("qwen15b", "attn_k/v", 256, 1536, Q4K, 42),
+        s("qwen15b", "attn_v", 256, 1536, Q6K, 14),
+        s("qwen15b", "ffn_gate/up", 8960, 1536, Q4K, 56),
+        s("qwen15b", "ffn_down", 1536, 8960, Q4K, 14),
+        s("qwen15b", "ffn_down", 1536, 8960, Q6K, 14),
+        s("qwen15b", "lm_head", 151936, 1536, Q6K, 1),
     ]
 }
 

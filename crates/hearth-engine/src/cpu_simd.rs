@@ -1,5 +1,5 @@
 //! x86 vector helpers the CPU kernels share (the quantized matmuls, the activation and the attention): an f16
-//! load, a vectorized `exp` and a fixed-order horizontal sum. Callers enable AVX2, FMA and F16C.
+//! load, a vectorized `exp` and fixed-order horizontal sums. Callers enable AVX2, FMA and F16C.
 
 use core::arch::x86_64::*;
 
@@ -38,4 +38,13 @@ pub(crate) unsafe fn hsum(v: __m256) -> f32 {
     let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     let r = _mm_add_ss(r, _mm_movehdup_ps(r));
     _mm_cvtss_f32(r)
+}
+
+/// The sum of 8 i32 lanes (exact).
+#[inline(always)]
+pub(crate) unsafe fn hsum_i32(v: __m256i) -> i32 {
+    let r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
+    let r = _mm_add_epi32(r, _mm_shuffle_epi32::<0b01>(r));
+    _mm_cvtsi128_si32(r)
 }

@@ -6,7 +6,7 @@
 //! * Q5_0, 22 bytes: `d: f16, qh: u32, qs: [u8; 16]`; 5th bit of value i is bit i of qh; value = (q - 16)·d.
 //! * Q8_0, 34 bytes: `d: f16, qs: [i8; 32]`.
 
-use super::frame::blocked_matmul;
+use super::frame::{blocked_matmul, grain, Split};
 use super::quant::{quantize_rows, XBlock, QK};
 use super::Isa;
 use crate::Result;
@@ -59,6 +59,7 @@ pub fn decode_matmul(
         n,
         k,
         m,
+        |row_bytes| Split { grain: grain(row_bytes), align: 1 },
         |xq| quantize_rows(x, xq, corr_mult(dtype, isa), cfg!(target_arch = "x86_64")),
         |xq, rows| {
             #[cfg(target_arch = "x86_64")]

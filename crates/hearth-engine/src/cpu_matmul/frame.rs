@@ -11,8 +11,17 @@ pub(crate) fn grain(row_bytes: usize) -> usize {
     (16 * 1024 / row_bytes.max(1)).clamp(4, 256)
 }
 
+/// How the output columns (weight rows) are split over the work pool: chunks of at least `grain` rows, each
+/// starting at a multiple of `align` rows.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Split {
+    pub grain: usize,
+    pub align: usize,
+}
+
 /// The frame both int8 paths share: check W's size, quantize x (m rows of `k / block_vals` blocks) into this
-/// thread's reused buffer `scratch`, then hand the output columns (weight rows) to `run` over the work pool.
+/// thread's reused buffer `scratch`, then hand the output columns (weight rows) to `run` over the work pool,
+/// split as `split` says.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn blocked_matmul<X: Copy + Sync>(
     scratch: &'static std::thread::LocalKey<RefCell<Vec<X>>>,
@@ -22,6 +31,7 @@ pub(crate) fn blocked_matmul<X: Copy + Sync>(
     n: usize,
     k: usize,
     m: usize,
+    split: impl FnOnce(usize) -> Split,
     quantize: impl FnOnce(&mut [X]),
     run: impl Fn(&[X], std::ops::Range<usize>) + Sync,
 ) -> Result<()> {
@@ -40,7 +50,9 @@ pub(crate) fn blocked_matmul<X: Copy + Sync>(
         let xq = &mut xq[..m * nb];
         quantize(xq);
         let xq: &[X] = xq;
-        par_chunks(n, grain(nb * bytes), |rows| run(xq, rows));
+        let Split { grain, align } = split(nb * bytes);
+        let align = align.max(1);
+        par_chunks(n.div_ceil(align), grain.div_ceil(align), |u| run(xq, u.start * align..(u.end * align).min(n)));
     });
     Ok(())
 }

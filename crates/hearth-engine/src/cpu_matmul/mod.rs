@@ -14,10 +14,14 @@
 //!   shares the call, and on every ISA: the serving engine's batch invariance at no cost. Output rows are split
 //!   over the work pool (`crate::work_pool`). It beats dequantizing W to f32 for candle's f32 GEMM at every m measured.
 //! * **k-quant path** (`kquant`, Q4_K/Q5_K/Q6_K, every m): x quantized per 256 values exactly as candle's Q8_K,
-//!   exact integer sums per super-block (scales applied with `vpmaddwd`, mins and Q6_K's −32 folded in through
-//!   the activation's 16-value sums; with VNNI the scale step is one `vpdpwssd`, bit-identical to AVX2's). Per
-//!   matmul about even with candle's repacked kernels at m = 1; the point is that a k-quant model's matmuls all
-//!   run on hearth's work pool (`HEARTH_K_QUANT=0`: candle's), row by row independently.
+//!   exact integer sums per super-block: below 4 activation rows straight from the weights (scales applied with
+//!   `vpmaddwd`, or one `vpdpwssd` with VNNI), from 4 rows up from 8 weight rows packed lanes-are-rows as above
+//!   (`vpdpbusd` per 4 values, `vpmulld` by the lane's scale per 16 or 32); mins and Q6_K's −32 folded in through
+//!   the activation's 16-value sums. Both kernels take the same float steps per output on the same exact
+//!   integers, so a row's result is bit-identical at any m and on every ISA. At prefill sizes the packed kernel is
+//!   about even with candle's repacked kernels (which keep a second, repacked copy of the weights) and 3–4× the
+//!   tile kernel; the point is also that a k-quant model's matmuls all run on hearth's work pool
+//!   (`HEARTH_K_QUANT=0`: candle's).
 //!
 //! Everything else (Q4_0, Q2_K, ...) falls back to candle's `QMatMul`, which is also the reference in the
 //! tests. Non-CPU tensors, non-f32 activations and CPUs without AVX2+FMA+F16C always use candle.
@@ -136,9 +140,9 @@ pub struct Plan {
 impl Plan {
     /// The int8 path at every m for the types it handles, candle for the rest (`examples/qmatmul_bench.rs`). For
     /// Q4_1/Q5_0/Q8_0 it beats candle's kernels and a dequantize + f32 GEMM at every m measured. For the k-quants
-    /// candle's repacked kernels are faster at m >= 4, but they run on candle's pool (a model whose matmuls switch
-    /// pools has both spinning on the same cores), and the row-independent int8 path is what the serving engine's
-    /// batch invariance needs.
+    /// candle's repacked kernels (a second copy of the weights) are faster at 4-32 rows and about even at prefill
+    /// sizes, but they run on candle's pool (a model whose matmuls switch pools has both spinning on the same
+    /// cores), and the row-independent int8 path is what the serving engine's batch invariance needs.
     pub fn for_weight(dtype: GgmlDType) -> Plan {
         Plan { decode_below: if decode_supported(dtype) { usize::MAX } else { 0 } }
     }

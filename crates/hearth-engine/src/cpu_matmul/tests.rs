@@ -307,16 +307,17 @@ fn k_quant_decode_matches_candle_qmatmul() {
 
 #[test]
 fn k_quant_rows_are_the_same_whatever_shares_the_call() {
-    // The serving engine's batch invariance: a row's output is bit-identical at any m and position.
-    for dtype in K_QUANT_TYPES {
+    // The serving engine's batch invariance: a row's output is bit-identical at any m and position, whether the
+    // tile kernel (m < 4) or the packed one (m >= 4, tiles of 8, 4 and 1 rows) computes it.
+    for (isa, dtype) in isas().into_iter().flat_map(|i| K_QUANT_TYPES.map(|d| (i, d))) {
         let (n, k) = (67, 512);
         let w = quantized(n, k, dtype, 31);
         let x = tensor(23, k, 32);
-        let all = ours_decode(&w, Isa::Avx2, &x);
-        for r in [0, 5, 22] {
-            let one = ours_decode(&w, Isa::Avx2, &x.narrow(0, r, 1).unwrap());
-            for (j, (a, b)) in one.iter().zip(&all[r * n..(r + 1) * n]).enumerate() {
-                assert_eq!(a.to_bits(), b.to_bits(), "{dtype:?} row {r} col {j}");
+        let all = ours_decode(&w, isa, &x);
+        for (r0, len) in [(0, 1), (5, 1), (22, 1), (3, 2), (10, 3), (1, 5), (7, 13)] {
+            let part = ours_decode(&w, isa, &x.narrow(0, r0, len).unwrap());
+            for (j, (a, b)) in part.iter().zip(&all[r0 * n..(r0 + len) * n]).enumerate() {
+                assert_eq!(a.to_bits(), b.to_bits(), "{isa:?} {dtype:?} rows {r0}+{len} value {j}");
             }
         }
     }
@@ -329,8 +330,6 @@ fn k_quant_decode_catches_a_wrong_scale_or_min() {
     for dtype in K_QUANT_TYPES {
         let (n, k) = (67, 512);
         let w = quantized(n, k, dtype, 41);
-        let x = tensor(3, k, 42);
-        let reference = candle_ref(&w, &x);
         let bytes = kquant::block_bytes(dtype);
         let block = (40 * (k / QK_K) + 1) * bytes; // row 40, super-block 1
                                                    // (byte offset, xor mask): Q4_K/Q5_K scale bytes 4..16 (byte 4: sc_0 low bits; byte 8: m_0); Q6_K scales
@@ -339,13 +338,18 @@ fn k_quant_decode_catches_a_wrong_scale_or_min() {
             GgmlDType::Q6K => vec![(192 + 3, 1), (208, 1)],
             _ => vec![(4 + 2, 1), (4 + 4 + 1, 1), (0, 1), (2, 1)],
         };
-        for (off, mask) in edits {
-            let bad = edited(&w, |b| b[block + off] ^= mask);
-            let e = rel_err(&ours_decode(&bad, Isa::Avx2, &x), &reference);
-            if std::env::var("KERNEL_TEST_VERBOSE").is_ok() {
-                eprintln!("mutated {dtype:?} byte {off}: {e:e}");
+        // 3 rows: the tile kernel; 9: the packed one
+        for m in [3, 9] {
+            let x = tensor(m, k, 42);
+            let reference = candle_ref(&w, &x);
+            for &(off, mask) in &edits {
+                let bad = edited(&w, |b| b[block + off] ^= mask);
+                let e = rel_err(&ours_decode(&bad, Isa::Avx2, &x), &reference);
+                if std::env::var("KERNEL_TEST_VERBOSE").is_ok() {
+                    eprintln!("mutated {dtype:?} byte {off}, m={m}: {e:e}");
+                }
+                assert!(e > DECODE_TOL, "{dtype:?} byte {off} m={m}: a wrong scale went unnoticed ({e:e})");
             }
-            assert!(e > DECODE_TOL, "{dtype:?} byte {off}: a wrong scale went unnoticed ({e:e})");
         }
     }
 }
@@ -388,8 +392,10 @@ fn forward_follows_the_plan_and_matches_candle() {
 #[test]
 fn a_row_does_not_depend_on_its_batch() {
     // 300 rows in one call (packed tiles of 8 or 4) vs the same rows one at a time: bit-identical
-    for (isa, dtype) in isas().into_iter().flat_map(|i| DECODE_TYPES.map(|d| (i, d))) {
-        let (n, k) = (67, 576);
+    for (isa, dtype) in
+        isas().into_iter().flat_map(|i| DECODE_TYPES.into_iter().chain(K_QUANT_TYPES).map(move |d| (i, d)))
+    {
+        let (n, k) = (67, if K_QUANT_TYPES.contains(&dtype) { 512 } else { 576 });
         let w = quantized(n, k, dtype, 77);
         let fast = FastQMatMul::with_plan(w.clone(), isa, Plan::for_weight(dtype)).unwrap();
         let x = tensor(300, k, 78);

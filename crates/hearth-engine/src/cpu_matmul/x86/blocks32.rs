@@ -3,11 +3,11 @@
 
 use super::formats::{Kind, KQ4_1, KQ5_0, KQ8_0};
 use super::mac::{Avx2, Mac, Vnni, Vnni512};
-use super::pack::{unpack8, Packed, PACK};
+use super::pack::{act_rows, store_lanes, unpack8, Packed, PACK};
 use super::rows::{rows_avx2, rows_vnni, rows_vnni512, Mat, RowKernel};
 use crate::cpu_matmul::quant::XBlock;
 use crate::cpu_matmul::Isa;
-use crate::cpu_simd::f16_at;
+use crate::cpu_simd::{f16_at, hsum_i32};
 use candle_core::quantized::GgmlDType;
 use core::arch::x86_64::*;
 
@@ -45,15 +45,6 @@ unsafe fn step<K: Kind, M: Mac, const MR: usize>(
 /// one row is memory-bound and two front-to-back streams read faster than eight interleaved ones.
 /// (16 KiB in unit tests, so that their small matrices run both kernels.)
 const STREAM_BYTES: usize = if cfg!(test) { 16 << 10 } else { 64 << 20 };
-
-/// The sum of 8 i32 lanes (exact).
-#[inline(always)]
-unsafe fn hsum_i32(v: __m256i) -> i32 {
-    let r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-    let r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
-    let r = _mm_add_epi32(r, _mm_shuffle_epi32::<0b01>(r));
-    _mm_cvtsi128_si32(r)
-}
 
 /// Two weight rows against one activation row, with exactly the float steps of a lane of [`step`] (scalar
 /// FMA of the exact block sum, then the min term): bit-identical to the 8-row kernel.
@@ -128,16 +119,8 @@ unsafe fn tile_rows<K: Kind, M: Mac, const MR: usize>(
     n: usize,
     valid: usize,
 ) {
-    let mut xs = [x; MR];
-    for (i, p) in xs.iter_mut().enumerate() {
-        *p = x.add((r + i) * nb);
-    }
-    let v = micro::<K, M, MR>(pk, rows, nb, xs);
-    for (i, v) in v.into_iter().enumerate() {
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), v);
-        std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst.add((r + i) * n), valid);
-    }
+    let xs = act_rows::<_, MR>(x, r, nb);
+    store_lanes(micro::<K, M, MR>(pk, rows, nb, xs), dst, r, n, valid);
 }
 
 /// The 32-value block formats (Q4_1, Q5_0, Q8_0) with int8 activations and the dot product `M`: the

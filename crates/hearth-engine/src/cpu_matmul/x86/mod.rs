@@ -4,9 +4,10 @@
 
 mod blocks32;
 mod formats;
-mod mac;
+pub(crate) mod mac;
 mod pack;
 mod rows;
 
 pub(crate) use blocks32::run;
-pub(crate) use rows::{rows_avx2, rows_vnni, rows_vnni512, Mat, TileKernel, Tiled};
+pub(crate) use pack::{act_rows, f16x8, store_lanes, transpose8};
+pub(crate) use rows::{rows_avx2, rows_vnni, rows_vnni512, Mat, RowKernel, TileKernel, Tiled};

@@ -23,7 +23,7 @@ thread_local! {
 
 /// The 8×8 transpose of 32-bit lanes: lane i of result g is lane g of `a[i]`.
 #[inline(always)]
-unsafe fn transpose8(a: [__m256i; 8]) -> [__m256i; 8] {
+pub(crate) unsafe fn transpose8(a: [__m256i; 8]) -> [__m256i; 8] {
     let t0 = _mm256_unpacklo_epi32(a[0], a[1]);
     let t1 = _mm256_unpackhi_epi32(a[0], a[1]);
     let t2 = _mm256_unpacklo_epi32(a[2], a[3]);
@@ -54,7 +54,7 @@ unsafe fn transpose8(a: [__m256i; 8]) -> [__m256i; 8] {
 
 /// The f16 at byte `at` of each of 8 blocks, as f32 lanes.
 #[inline(always)]
-unsafe fn f16x8(p: &[*const u8; 8], at: usize) -> __m256 {
+pub(crate) unsafe fn f16x8(p: &[*const u8; 8], at: usize) -> __m256 {
     let h = |i: usize| std::ptr::read_unaligned(p[i].add(at) as *const i16);
     _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)))
 }
@@ -71,4 +71,25 @@ pub(super) unsafe fn unpack8<K: Kind, M: Mac>(rows: &[*const u8; 8], b: usize) -
     let d = f16x8(&p, K::D_AT);
     let m = if K::HAS_MIN { f16x8(&p, K::M_AT) } else { _mm256_setzero_ps() };
     Packed { w: transpose8(w), d, m }
+}
+
+/// Pointers to activation rows `r..r + MR` of x (nb blocks a row).
+#[inline(always)]
+pub(crate) unsafe fn act_rows<X, const MR: usize>(x: *const X, r: usize, nb: usize) -> [*const X; MR] {
+    let mut xs = [x; MR];
+    for (i, p) in xs.iter_mut().enumerate() {
+        *p = x.add((r + i) * nb);
+    }
+    xs
+}
+
+/// The first `valid` lanes of `v[i]` (activation row `r + i` against a group of 8 weight rows) to
+/// `dst[(r + i) · n..]`.
+#[inline(always)]
+pub(crate) unsafe fn store_lanes<const MR: usize>(v: [__m256; MR], dst: *mut f32, r: usize, n: usize, valid: usize) {
+    for (i, v) in v.into_iter().enumerate() {
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), v);
+        std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst.add((r + i) * n), valid);
+    }
 }
