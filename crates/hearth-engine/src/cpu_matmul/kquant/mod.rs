@@ -80,7 +80,7 @@ pub fn decode_matmul(
             // SAFETY: the caller checked that the CPU supports `isa`; each chunk writes only the output columns
             // of its rows.
             unsafe {
-                x86::run(dtype, isa, w.as_ptr(), nb, xq, m, n, rows, out_ptr as *mut f32)
+                packed::run(dtype, isa, w.as_ptr(), nb, xq, m, n, rows, out_ptr as *mut f32)
             }
             #[cfg(not(target_arch = "x86_64"))]
             unreachable!("no Isa exists off x86_64 ({rows:?}, {out_ptr}, {nb}, {})", xq.len())

@@ -10,10 +10,14 @@
 //! tile kernel's 128 `vpmaddubsw` + 128 scale steps: the packing (8 transposes per super-block of 8 rows) is
 //! paid once per call and group, so the kernel runs from [`PACK_MIN_M`] activation rows up.
 
-use super::x86::{KBlocks, KKind, KMac, Scalars8};
+use super::x86::{self, KBlocks, KKind, KMac, Scalars8};
+use super::Isa;
 use crate::cpu_matmul::quant::XBlockK;
 use crate::cpu_matmul::x86::mac::Mac;
-use crate::cpu_matmul::x86::{act_rows, store_lanes, transpose8, Mat, RowKernel, Tiled};
+use crate::cpu_matmul::x86::{
+    act_rows, rows_avx2, rows_vnni, rows_vnni512, store_lanes, transpose8, Mat, RowKernel, Tiled,
+};
+use candle_core::quantized::GgmlDType;
 use core::arch::x86_64::*;
 use std::cell::RefCell;
 
@@ -211,5 +215,42 @@ impl<K: KKind, KM: KMac, M: Mac> RowKernel for KRows<K, KM, M> {
             }
             j0 = j1;
         }
+    }
+}
+
+/// Output columns `range` of `out (m, n) = xq @ W^T` for a k-quant `w`: the tile kernel below [`PACK_MIN_M`]
+/// activation rows, the packed one from there, compiled for `isa`.
+///
+/// # Safety
+/// The CPU must support `isa`; `w` holds n rows of nb super-blocks of `dtype`; `xq` holds m rows of nb
+/// blocks; `out` has m·n values.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn run(
+    dtype: GgmlDType,
+    isa: Isa,
+    w: *const u8,
+    nb: usize,
+    xq: &[XBlockK],
+    m: usize,
+    n: usize,
+    range: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    let mat = Mat { w, nb, x: xq.as_ptr(), m, n, out };
+    match dtype {
+        GgmlDType::Q4K => rows::<x86::Q4K>(isa, mat, range),
+        GgmlDType::Q5K => rows::<x86::Q5K>(isa, mat, range),
+        GgmlDType::Q6K => rows::<x86::Q6K>(isa, mat, range),
+        _ => unreachable!("checked by decode_matmul"),
+    }
+}
+
+#[inline(always)]
+unsafe fn rows<K: KKind>(isa: Isa, mat: Mat<XBlockK>, range: std::ops::Range<usize>) {
+    use crate::cpu_matmul::x86::mac;
+    match isa {
+        Isa::Avx2 => rows_avx2::<KRows<K, x86::Avx2, mac::Avx2>>(mat, range),
+        Isa::AvxVnni => rows_vnni::<KRows<K, x86::Vnni, mac::Vnni>>(mat, range),
+        Isa::Avx512Vnni => rows_vnni512::<KRows<K, x86::Vnni512, mac::Vnni512>>(mat, range),
     }
 }

@@ -1,9 +1,8 @@
 //! The k-quant tile kernels: one weight row (or two) straight from its GGML super-blocks against a few
 //! activation rows; the weight kinds ([`KKind`]) and scale-step forms ([`KMac`]) the packed kernel shares.
 
-use super::packed::KRows;
 use super::*;
-use crate::cpu_matmul::x86::{f16x8, rows_avx2, rows_vnni, rows_vnni512, Mat, TileKernel};
+use crate::cpu_matmul::x86::{f16x8, TileKernel};
 use crate::cpu_simd::{f16_at, hsum_i32};
 use core::arch::x86_64::*;
 
@@ -341,39 +340,5 @@ impl<K: KKind, M: KMac> TileKernel for KBlocks<K, M> {
     unsafe fn pair(w0: *const u8, w1: *const u8, nb: usize, x: *const XBlockK) -> (f32, f32) {
         let [[a], [b]] = tile::<K, M, 2, 1>([w0, w1], nb, [x]);
         (a, b)
-    }
-}
-
-/// # Safety
-/// The CPU must support `isa`; `w` holds n rows of nb super-blocks of `dtype`; `xq` holds m rows of nb
-/// blocks; `out` has m·n values.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn run(
-    dtype: GgmlDType,
-    isa: Isa,
-    w: *const u8,
-    nb: usize,
-    xq: &[XBlockK],
-    m: usize,
-    n: usize,
-    range: std::ops::Range<usize>,
-    out: *mut f32,
-) {
-    let mat = Mat { w, nb, x: xq.as_ptr(), m, n, out };
-    match dtype {
-        GgmlDType::Q4K => rows::<Q4K>(isa, mat, range),
-        GgmlDType::Q5K => rows::<Q5K>(isa, mat, range),
-        GgmlDType::Q6K => rows::<Q6K>(isa, mat, range),
-        _ => unreachable!("checked by decode_matmul"),
-    }
-}
-
-#[inline(always)]
-unsafe fn rows<K: KKind>(isa: Isa, mat: Mat<XBlockK>, range: std::ops::Range<usize>) {
-    use crate::cpu_matmul::x86::mac;
-    match isa {
-        Isa::Avx2 => rows_avx2::<KRows<K, Avx2, mac::Avx2>>(mat, range),
-        Isa::AvxVnni => rows_vnni::<KRows<K, Vnni, mac::Vnni>>(mat, range),
-        Isa::Avx512Vnni => rows_vnni512::<KRows<K, Vnni512, mac::Vnni512>>(mat, range),
     }
 }
