@@ -16,7 +16,8 @@
 //! * **k-quant path** (`kquant`, Q4_K/Q5_K/Q6_K, every m): x quantized per 256 values exactly as candle's Q8_K,
 //!   exact integer sums per super-block: below 4 activation rows straight from the weights (scales applied with
 //!   `vpmaddwd`, or one `vpdpwssd` with VNNI), from 4 rows up from 8 weight rows packed lanes-are-rows as above
-//!   (`vpdpbusd` per 4 values, `vpmulld` by the lane's scale per 16 or 32); mins and Q6_K's −32 folded in through
+//!   (`vpdpbusd` per 4 values, `vpmulld` by the lane's scale per 16 or 32; 16 rows a vector with AVX-512 unless
+//!   `HEARTH_AVX512=0`); mins and Q6_K's −32 folded in through
 //!   the activation's 16-value sums. Both kernels take the same float steps per output on the same exact
 //!   integers, so a row's result is bit-identical at any m and on every ISA. At prefill sizes the packed kernel is
 //!   about even with candle's repacked kernels (which keep a second, repacked copy of the weights) and 3–4× the

@@ -80,7 +80,7 @@ pub fn decode_matmul(
             // SAFETY: the caller checked that the CPU supports `isa`; each chunk writes only the output columns
             // of its rows.
             unsafe {
-                packed::run(dtype, isa, w.as_ptr(), nb, xq, m, n, rows, out_ptr as *mut f32)
+                dispatch::run(dtype, isa, w.as_ptr(), nb, xq, m, n, rows, out_ptr as *mut f32)
             }
             #[cfg(not(target_arch = "x86_64"))]
             unreachable!("no Isa exists off x86_64 ({rows:?}, {out_ptr}, {nb}, {})", xq.len())
@@ -92,13 +92,18 @@ pub fn decode_matmul(
 fn split(m: usize, row_bytes: usize) -> Split {
     #[cfg(target_arch = "x86_64")]
     if m >= packed::PACK_MIN_M {
-        return Split { grain: 8 * packed::PANEL, align: 8 };
+        // whole 16-row pairs for the 512-bit kernel (two 8-row groups for the 256-bit one)
+        return Split { grain: 8 * packed::PANEL, align: 16 };
     }
     let _ = m;
     Split { grain: grain(row_bytes), align: 1 }
 }
 
 #[cfg(target_arch = "x86_64")]
+mod dispatch;
+#[cfg(target_arch = "x86_64")]
 mod packed;
+#[cfg(target_arch = "x86_64")]
+mod wide;
 #[cfg(target_arch = "x86_64")]
 mod x86;

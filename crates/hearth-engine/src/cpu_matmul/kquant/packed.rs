@@ -10,14 +10,10 @@
 //! tile kernel's 128 `vpmaddubsw` + 128 scale steps: the packing (8 transposes per super-block of 8 rows) is
 //! paid once per call and group, so the kernel runs from [`PACK_MIN_M`] activation rows up.
 
-use super::x86::{self, KBlocks, KKind, KMac, Scalars8};
-use super::Isa;
+use super::x86::{KBlocks, KKind, KMac, Scalars8};
 use crate::cpu_matmul::quant::XBlockK;
 use crate::cpu_matmul::x86::mac::Mac;
-use crate::cpu_matmul::x86::{
-    act_rows, rows_avx2, rows_vnni, rows_vnni512, store_lanes, transpose8, Mat, RowKernel, Tiled,
-};
-use candle_core::quantized::GgmlDType;
+use crate::cpu_matmul::x86::{act_rows, store_lanes, transpose8, Mat, RowKernel, Tiled};
 use core::arch::x86_64::*;
 use std::cell::RefCell;
 
@@ -27,7 +23,8 @@ pub const PACK_MIN_M: usize = 4;
 /// Groups of 8 weight rows packed together: each activation tile runs against all of them while it is in L1.
 pub const PANEL: usize = 4;
 
-/// One super-block of 8 weight rows, transposed: lane i of every vector is row i.
+/// One super-block of 8 weight rows, transposed: lane i of every vector is row i. Its vectors in order are the
+/// "slots" [`pack`] writes ([`KPack16`] has the same slots, 16 rows wide).
 #[repr(C, align(32))]
 #[derive(Clone, Copy)]
 pub(crate) struct KPack {
@@ -43,6 +40,12 @@ pub(crate) struct KPack {
 
 const ZERO_PACK: KPack = unsafe { std::mem::zeroed() };
 
+/// The slots of a packed super-block: `w[c][g]` at `8c + g`, then `sc`, `off`, `d` and `f`.
+const SLOT_SC: usize = 64;
+const SLOT_OFF: usize = 80;
+const SLOT_D: usize = 88;
+const SLOT_F: usize = 89;
+
 thread_local! {
     /// This thread's packed panel (grown to the widest matrix it has run).
     static PACK: RefCell<Vec<KPack>> = const { RefCell::new(Vec::new()) };
@@ -55,30 +58,41 @@ struct Transposed([[u8; 224]; 8]);
 
 /// Super-block `b` of 8 weight rows, packed: the raw vectors that hold the quants are transposed first (4–6
 /// transposes, where transposing the 8 unpacked chunks would take 8), then unpacked chunk by chunk.
+/// Slot v goes to `out + v · step` (32-byte vectors): step 1 fills a [`KPack`], step 2 one half of a [`KPack16`].
 #[inline(always)]
-unsafe fn pack<K: KKind>(rows: &[*const u8; 8], b: usize) -> KPack {
+pub(super) unsafe fn pack<K: KKind>(rows: &[*const u8; 8], b: usize, out: *mut __m256i, step: usize) {
     let mut p = [rows[0]; 8];
     for i in 0..8 {
         p[i] = rows[i].add(b * K::BYTES);
     }
-    let mut t = Transposed([[0; 224]; 8]);
+    // Only the kind's vectors are written, and `chunk` reads only those: no need to clear the rest.
+    let mut t = std::mem::MaybeUninit::<Transposed>::uninit();
+    let tp = t.as_mut_ptr() as *mut u8;
     for &o in K::VECS {
         let mut v = [_mm256_setzero_si256(); 8];
         for i in 0..8 {
             v[i] = _mm256_loadu_si256(p[i].add(o) as *const __m256i);
         }
         for (g, v) in transpose8(v).into_iter().enumerate() {
-            _mm256_storeu_si256(t.0[g].as_mut_ptr().add(o) as *mut __m256i, v);
+            _mm256_storeu_si256(tp.add(224 * g + o) as *mut __m256i, v);
         }
     }
-    let mut w = [[_mm256_setzero_si256(); 8]; 8];
-    for (c, wc) in w.iter_mut().enumerate() {
-        for (g, v) in wc.iter_mut().enumerate() {
-            *v = K::chunk(t.0[g].as_ptr(), c);
+    // written in place: the packed group is 2.9 KiB, a copy would cost as much as a transpose
+    let slot = |v: usize| out.add(v * step);
+    for c in 0..8 {
+        for g in 0..8 {
+            slot(8 * c + g).write(K::chunk(tp.add(224 * g), c));
         }
     }
     let Scalars8 { sc, off, d, f } = K::scalars8(&p);
-    KPack { w, sc, off, d, f }
+    for (s, v) in sc.into_iter().enumerate() {
+        slot(SLOT_SC + s).write(v);
+    }
+    for (q, v) in off.into_iter().enumerate() {
+        slot(SLOT_OFF + q).write(v);
+    }
+    slot(SLOT_D).write(_mm256_castps_si256(d));
+    slot(SLOT_F).write(_mm256_castps_si256(f));
 }
 
 /// MR activation rows against a packed group of 8 weight rows (nb super-blocks at `pk`): lane i of result r
@@ -151,106 +165,136 @@ unsafe fn tile_rows<K: KKind, M: Mac, const MR: usize>(
     store_lanes(micro::<K, M, MR>(pk, nb, xs), dst, r, n, valid);
 }
 
-/// The k-quant row kernel: the tile kernel ([`KBlocks`] with the scale step `KM`) below [`PACK_MIN_M`]
-/// activation rows, the packed kernel (dot product `M`) from there.
-pub(crate) struct KRows<K, KM, M>(std::marker::PhantomData<(K, KM, M)>);
+/// A packed kernel that [`drive`] runs: its packed super-block of `WIDTH` weight rows, how to pack one, and its
+/// tiles of activation rows (the widest `MR`, then 4, then 1).
+pub(super) trait PackedKernel {
+    type P;
+    /// Bytes of one weight super-block.
+    const BYTES: usize;
+    /// Weight rows per packed super-block.
+    const WIDTH: usize;
+    /// Activation rows of the widest tile (4 or 8).
+    const MR: usize;
+    /// This thread's room for `len` packed super-blocks (grown as needed, reused across calls).
+    fn scratch(len: usize) -> *mut Self::P;
+    /// Packs super-block `b` of the first `WIDTH` rows at `rows` into `out`.
+    unsafe fn pack(rows: &[*const u8; 16], b: usize, out: *mut Self::P);
+    /// Activation rows `r..r + MR` against a packed group at `pk`: its `valid` lanes go to `dst[row · n + i]`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile<const MR: usize>(
+        pk: *const Self::P,
+        nb: usize,
+        x: *const XBlockK,
+        r: usize,
+        dst: *mut f32,
+        n: usize,
+        valid: usize,
+    );
+}
 
-impl<K: KKind, KM: KMac, M: Mac> RowKernel for KRows<K, KM, M> {
+/// Output columns `rows` of `a` by the packed kernel `T`, a panel of [`PANEL`] · 8 weight rows at a time: the
+/// panel's groups are packed into `pk` (room for a panel of `a.nb` super-blocks), then every tile of activation
+/// rows runs against all of them.
+#[inline(always)]
+pub(super) unsafe fn drive<T: PackedKernel>(a: Mat<XBlockK>, rows: std::ops::Range<usize>, pk: *mut T::P) {
+    let Mat { w, nb, x, m, n, out } = a;
+    let row_bytes = nb * T::BYTES;
+    let mut j0 = rows.start;
+    while j0 < rows.end {
+        let j1 = rows.end.min(j0 + 8 * PANEL);
+        let groups = (j1 - j0).div_ceil(T::WIDTH);
+        for gi in 0..groups {
+            let g0 = j0 + T::WIDTH * gi;
+            let valid = (j1 - g0).min(T::WIDTH);
+            // a short last group repeats its last row; those lanes are not stored
+            let mut group = [w; 16];
+            for (i, g) in group.iter_mut().enumerate().take(T::WIDTH) {
+                *g = w.add((g0 + i.min(valid - 1)) * row_bytes);
+            }
+            for b in 0..nb {
+                T::pack(&group, b, pk.add(gi * nb + b));
+            }
+        }
+        let at = |gi: usize| {
+            let g0 = T::WIDTH * gi;
+            (pk.add(gi * nb) as *const T::P, out.add(j0 + g0), (j1 - j0 - g0).min(T::WIDTH))
+        };
+        let mut r = 0;
+        if T::MR == 8 {
+            while r + 8 <= m {
+                for gi in 0..groups {
+                    let (p, dst, valid) = at(gi);
+                    T::tile::<8>(p, nb, x, r, dst, n, valid);
+                }
+                r += 8;
+            }
+        }
+        while r + 4 <= m {
+            for gi in 0..groups {
+                let (p, dst, valid) = at(gi);
+                T::tile::<4>(p, nb, x, r, dst, n, valid);
+            }
+            r += 4;
+        }
+        while r < m {
+            for gi in 0..groups {
+                let (p, dst, valid) = at(gi);
+                T::tile::<1>(p, nb, x, r, dst, n, valid);
+            }
+            r += 1;
+        }
+        j0 = j1;
+    }
+}
+
+/// The 256-bit packed kernel: 8 weight rows a vector, dot product `M`.
+pub(crate) struct Ymm<K, M>(std::marker::PhantomData<(K, M)>);
+
+impl<K: KKind, M: Mac> PackedKernel for Ymm<K, M> {
+    type P = KPack;
+    const BYTES: usize = K::BYTES;
+    const WIDTH: usize = 8;
+    const MR: usize = M::MR;
+    fn scratch(len: usize) -> *mut KPack {
+        PACK.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            if buf.len() < len {
+                buf.resize(len, ZERO_PACK);
+            }
+            buf.as_mut_ptr()
+        })
+    }
+    #[inline(always)]
+    unsafe fn pack(rows: &[*const u8; 16], b: usize, out: *mut KPack) {
+        let group: &[*const u8; 8] = &*(rows.as_ptr() as *const [*const u8; 8]);
+        pack::<K>(group, b, out as *mut __m256i, 1);
+    }
+    #[inline(always)]
+    unsafe fn tile<const MR: usize>(
+        pk: *const KPack,
+        nb: usize,
+        x: *const XBlockK,
+        r: usize,
+        dst: *mut f32,
+        n: usize,
+        valid: usize,
+    ) {
+        tile_rows::<K, M, MR>(pk, nb, x, r, dst, n, valid)
+    }
+}
+
+/// The k-quant row kernel: the tile kernel ([`KBlocks`] with the scale step `KM`) below [`PACK_MIN_M`]
+/// activation rows, the packed kernel `T` from there.
+pub(crate) struct KRows<K, KM, T>(std::marker::PhantomData<(K, KM, T)>);
+
+impl<K: KKind, KM: KMac, T: PackedKernel> RowKernel for KRows<K, KM, T> {
     type X = XBlockK;
     #[inline(always)]
     unsafe fn rows(a: Mat<XBlockK>, rows: std::ops::Range<usize>) {
         if a.m < PACK_MIN_M {
             return Tiled::<KBlocks<K, KM>>::rows(a, rows);
         }
-        let Mat { w, nb, x, m, n, out } = a;
-        let row_bytes = nb * K::BYTES;
-        // No closure around the kernel: a closure does not inherit the caller's target features.
-        let pk = PACK.with(|cell| {
-            let mut buf = cell.borrow_mut();
-            if buf.len() < PANEL * nb {
-                buf.resize(PANEL * nb, ZERO_PACK);
-            }
-            buf.as_mut_ptr()
-        });
-        let mut j0 = rows.start;
-        while j0 < rows.end {
-            let j1 = rows.end.min(j0 + 8 * PANEL);
-            let groups = (j1 - j0).div_ceil(8);
-            for gi in 0..groups {
-                let g0 = j0 + 8 * gi;
-                let valid = (j1 - g0).min(8);
-                // a short last group repeats its last row; those lanes are not stored
-                let mut group = [w; 8];
-                for (i, g) in group.iter_mut().enumerate() {
-                    *g = w.add((g0 + i.min(valid - 1)) * row_bytes);
-                }
-                for b in 0..nb {
-                    pk.add(gi * nb + b).write(pack::<K>(&group, b));
-                }
-            }
-            let group = |gi: usize| (pk.add(gi * nb) as *const KPack, out.add(j0 + 8 * gi), (j1 - j0 - 8 * gi).min(8));
-            let mut r = 0;
-            if M::MR == 8 {
-                while r + 8 <= m {
-                    for gi in 0..groups {
-                        let (p, dst, valid) = group(gi);
-                        tile_rows::<K, M, 8>(p, nb, x, r, dst, n, valid);
-                    }
-                    r += 8;
-                }
-            }
-            while r + 4 <= m {
-                for gi in 0..groups {
-                    let (p, dst, valid) = group(gi);
-                    tile_rows::<K, M, 4>(p, nb, x, r, dst, n, valid);
-                }
-                r += 4;
-            }
-            while r < m {
-                for gi in 0..groups {
-                    let (p, dst, valid) = group(gi);
-                    tile_rows::<K, M, 1>(p, nb, x, r, dst, n, valid);
-                }
-                r += 1;
-            }
-            j0 = j1;
-        }
-    }
-}
-
-/// Output columns `range` of `out (m, n) = xq @ W^T` for a k-quant `w`: the tile kernel below [`PACK_MIN_M`]
-/// activation rows, the packed one from there, compiled for `isa`.
-///
-/// # Safety
-/// The CPU must support `isa`; `w` holds n rows of nb super-blocks of `dtype`; `xq` holds m rows of nb
-/// blocks; `out` has m·n values.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn run(
-    dtype: GgmlDType,
-    isa: Isa,
-    w: *const u8,
-    nb: usize,
-    xq: &[XBlockK],
-    m: usize,
-    n: usize,
-    range: std::ops::Range<usize>,
-    out: *mut f32,
-) {
-    let mat = Mat { w, nb, x: xq.as_ptr(), m, n, out };
-    match dtype {
-        GgmlDType::Q4K => rows::<x86::Q4K>(isa, mat, range),
-        GgmlDType::Q5K => rows::<x86::Q5K>(isa, mat, range),
-        GgmlDType::Q6K => rows::<x86::Q6K>(isa, mat, range),
-        _ => unreachable!("checked by decode_matmul"),
-    }
-}
-
-#[inline(always)]
-unsafe fn rows<K: KKind>(isa: Isa, mat: Mat<XBlockK>, range: std::ops::Range<usize>) {
-    use crate::cpu_matmul::x86::mac;
-    match isa {
-        Isa::Avx2 => rows_avx2::<KRows<K, x86::Avx2, mac::Avx2>>(mat, range),
-        Isa::AvxVnni => rows_vnni::<KRows<K, x86::Vnni, mac::Vnni>>(mat, range),
-        Isa::Avx512Vnni => rows_vnni512::<KRows<K, x86::Vnni512, mac::Vnni512>>(mat, range),
+        let pk = T::scratch(8 * PANEL / T::WIDTH * a.nb);
+        drive::<T>(a, rows, pk)
     }
 }

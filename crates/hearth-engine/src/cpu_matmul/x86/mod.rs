@@ -10,4 +10,4 @@ mod rows;
 
 pub(crate) use blocks32::run;
 pub(crate) use pack::{act_rows, f16x8, store_lanes, transpose8};
-pub(crate) use rows::{rows_avx2, rows_vnni, rows_vnni512, Mat, RowKernel, TileKernel, Tiled};
+pub(crate) use rows::{rows_avx2, rows_vnni, rows_vnni512, rows_zmm, Mat, RowKernel, TileKernel, Tiled};

@@ -129,3 +129,9 @@ pub(crate) unsafe fn rows_vnni<R: RowKernel>(a: Mat<R::X>, rows: std::ops::Range
 pub(crate) unsafe fn rows_vnni512<R: RowKernel>(a: Mat<R::X>, rows: std::ops::Range<usize>) {
     R::rows(a, rows)
 }
+
+/// [`RowKernel::rows`] compiled for AVX2 + FMA + F16C + AVX-512 F/BW/VL/VNNI, 512-bit vectors allowed.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn rows_zmm<R: RowKernel>(a: Mat<R::X>, rows: std::ops::Range<usize>) {
+    R::rows(a, rows)
+}

@@ -46,13 +46,59 @@ unsafe fn reduce4(a: [__m256; 4]) -> __m128 {
     _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
 }
 
+/// Queries in a chunk from which its keys and values are widened to f32 once, into a per-thread scratch, before
+/// the queries pass over them (below, each query widens each row it reads: `vcvtph2ps` takes a port the FMAs
+/// need). Widening is exact, so the results are bit-identical either way; a decoding row brings only its query
+/// heads per kv head, for which the extra copy does not pay.
+const WIDEN_MIN_QUERIES: usize = 8;
+
+thread_local! {
+    /// This thread's widened keys then values of one chunk, and their row offsets.
+    static WIDE: std::cell::RefCell<(Vec<f32>, Vec<usize>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// [`chunk_rows`] on the chunk's keys and values, widened first to f32 where the cache keeps a narrower type and
+/// enough queries share the chunk.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn chunk<E: KvElem>(
+    t: &super::Chunk,
+    kd: &[E],
+    vd: &[E],
+    sc: &mut [f32],
+    acc: &mut [f32],
+    res: &mut [(f32, f32)],
+) {
+    if std::mem::size_of::<E>() == std::mem::size_of::<f32>() || t.queries.len() < WIDEN_MIN_QUERIES {
+        return chunk_rows(t, kd, vd, sc, acc, res);
+    }
+    let (d, n) = (t.d, t.offs.len());
+    let taken = WIDE.with(|cell| std::mem::take(&mut *cell.borrow_mut()));
+    let (mut wide, mut offs) = taken;
+    wide.resize(2 * n * d, 0.0);
+    offs.clear();
+    let (kp, vp, wp) = (kd.as_ptr(), vd.as_ptr(), wide.as_mut_ptr());
+    for (i, &o) in t.offs.iter().enumerate() {
+        let mut c = 0;
+        while c < d {
+            _mm256_storeu_ps(wp.add(i * d + c), E::load8(kp.add(o + c)));
+            _mm256_storeu_ps(wp.add((n + i) * d + c), E::load8(vp.add(o + c)));
+            c += 8;
+        }
+        offs.push(i * d);
+    }
+    let (wk, wv) = wide.split_at(n * d);
+    let widened = super::Chunk { offs: &offs, ..*t };
+    chunk_rows::<f32>(&widened, wk, wv, sc, acc, res);
+    WIDE.with(|cell| *cell.borrow_mut() = (wide, offs));
+}
+
 /// Every query of a chunk against the keys it sees, in L1-sized sub-blocks of keys: first the scores (each
 /// sub-block's keys, four at a time, against the queries two at a time; a key past the end is a copy of the
 /// last), then per query its max, exp(s − max) and sum over its own keys, then the weighted values (per
 /// sub-block, each query's accumulators loaded, fed in key order and stored back: 64 columns in eight
 /// registers at a time, then 8). Every query's arithmetic is the same whichever queries share the chunk.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn chunk<E: KvElem>(
+unsafe fn chunk_rows<E: KvElem>(
     t: &super::Chunk,
     kd: &[E],
     vd: &[E],
