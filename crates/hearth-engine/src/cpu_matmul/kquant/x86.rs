@@ -64,6 +64,9 @@ pub trait KKind {
     const BYTES: usize;
     /// Whether each 16 values have their own scale (Q6_K); else a chunk's 32 share one (Q4_K, Q5_K).
     const HALF: bool;
+    /// Steps of 4 values whose `vpmaddubsw` products can be summed in i16 without overflow (2·q_max·128 per
+    /// step): 8 for Q4_K (q < 16), 4 for Q5_K (q < 32), 2 for Q6_K (q < 64).
+    const I16_STEPS: usize;
     unsafe fn prep(p: *const u8) -> Prep;
     /// Offsets of the 32-byte vectors that `chunk` reads (each output byte of `chunk` depends only on the bytes
     /// at its own position in them, so `chunk` of transposed vectors is the transposed `chunk`).
@@ -148,6 +151,7 @@ unsafe fn scalars8_4k(p: &[*const u8; 8]) -> Scalars8 {
 impl KKind for Q4K {
     const BYTES: usize = 144;
     const HALF: bool = false;
+    const I16_STEPS: usize = 8;
     const VECS: &'static [usize] = &[16, 48, 80, 112];
     #[inline(always)]
     unsafe fn scalars8(p: &[*const u8; 8]) -> Scalars8 {
@@ -172,6 +176,7 @@ impl KKind for Q4K {
 impl KKind for Q5K {
     const BYTES: usize = 176;
     const HALF: bool = false;
+    const I16_STEPS: usize = 4;
     const VECS: &'static [usize] = &[16, 48, 80, 112, 144];
     #[inline(always)]
     unsafe fn scalars8(p: &[*const u8; 8]) -> Scalars8 {
@@ -198,6 +203,7 @@ impl KKind for Q5K {
 impl KKind for Q6K {
     const BYTES: usize = 210;
     const HALF: bool = true;
+    const I16_STEPS: usize = 2;
     const VECS: &'static [usize] = &[0, 32, 64, 96, 128, 160];
     #[inline(always)]
     unsafe fn scalars8(p: &[*const u8; 8]) -> Scalars8 {

@@ -8,6 +8,8 @@ use core::arch::x86_64::*;
 pub trait Mac {
     /// Activation rows per tile of the 32-value block kernel (AVX-512 has 32 vector registers, AVX2 16).
     const MR: usize;
+    /// Whether `dot_us` is one instruction (`vpdpbusd`); the AVX2 form takes three.
+    const INT8_DOT: bool;
     /// init + Σ_{4 bytes} u·s (u unsigned, s signed; |u| <= 31 so the AVX2 i16 step cannot saturate).
     unsafe fn dot_us(init: __m256i, u: __m256i, s: __m256i) -> __m256i;
     /// A signed weight vector (Q8_0) in the form [`Mac::dot_ss`] takes.
@@ -23,6 +25,7 @@ pub struct Vnni512;
 
 impl Mac for Avx2 {
     const MR: usize = 4;
+    const INT8_DOT: bool = false;
     #[inline(always)]
     unsafe fn dot_us(init: __m256i, u: __m256i, s: __m256i) -> __m256i {
         let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
@@ -43,6 +46,7 @@ impl Mac for Avx2 {
 
 impl Mac for Vnni {
     const MR: usize = 4;
+    const INT8_DOT: bool = true;
     #[inline(always)]
     unsafe fn dot_us(init: __m256i, u: __m256i, s: __m256i) -> __m256i {
         _mm256_dpbusd_avx_epi32(init, u, s)
@@ -60,6 +64,7 @@ impl Mac for Vnni {
 
 impl Mac for Vnni512 {
     const MR: usize = 8;
+    const INT8_DOT: bool = true;
     #[inline(always)]
     unsafe fn dot_us(init: __m256i, u: __m256i, s: __m256i) -> __m256i {
         _mm256_dpbusd_epi32(init, u, s)
