@@ -41,10 +41,20 @@ pub(crate) struct KPack {
 const ZERO_PACK: KPack = unsafe { std::mem::zeroed() };
 
 /// The slots of a packed super-block: `w[c][g]` at `8c + g`, then `sc`, `off`, `d` and `f`.
-const SLOT_SC: usize = 64;
-const SLOT_OFF: usize = 80;
-const SLOT_D: usize = 88;
-const SLOT_F: usize = 89;
+pub(super) const SLOT_SC: usize = 64;
+pub(super) const SLOT_OFF: usize = 80;
+pub(super) const SLOT_D: usize = 88;
+pub(super) const SLOT_F: usize = 89;
+
+/// The int8 values of super-block `b` of each of the MR activation rows at `xs`, as 4-byte groups.
+#[inline(always)]
+pub(super) unsafe fn act_qs<const MR: usize>(xs: &[*const XBlockK; MR], b: usize) -> [*const i32; MR] {
+    let mut ys = [std::ptr::null::<i32>(); MR];
+    for r in 0..MR {
+        ys[r] = (*xs[r].add(b)).qs.as_ptr() as *const i32;
+    }
+    ys
+}
 
 thread_local! {
     /// This thread's packed panel (grown to the widest matrix it has run).
@@ -109,10 +119,7 @@ unsafe fn micro<K: KKind, M: Mac, const MR: usize>(
     let mut acc = [_mm256_setzero_ps(); MR];
     for b in 0..nb {
         let p = &*pk.add(b);
-        let mut ys = [std::ptr::null::<i32>(); MR];
-        for r in 0..MR {
-            ys[r] = (*xs[r].add(b)).qs.as_ptr() as *const i32;
-        }
+        let ys = act_qs(&xs, b);
         let mut isum = [_mm256_setzero_si256(); MR];
         // Two independent chains of dot products, each with its own scale: the two 16-value halves of a chunk
         // (Q6_K), or two chunks (Q4_K, Q5_K).
@@ -173,10 +180,7 @@ unsafe fn micro_avx2<K: KKind, const MR: usize>(pk: *const KPack, nb: usize, xs:
     let mut acc = [_mm256_setzero_ps(); MR];
     for b in 0..nb {
         let p = &*pk.add(b);
-        let mut ys = [std::ptr::null::<i32>(); MR];
-        for r in 0..MR {
-            ys[r] = (*xs[r].add(b)).qs.as_ptr() as *const i32;
-        }
+        let ys = act_qs(&xs, b);
         let mut isum = [_mm256_setzero_si256(); MR];
         // one scale per segment: 16 values (Q6_K) or 32 (Q4_K, Q5_K)
         let (segs, seg_steps) = if K::HALF { (16, 4) } else { (8, 8) };

@@ -4,7 +4,7 @@
 //! does twice the work. The arithmetic per lane is the 256-bit kernel's: exact i32 sums, then the two FMAs of
 //! [`float_step`](super::x86::float_step), so the results are bit-identical to it and to the tile kernel.
 
-use super::packed::{pack, PackedKernel};
+use super::packed::{act_qs, pack, PackedKernel, SLOT_D, SLOT_F, SLOT_OFF, SLOT_SC};
 use super::x86::KKind;
 use crate::cpu_matmul::quant::XBlockK;
 use crate::cpu_matmul::x86::act_rows;
@@ -15,7 +15,7 @@ use std::cell::RefCell;
 /// half of every vector, 8..16 in the high half).
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
-pub(crate) struct KPack16([__m512i; 90]);
+pub(crate) struct KPack16([__m512i; SLOT_F + 1]);
 
 const ZERO_PACK16: KPack16 = unsafe { std::mem::zeroed() };
 
@@ -48,10 +48,7 @@ unsafe fn micro<K: KKind, const MR: usize>(pk: *const KPack16, nb: usize, xs: [*
     let mut acc = [_mm512_setzero_ps(); MR];
     for b in 0..nb {
         let p = &(*pk.add(b)).0;
-        let mut ys = [std::ptr::null::<i32>(); MR];
-        for r in 0..MR {
-            ys[r] = (*xs[r].add(b)).qs.as_ptr() as *const i32;
-        }
+        let ys = act_qs(&xs, b);
         let mut isum = [_mm512_setzero_si512(); MR];
         // two independent chains, as in the 256-bit kernel
         let (pairs, steps) = if K::HALF { (8, 4) } else { (4, 8) };
@@ -67,20 +64,23 @@ unsafe fn micro<K: KKind, const MR: usize>(pk: *const KPack16, nb: usize, xs: [*
                     }
                 }
             }
-            let (s0, s1) =
-                if K::HALF { (p[64 + 2 * h], p[64 + 2 * h + 1]) } else { (p[64 + 4 * h], p[64 + 4 * h + 2]) };
+            let (s0, s1) = if K::HALF {
+                (p[SLOT_SC + 2 * h], p[SLOT_SC + 2 * h + 1])
+            } else {
+                (p[SLOT_SC + 4 * h], p[SLOT_SC + 4 * h + 2])
+            };
             for r in 0..MR {
                 let scaled = _mm512_add_epi32(_mm512_mullo_epi32(a[0][r], s0), _mm512_mullo_epi32(a[1][r], s1));
                 isum[r] = _mm512_add_epi32(isum[r], scaled);
             }
         }
-        let (d, f) = (_mm512_castsi512_ps(p[88]), _mm512_castsi512_ps(p[89]));
+        let (d, f) = (_mm512_castsi512_ps(p[SLOT_D]), _mm512_castsi512_ps(p[SLOT_F]));
         for r in 0..MR {
             let xb = &*xs[r].add(b);
             let bs = xb.bsums.as_ptr() as *const i32;
             let mut off = _mm512_setzero_si512();
             for q in 0..8 {
-                off = _mm512_dpwssd_epi32(off, p[80 + q], _mm512_set1_epi32(std::ptr::read_unaligned(bs.add(q))));
+                off = _mm512_dpwssd_epi32(off, p[SLOT_OFF + q], _mm512_set1_epi32(std::ptr::read_unaligned(bs.add(q))));
             }
             // float_step, lane by lane
             let xd = _mm512_set1_ps(xb.d);
