@@ -328,6 +328,12 @@ fn cases(tok: &Tokenizer) -> Vec<(String, Option<usize>, Got)> {
             None,
             got("Let me see. ", vec![call("get_time", "Lima")], Finish::Calls),
         ),
+        (
+            "<tool_call>\n<function=get_time>\n<parameter=location>\nLima\n</parameter>\n</function>\n</tool_call>"
+                .into(),
+            None,
+            got("", vec![call("get_time", "Lima")], Finish::Calls),
+        ),
         (list.clone(), None, got("", vec![call("get_weather", "Paris"), call("get_time", "Tokyo")], Finish::Calls)),
         (undeclared.into(), None, got(undeclared, vec![], Finish::Stop)),
         (list, Some(cut), got("", vec![call("get_weather", "Paris")], Finish::Length)),

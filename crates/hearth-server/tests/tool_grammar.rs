@@ -251,6 +251,11 @@ fn hermes_auto_opens_calls_at_the_loose_forms_too() {
         ("<function name=\"get_weather\">", "\n{\"city\": \"Paris\"}\n</function>"),
         ("<tools>\n{\"name\": \"get_weather\"", ", \"arguments\": {\"city\": \"Paris\"}}\n</tools>"),
         ("<function_call>{\"name\": \"get_weather\"", ", \"arguments\": {\"city\": \"Paris\"}}</function_call>"),
+        ("<tool>{\"name\": \"get_weather\"", ", \"arguments\": {\"city\": \"Paris\"}}</tool>"),
+        ("<response>\n{\"name\": \"get_weather\"", ", \"arguments\": {\"city\": \"Paris\"}}\n</response>"),
+        ("<json>{\"name\": \"get_weather\"", ", \"arguments\": {\"city\": \"Paris\"}}</json>"),
+        ("<xml>{\"name\": \"get_weather\"", ", \"arguments\": {\"city\": \"Paris\"}}</xml>"),
+        ("<function=get_weather>", "\n<parameter=city>\nParis\n</parameter>\n</function>"),
     ] {
         let mut c = fresh();
         write(&mut c, &tok, &format!("Let me check. {open}"));
@@ -259,6 +264,40 @@ fn hermes_auto_opens_calls_at_the_loose_forms_too() {
         write(&mut c, &tok, " Done.");
         assert!(may_end(&mut c, &tok), "{open}");
     }
+}
+
+/// Qwen3-Coder's XML form, `<function=NAME>` and `<parameter=KEY>value</parameter>`, in Hermes' `<tool_call>`
+/// (`auto` and `required`) and after text: only the schema's keys; a string's value is free text up to its closing
+/// tag, an integer's is an integer.
+#[test]
+fn xml_form_calls() {
+    let tok = smollm2();
+    let g = Grammars::new(tok.clone(), tok.vocab_size());
+    let body = json!({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+        "days": {"type": "integer"}}}}}]});
+    let conv = Conversation::from_body(&body).unwrap();
+    let days = |choice: &str| {
+        let mut t = Tools::resolve(&conv, "{{ '<tool_call>' }}", &FieldNames::CHAT).unwrap().unwrap();
+        t.choice = if choice == "auto" { ToolChoice::Auto } else { ToolChoice::Required };
+        g.compile(&t.constraint(&tok).unwrap()).unwrap()
+    };
+    for choice in ["auto", "required"] {
+        let mut c = days(choice);
+        if choice == "auto" {
+            write(&mut c, &tok, "Checking. ");
+        }
+        write(&mut c, &tok, "<tool_call>\n<function=get_weather>\n<parameter=");
+        assert!(fits(&c, &tok, "city>") && fits(&c, &tok, "days>") && !fits(&c, &tok, "town>"), "{choice}");
+        write(&mut c, &tok, "city>\nSan {Francisco} <b>\"x\"</b>\n</parameter>\n<parameter=days>\n");
+        assert!(!fits(&c, &tok, "soon") && fits(&c, &tok, "3\n</parameter>"), "{choice}: an integer");
+        write(&mut c, &tok, "3\n</parameter>\n</function>\n</tool_call>");
+        assert!(may_end(&mut c, &tok), "{choice}");
+    }
+    // A JSON object after `<function=NAME>` is still a call; a wrong type in it is not.
+    let c = days("auto");
+    assert!(fits(&c, &tok, "<function=get_weather>{\"days\": 2}</function> ok"));
+    assert!(!fits(&c, &tok, "<function=get_weather>{\"days\": \"2\""));
 }
 
 /// The loose openers in the other formats: fences at the start in all, a bare object in pythonic's (whose own calls

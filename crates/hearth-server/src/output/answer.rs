@@ -68,7 +68,7 @@ impl AnswerSplitter {
     pub fn new(shape: &AnswerShape) -> Self {
         Self {
             thinker: shape.thinks.then(|| ReasoningSplitter::new(shape.opened)),
-            parser: shape.tools.as_ref().map(|t| CallParser::new(t.format, t.names.clone())),
+            parser: shape.tools.as_ref().map(|t| CallParser::new(t.format, t.functions.clone())),
         }
     }
 
@@ -169,10 +169,10 @@ impl Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::tools::Format;
+    use crate::output::tools::{Declared, Format};
 
     fn hermes(names: &[&str]) -> Offered {
-        Offered { format: Format::Hermes, names: names.iter().map(|n| n.to_string()).collect() }
+        Offered { format: Format::Hermes, functions: names.iter().map(|n| Declared::untyped(n)).collect() }
     }
 
     #[test]

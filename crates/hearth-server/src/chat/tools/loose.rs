@@ -9,23 +9,31 @@
 //! - **leads**, at the answer's start only: a bare call object, a list of them, or either in a ```` ```json ````
 //!   fence; the rest of the run follows (more calls if parallel, the closing `]` and fence) and the answer ends;
 //! - **tags**, anywhere in text (for the formats whose calls may follow text): `<function=NAME>` and
-//!   `<function name="NAME">` with the arguments object, and `<tool_call>` (outside Hermes), `<function_call>`,
-//!   `<tools>` before a call object; text goes on after the closing tag.
+//!   `<function name="NAME">` with the arguments (a JSON object, or the XML form's `<parameter=KEY>` items), and
+//!   before a call object every tag `output::tools::loose` reads (`<tool_call>` outside Hermes, `<function_call>`,
+//!   `<tools>`, `<tool>`, `<response>`, `<json>`, `<JSON>`, `<xml>`); text goes on after the closing tag.
 //!
 //! Whitespace inside these calls is free but bounded (pretty-printed JSON fits; a small model cannot pad forever).
+//!
+//! The XML form (`xcall`, Qwen3-Coder's: `<function=NAME>`, `<parameter=KEY>value</parameter>` per argument,
+//! `</function>`) is also a call of Hermes' own `<tool_call>`, under every `tool_choice`. Its keys are the
+//! schema's properties (any key where it declares none); a string property's value is free text up to
+//! `</parameter>`, any other property's is JSON of its schema.
 
 use super::grammar::{nested, Openers};
 use super::Tools;
+use crate::output::tools::loose::TAGS;
 use hearth_engine::sampling::grammar::lark_string;
-use serde_json::json;
+use serde_json::{json, Value};
 
-/// Whitespace: in an opener (free text until it is complete, so any amount), and in the rest of a call (at most 16
-/// characters in a row, as in its JSON).
-const WS: &str = "W: /[ \\t\\r\\n]*/\nWS1: /[ \\t\\r\\n]{1,16}/\n";
+/// Whitespace in an opener (free text until it is complete, so any amount).
+const W: &str = "W: /[ \\t\\r\\n]*/\n";
+/// Whitespace in the rest of a call (at most 16 characters in a row, as in its JSON); a free-text value up to its
+/// closing tag; a key where the schema declares none.
+const CALL_TERMS: &str =
+    "WS1: /[ \\t\\r\\n]{1,16}/\nPTEXT: /(.|\\n)*/\nxv[lazy]: PTEXT \"</parameter>\"\nXKEY: /[^<>\\n]{1,256}/\n";
 /// A fence's opening line.
 const FENCE: &str = "LFENCE: /```(json|JSON|xml)?[ \\t]*\\n/\n";
-/// The tags before a call object that open a call anywhere in text (Hermes' own `<tool_call>` is its format's).
-const TAGS: [&str; 3] = ["tool_call", "function_call", "tools"];
 
 impl Tools {
     /// The loose openers' rules (see the module's text): `lead` (a whole answer that is a run of calls) and, with
@@ -35,14 +43,13 @@ impl Tools {
         let (list_more, bare_more) = (more("\",\" "), more(""));
         let mut rules = String::new();
         let (mut leads, mut tags, mut calls) = (Vec::new(), Vec::new(), Vec::new());
-        for (i, (name, params)) in self.callable().enumerate() {
+        for (i, (name, _)) in self.callable().enumerate() {
             let quoted = lark_string(&json!(name).to_string());
             let head = format!("W \"{{\" W \"\\\"name\\\"\" W \":\" W {quoted}");
             // The rest of a call object after its name, the arguments alone, and a whole object (after the first).
             rules.push_str(&format!(
-                "lr{i}: WS1? \",\" WS1? \"\\\"arguments\\\"\" WS1? \":\" WS1? la{i} WS1? \"}}\"\nla{i}: %json {}\n\
+                "lr{i}: WS1? \",\" WS1? \"\\\"arguments\\\"\" WS1? \":\" WS1? la{i} WS1? \"}}\"\n\
                  lc{i}: \"{{\" WS1? \"\\\"name\\\"\" WS1? \":\" WS1? {quoted} lr{i}\n",
-                nested(params, params, true),
             ));
             calls.push(format!("lc{i}"));
             let mut lead = |id: &str, open: String, close: &str| {
@@ -59,7 +66,7 @@ impl Tools {
                 let open =
                     [format!("<function={name}>"), format!("<function name=\"{name}\">")].map(|s| lark_string(&s));
                 rules.push_str(&format!("lfn{i}[lazy]: TEXT ({})\n", open.join(" | ")));
-                tags.push(format!("lfn{i} WS1? la{i} WS1? \"</function>\""));
+                tags.push(format!("lfn{i} xa{i}"));
                 for (t, tag) in TAGS.iter().enumerate().filter(|(_, t)| o.tool_call || **t != "tool_call") {
                     rules.push_str(&format!("lt{t}_{i}[lazy]: TEXT {} {head}\n", lark_string(&format!("<{tag}>"))));
                     tags.push(format!("lt{t}_{i} lr{i} WS1? {}", lark_string(&format!("</{tag}>"))));
@@ -69,10 +76,47 @@ impl Tools {
         if calls.is_empty() {
             return None;
         }
-        rules.push_str(&format!("lead: ({}) WS1?\nlcall: {}\n{WS}{FENCE}", leads.join(" | "), calls.join(" | ")));
+        rules.push_str(&format!("lead: ({}) WS1?\nlcall: {}\n{W}{FENCE}", leads.join(" | "), calls.join(" | ")));
+        rules.push_str(&self.function_rules());
         if !tags.is_empty() {
             rules.push_str(&format!("ltag: {}\n", tags.join(" | ")));
         }
         Some(rules)
+    }
+
+    /// Each callable function's arguments (`la{i}`: a JSON object of its schema), what follows `<function=NAME>`
+    /// (`xa{i}`: the arguments as a JSON object or in the XML form, then `</function>`), and `xcall`, a whole call
+    /// in that form; with the terminals they use.
+    pub(super) fn function_rules(&self) -> String {
+        let mut rules = String::from(CALL_TERMS);
+        let mut calls = Vec::new();
+        for (i, (name, params)) in self.callable().enumerate() {
+            rules.push_str(&format!("la{i}: %json {}\n", nested(params, params, true)));
+            let props = params.get("properties").and_then(Value::as_object).filter(|p| !p.is_empty());
+            let items: Vec<String> = match props {
+                None => vec!["\"<parameter=\" XKEY \">\" xv".to_string()],
+                Some(props) => props
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (key, schema))| {
+                        let open = lark_string(&format!("<parameter={key}>"));
+                        if crate::output::tools::is_text(schema) {
+                            format!("{open} xv")
+                        } else {
+                            rules.push_str(&format!("xj{i}_{k}: %json {}\n", nested(schema, params, true)));
+                            format!("{open} WS1? xj{i}_{k} WS1? \"</parameter>\"")
+                        }
+                    })
+                    .collect(),
+            };
+            let fn_open = lark_string(&format!("<function={name}>"));
+            rules.push_str(&format!(
+                "xa{i}: (WS1? la{i} | (WS1? xp{i})*) WS1? \"</function>\"\nxp{i}: {}\nxc{i}: {fn_open} xa{i}\n",
+                items.join(" | ")
+            ));
+            calls.push(format!("xc{i}"));
+        }
+        rules.push_str(&format!("xcall: {}\n", calls.join(" | ")));
+        rules
     }
 }

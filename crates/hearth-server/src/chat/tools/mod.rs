@@ -10,7 +10,7 @@ pub mod pythonic;
 
 use super::request::FieldNames;
 use crate::error::{ApiError, ApiResult};
-use crate::output::tools::{Format, Offered};
+use crate::output::tools::{Declared, Format, Offered};
 use crate::wire::chat::Conversation;
 use serde_json::{json, Value};
 
@@ -110,9 +110,9 @@ impl Tools {
         Ok(Some(Tools { format: Format::of_template(template), choice, parallel, functions, in_template }))
     }
 
-    /// What the answer side reads calls by: the format, and the names of every function in `tools`.
+    /// What the answer side reads calls by: the format, and every function in `tools`.
     pub fn offered(&self) -> Offered {
-        Offered { format: self.format, names: self.functions.iter().map(|(n, _)| n.clone()).collect() }
+        Offered { format: self.format, functions: self.functions.iter().map(|(n, p)| Declared::new(n, p)).collect() }
     }
 
     /// For templates that do not render tools: the system text that describes them (generic, and pythonic for

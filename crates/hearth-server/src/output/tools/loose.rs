@@ -7,24 +7,32 @@
 //!   Bare JSON opens a run only at the answer's start; a fence may follow text (the text is content);
 //! - a **tagged** call anywhere in the text: such objects between `<tool_call>`, `<function_call>`, `<tools>`,
 //!   `<tool>`, `<response>`, `<json>`, `<JSON>` or `<xml>` and the matching closing tag, or
-//!   `<function=NAME>{..}</function>` and `<function name="NAME">{..}</function>` with the arguments object inside.
+//!   `<function=NAME>..</function>` and `<function name="NAME">..</function>` with the arguments inside: a JSON
+//!   object, or the XML form of Qwen3-Coder's template, `<parameter=KEY>value</parameter>` per argument (the
+//!   value's first and last newline dropped; a string parameter's value is its text, any other's is read as JSON
+//!   where it parses). Tags may nest (`<tool_call><function=..>..</function></tool_call>`).
 //!
 //! Only functions the request declares become calls. A unit the model wrote as one — a run, a tag, a list, a fence
 //! — with anything else in it (an undeclared name, malformed JSON, an object of other keys) is text, whole.
-//! These are the forms llama.cpp's Hermes parser accepts (`common/chat.cpp`); see docs/design/0005.
+//! These are the forms llama.cpp's Hermes and Qwen3-Coder parsers accept (`common/chat.cpp`); see
+//! docs/design/0005.
 
-use super::{call_of, json_at, skip_ws, Call, Json, Scan};
+use super::{call_of, json_at, skip_ws, Call, Declared, Json, Scan};
+use serde_json::Map;
 use serde_json::Value;
 
 /// The fence a run's block may open with.
 pub const FENCE: &str = "```";
 /// The language tags a fence of calls may have.
 const FENCE_INFOS: [&str; 4] = ["", "json", "JSON", "xml"];
-/// The tags that may hold call objects.
-const TAGS: [&str; 8] = ["tool_call", "function_call", "tools", "tool", "response", "json", "JSON", "xml"];
+/// The tags that may hold call objects (the grammar of `auto` opens calls at them too).
+pub const TAGS: [&str; 8] = ["tool_call", "function_call", "tools", "tool", "response", "json", "JSON", "xml"];
 /// How `<function=NAME>` and `<function name="NAME">` open.
 const FUNCTION: &str = "<function";
-const FUNCTION_END: &str = "</function>";
+pub const FUNCTION_END: &str = "</function>";
+/// How an argument opens and closes in the XML form.
+const PARAM: &str = "<parameter=";
+const PARAM_END: &str = "</parameter>";
 /// After `<function` in `<function name="NAME">`.
 const NAME_ATTR: &str = " name=\"";
 /// The keys a call object may have; the first must be one of them as soon as it is read.
@@ -55,12 +63,31 @@ pub fn opens(text: &str) -> Option<bool> {
 
 /// The reader of one request's loose calls: the functions it declares.
 pub struct Loose<'a> {
-    pub names: &'a [String],
+    pub functions: &'a [Declared],
 }
 
 impl Loose<'_> {
+    fn function_named(&self, name: &str) -> Option<&Declared> {
+        self.functions.iter().find(|f| f.name == name)
+    }
+
     fn declared(&self, name: &str) -> bool {
-        self.names.iter().any(|n| n == name)
+        self.function_named(name).is_some()
+    }
+
+    /// Whether a name read so far may still become a declared function's.
+    fn leads(&self, name: &str) -> bool {
+        self.functions.iter().any(|f| f.name.starts_with(name))
+    }
+
+    /// The calls a `<tool_call>` of the template's own format holds when its body is not a JSON call: a tagged
+    /// call (`<function=NAME>`, as Qwen3-Coder writes them), all of the body.
+    pub fn body(&self, body: &str) -> Option<Vec<Call>> {
+        let body = body.trim();
+        match self.tagged(body, true, 1) {
+            Scan::Calls(calls, len) if len == body.len() => Some(calls),
+            _ => None,
+        }
     }
 
     /// A call object of a declared function, with arguments (an object, or a string holding one) and no other keys.
@@ -123,7 +150,7 @@ impl Loose<'_> {
     fn function(&self, s: &str, eof: bool) -> Scan {
         let more = if eof { Scan::No } else { Scan::More(Vec::new()) };
         // A name not complete yet must lead to a declared function.
-        let leads = |name: &str| name.len() <= MAX_NAME && self.names.iter().any(|n| n.starts_with(name));
+        let leads = |name: &str| name.len() <= MAX_NAME && self.leads(name);
         let (name, head) = if let Some(r) = s.strip_prefix('=') {
             let n = r.len() - r.trim_start_matches(super::name_char).len();
             match r[n..].chars().next() {
@@ -143,14 +170,22 @@ impl Loose<'_> {
         } else {
             return Scan::No;
         };
-        if !self.declared(name) {
-            return Scan::No;
-        }
+        let Some(f) = self.function_named(name) else { return Scan::No };
         let i = skip_ws(s, head);
-        let args = match json_at(&s[i..]) {
-            Json::Value(v @ Value::Object(_), used) => (v, i + used),
-            Json::Eof if s[i..].is_empty() || s[i..].starts_with('{') => return more,
-            _ => return Scan::No,
+        let rest = &s[i..];
+        let args = if rest.is_empty() {
+            return more;
+        } else if rest.starts_with('<') {
+            match parameters(f, rest, eof) {
+                Ok((args, used)) => (args, i + used),
+                Err(scan) => return scan,
+            }
+        } else {
+            match json_at(rest) {
+                Json::Value(v @ Value::Object(_), used) => (v, i + used),
+                Json::Eof if rest.starts_with('{') => return more,
+                _ => return Scan::No,
+            }
         };
         let call = Call { name: name.to_string(), arguments: args.0.to_string() };
         let j = skip_ws(s, args.1);
@@ -278,9 +313,43 @@ impl Loose<'_> {
             // An escaped name is checked when the object is complete.
             Some((name, _, _)) if name.contains('\\') => true,
             Some((name, true, _)) => self.declared(name),
-            Some((name, false, _)) => self.names.iter().any(|n| n.starts_with(name)),
+            Some((name, false, _)) => self.leads(name),
             None => i == s.len(),
         }
+    }
+}
+
+/// The XML form's arguments at the start of `s` (after `<function=NAME>` and whitespace): `<parameter=KEY>`,
+/// the value, `</parameter>`, whitespace, as many as there are (none: `{}`); then the offset after them, where
+/// `</function>` should follow. Err: what `s` is instead (`More` while a prefix).
+fn parameters(f: &Declared, s: &str, eof: bool) -> Result<(Value, usize), Scan> {
+    let more = || if eof { Scan::No } else { Scan::More(Vec::new()) };
+    let mut args = Map::new();
+    let mut i = 0;
+    loop {
+        let rest = &s[i..];
+        let Some(r) = rest.strip_prefix(PARAM) else {
+            // A prefix of `<parameter=` (not also one of `</function>`, which the caller reads).
+            if !rest.is_empty() && PARAM.starts_with(rest) && !FUNCTION_END.starts_with(rest) {
+                return Err(more());
+            }
+            return Ok((Value::Object(args), i));
+        };
+        let Some(gt) = r.find('>') else {
+            let may = r.len() <= MAX_NAME && !r.contains(['\n', '<']);
+            return Err(if may { more() } else { Scan::No });
+        };
+        let key = &r[..gt];
+        if key.is_empty() || key.len() > MAX_NAME || key.contains(['\n', '<']) {
+            return Err(Scan::No);
+        }
+        let body = &r[gt + 1..];
+        let Some(end) = body.find(PARAM_END) else { return Err(more()) };
+        let raw = &body[..end];
+        let raw = raw.strip_prefix('\n').unwrap_or(raw);
+        let raw = raw.strip_suffix('\n').unwrap_or(raw);
+        args.insert(key.to_string(), f.value(key, raw));
+        i = skip_ws(s, i + PARAM.len() + gt + 1 + end + PARAM_END.len());
     }
 }
 
@@ -304,15 +373,15 @@ fn json_string(s: &str, i: usize) -> Option<(&str, bool, usize)> {
 mod tests {
     use super::*;
 
-    fn names() -> Vec<String> {
-        vec!["get_weather".into(), "get_time".into()]
+    fn names() -> Vec<Declared> {
+        vec![Declared::untyped("get_weather"), Declared::untyped("get_time")]
     }
 
     /// What text that may still grow is: More while it may become calls, No as soon as it cannot.
     #[test]
     fn prefixes_are_decided_as_soon_as_they_can_be() {
         let names = names();
-        let l = Loose { names: &names };
+        let l = Loose { functions: &names };
         let more = Scan::More(Vec::new());
         let runs = [
             ("", more.clone()),
@@ -367,7 +436,7 @@ mod tests {
     #[test]
     fn complete_runs_are_calls_once_the_answer_ends() {
         let names = names();
-        let l = Loose { names: &names };
+        let l = Loose { functions: &names };
         let text = "```json\n{\"name\": \"get_time\", \"arguments\": {}}\n```\n";
         let call = Call { name: "get_time".into(), arguments: "{}".into() };
         assert_eq!(l.run(text, false), Scan::More(vec![call.clone()]));

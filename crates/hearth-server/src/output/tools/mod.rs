@@ -56,7 +56,52 @@ impl Format {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Offered {
     pub format: Format,
-    pub names: Arc<[String]>,
+    pub functions: Arc<[Declared]>,
+}
+
+/// A function a request declares, as its calls are read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declared {
+    pub name: String,
+    /// Its parameters whose schema says they are strings: in the XML form (`<parameter=KEY>value</parameter>`)
+    /// their values are the text as written; any other value is read as JSON where it parses.
+    pub text_params: Vec<String>,
+}
+
+impl Declared {
+    /// `name` with the parameter schema `params` (a JSON schema object).
+    pub fn new(name: &str, params: &Value) -> Self {
+        let props = params.get("properties").and_then(Value::as_object);
+        let text_params = props.into_iter().flatten().filter(|(_, s)| is_text(s)).map(|(k, _)| k.clone()).collect();
+        Self { name: name.to_string(), text_params }
+    }
+
+    /// `name` without parameter types (every XML value read as JSON where it parses).
+    pub fn untyped(name: &str) -> Self {
+        Self { name: name.to_string(), text_params: Vec::new() }
+    }
+
+    /// The value of parameter `key` written as `raw` text in the XML form.
+    pub fn value(&self, key: &str, raw: &str) -> Value {
+        if self.text_params.iter().any(|k| k == key) {
+            return Value::String(raw.to_string());
+        }
+        serde_json::from_str(raw.trim()).unwrap_or_else(|_| Value::String(raw.to_string()))
+    }
+}
+
+/// Whether a parameter's schema makes it a string: `"type": "string"` (or a list of types with `string` in it),
+/// or no type and an `enum` of strings only.
+pub fn is_text(schema: &Value) -> bool {
+    match schema.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
+        Some(_) => false,
+        None => schema
+            .get("enum")
+            .and_then(Value::as_array)
+            .is_some_and(|e| !e.is_empty() && e.iter().all(Value::is_string)),
+    }
 }
 
 /// A new `tool_calls[].id`: `call_` and 24 hex digits, or for the Mistral format 9 of those digits (Mistral's

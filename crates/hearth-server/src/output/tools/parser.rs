@@ -10,7 +10,7 @@
 //! again as text (so a tag inside it still opens a call).
 
 use super::loose::{self, Loose};
-use super::{generic, hermes, llama3, mistral, pythonic, Call, Format, Scan};
+use super::{generic, hermes, llama3, mistral, pythonic, Call, Declared, Format, Scan};
 use crate::output::text::partial_marker_len;
 use std::sync::Arc;
 
@@ -45,7 +45,7 @@ enum Mode {
 pub struct CallParser {
     format: Format,
     /// The functions the request declares (loose forms call only these).
-    names: Arc<[String]>,
+    functions: Arc<[Declared]>,
     mode: Mode,
     buf: String,
     calls: usize,
@@ -113,8 +113,8 @@ impl JsonNesting {
 }
 
 impl CallParser {
-    /// The parser of answers to a request that offers the functions `names` to a template of `format`.
-    pub fn new(format: Format, names: Arc<[String]>) -> Self {
+    /// The parser of answers to a request that offers `functions` to a template of `format`.
+    pub fn new(format: Format, functions: Arc<[Declared]>) -> Self {
         let mut openers = vec![(loose::FENCE.to_string(), Mode::Run)];
         for t in loose::tag_openers() {
             let native = format == Format::Hermes && t == hermes::START;
@@ -125,7 +125,7 @@ impl CallParser {
         }
         Self {
             format,
-            names,
+            functions,
             mode: Mode::Start,
             buf: String::new(),
             calls: 0,
@@ -252,7 +252,7 @@ impl CallParser {
     }
 
     /// Inside a Hermes `<tool_call>` (its opener read): stream the call once its header is read, or parse its body
-    /// when it closes.
+    /// when it closes (a JSON call, or a tagged one such as Qwen3-Coder's `<function=NAME>` form).
     fn hermes(&mut self, out: &mut Vec<Piece>, end: bool) -> bool {
         if self.args.is_some() {
             return self.stream_args(out, end);
@@ -277,8 +277,10 @@ impl CallParser {
             (None, false) => return false,
         };
         let body = self.buf[..body_end].to_string();
-        match hermes::parse_body(&body) {
-            Some(call) => self.emit_calls(out, vec![call]),
+        let calls =
+            hermes::parse_body(&body).map(|c| vec![c]).or_else(|| Loose { functions: &self.functions }.body(&body));
+        match calls {
+            Some(calls) => self.emit_calls(out, calls),
             // Not a call after all: show it as it was written.
             None => Self::emit_text(
                 out,
@@ -390,7 +392,9 @@ impl CallParser {
             self.nest.step(c);
         }
         self.nest_at = self.buf.len();
-        end || self.buf.len() <= HEAD || (self.nest.depth <= 0 && !self.nest.in_str)
+        // The XML form's values are text, not JSON: its nesting says nothing there, its closing tag does.
+        let closed = self.buf.trim_end().ends_with(loose::FUNCTION_END);
+        end || closed || self.buf.len() <= HEAD || (self.nest.depth <= 0 && !self.nest.in_str)
     }
 
     /// A run of loose calls: held until the answer ends, released as text as soon as it cannot be one.
@@ -398,7 +402,7 @@ impl CallParser {
         if !self.worth_scanning(end) {
             return false;
         }
-        let scan = Loose { names: &self.names }.run(&self.buf, end);
+        let scan = Loose { functions: &self.functions }.run(&self.buf, end);
         self.held(out, scan, end, false)
     }
 
@@ -407,7 +411,7 @@ impl CallParser {
         if !self.worth_scanning(end) {
             return false;
         }
-        let scan = Loose { names: &self.names }.tagged(&self.buf, end, 0);
+        let scan = Loose { functions: &self.functions }.tagged(&self.buf, end, 0);
         self.held(out, scan, end, true)
     }
 
@@ -454,7 +458,7 @@ pub fn merge(pieces: Vec<Piece>) -> (String, Vec<Call>) {
 
 /// A whole answer's text and calls (`names`: the functions the request declares).
 pub fn parse_whole(format: Format, names: &[&str], text: &str) -> (String, Vec<Call>) {
-    let mut p = CallParser::new(format, names.iter().map(|n| n.to_string()).collect());
+    let mut p = CallParser::new(format, names.iter().map(|n| Declared::untyped(n)).collect());
     let mut pieces = p.feed(text);
     pieces.extend(p.finish(false));
     merge(pieces)

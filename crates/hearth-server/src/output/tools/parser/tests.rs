@@ -3,8 +3,13 @@ use super::*;
 /// The functions the tests' requests declare.
 const NAMES: [&str; 6] = ["get_weather", "get_time", "weather", "time", "f", "g"];
 
+/// `get_weather`'s parameters are typed (`location` a string, `days` an integer); the others' are not.
 fn parser(format: Format) -> CallParser {
-    CallParser::new(format, NAMES.iter().map(|n| n.to_string()).collect())
+    let weather = serde_json::json!({"type": "object", "properties": {"location": {"type": "string"},
+        "days": {"type": "integer"}}});
+    let declared =
+        NAMES.iter().map(|&n| if n == "get_weather" { Declared::new(n, &weather) } else { Declared::untyped(n) });
+    CallParser::new(format, declared.collect())
 }
 
 /// Feed `text` split at every byte boundary pair (char boundaries) and in one piece: the same pieces come out,
@@ -264,6 +269,56 @@ fn tagged_calls_anywhere() {
         parse_all(Format::Pythonic, &format!("<tool_call>\n{obj}\n</tool_call>")),
         (String::new(), vec![paris()])
     );
+}
+
+/// Qwen3-Coder's XML form, `<function=NAME>` with `<parameter=KEY>value</parameter>` per argument, in its
+/// `<tool_call>` or bare, in every format: a string parameter's value is its text, others are JSON where they parse.
+#[test]
+fn xml_parameter_calls() {
+    let xml = |name: &str, params: &[(&str, &str)]| {
+        let p: String = params.iter().map(|(k, v)| format!("<parameter={k}>\n{v}\n</parameter>\n")).collect();
+        format!("<function={name}>\n{p}</function>")
+    };
+    let in_paris = xml("get_weather", &[("location", "Paris")]);
+    let code = "fn main() {\n    println!(\"</x> {{\");\n}";
+    let cases: Vec<(String, &str, Vec<Call>)> = vec![
+        (format!("<tool_call>\n{in_paris}\n</tool_call>"), "", vec![paris()]),
+        (format!("Let me check.\n{in_paris}\nDone."), "Let me check.\nDone.", vec![paris()]),
+        (
+            format!(
+                "<tool_call>\n{in_paris}\n</tool_call>\n<tool_call>\n{}\n</tool_call>",
+                xml("get_time", &[("location", "Tokyo")])
+            ),
+            "",
+            vec![paris(), tokyo_time()],
+        ),
+        (
+            xml("get_weather", &[("location", "42"), ("days", "3"), ("units", "{\"c\": true}")]),
+            "",
+            vec![call("get_weather", "{\"location\":\"42\",\"days\":3,\"units\":{\"c\":true}}")],
+        ),
+        (xml("get_time", &[("q", code)]), "", vec![call("get_time", &serde_json::json!({"q": code}).to_string())]),
+        ("<function=get_time></function>".into(), "", vec![call("get_time", "{}")]),
+        ("<function=get_time><parameter=location>Tokyo</parameter>".into(), "", vec![tokyo_time()]),
+    ];
+    for format in FORMATS {
+        for (input, text, calls) in &cases {
+            assert_eq!(parse_all(format, input), (text.to_string(), calls.clone()), "{format:?} {input:?}");
+        }
+    }
+    for text in [
+        "<function=rm_rf>\n<parameter=path>\n/\n</parameter>\n</function>",
+        "<function=get_time><parameter=location>Tokyo</function>",
+        "<function=get_time><parameter=>x</parameter></function>",
+        "<function=get_time><parameter=location>Tokyo</parameter> and text</function>",
+    ] {
+        for format in FORMATS {
+            assert_eq!(parse_all(format, text), (text.into(), vec![]), "{format:?} {text:?}");
+        }
+    }
+    // A cut after the first of two calls keeps it.
+    let cut = format!("<tool_call>\n{in_paris}\n</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=loc");
+    assert_eq!(parse_ended(Format::Hermes, &cut, true).1, vec![paris()]);
 }
 
 /// The length limit cuts a list of calls: those that completed are calls; the same answer ended otherwise is
