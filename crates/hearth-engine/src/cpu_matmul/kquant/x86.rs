@@ -264,28 +264,15 @@ pub trait KMac {
     unsafe fn acc(sum: __m256i, q: __m256i, y: __m256i, s: __m256i) -> __m256i;
 }
 
+/// `vpmaddwd` then `vpaddd`, on every instruction set. A fused `vpdpwssd` (AVX-VNNI / AVX-512 VNNI) puts its
+/// 5-cycle latency on each tile accumulator's chain, where `vpaddd` puts 1: with one or two activation rows a
+/// tile has too few accumulators to hide it, and the fused form lost a paired A/B (docs/benchmarks.md).
 pub struct Avx2;
-pub struct Vnni;
-pub struct Vnni512;
 
 impl KMac for Avx2 {
     #[inline(always)]
     unsafe fn acc(sum: __m256i, q: __m256i, y: __m256i, s: __m256i) -> __m256i {
         _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), s))
-    }
-}
-
-impl KMac for Vnni {
-    #[inline(always)]
-    unsafe fn acc(sum: __m256i, q: __m256i, y: __m256i, s: __m256i) -> __m256i {
-        _mm256_dpwssd_avx_epi32(sum, _mm256_maddubs_epi16(q, y), s)
-    }
-}
-
-impl KMac for Vnni512 {
-    #[inline(always)]
-    unsafe fn acc(sum: __m256i, q: __m256i, y: __m256i, s: __m256i) -> __m256i {
-        _mm256_dpwssd_epi32(sum, _mm256_maddubs_epi16(q, y), s)
     }
 }
 
