@@ -56,7 +56,9 @@ if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m
   CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" \
   MAKEFLAGS="-j2" \
   CMAKE_BUILD_PARALLEL_LEVEL=2 \
-  nice -n 15 "$PIP" install -c "$CONSTRAINTS" --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+  # --no-cache-dir: a wheel pip cached from an earlier build (AMX on, or another machine's -march) must not stand
+  # in for this one.
+  nice -n 15 "$PIP" install -c "$CONSTRAINTS" --no-cache-dir --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
 fi
 
 "$VENV/bin/python" - <<'PY'

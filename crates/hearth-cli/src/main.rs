@@ -4,6 +4,7 @@ mod generate;
 mod levers;
 mod models;
 mod open;
+mod parse;
 mod serve;
 mod tokenize;
 

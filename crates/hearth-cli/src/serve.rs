@@ -1,5 +1,6 @@
 //! `hearth serve`: the HTTP server (OpenAI and Anthropic APIs, and the web chat at `/`).
 
+use crate::parse::{parse_on_off, parse_size};
 use crate::ModelArgs;
 use anyhow::Context;
 use clap::Args;
@@ -73,6 +74,15 @@ pub struct ServeArgs {
     /// Most requests waiting for a batch slot; more get HTTP 429.
     #[arg(long, env = "HEARTH_MAX_QUEUE", default_value_t = 64)]
     pub max_queue: usize,
+    /// Speculative decoding's draft sources: `prediction` (a request's `prediction` only), `ngram` (also prompt
+    /// lookup in every row's own prompt and output), `off`.
+    #[arg(long, env = "HEARTH_SPECULATIVE", default_value = "prediction",
+          value_parser = hearth_engine::speculative::SpecMode::parse)]
+    pub speculative: hearth_engine::speculative::SpecMode,
+    /// Most drafted tokens a row verifies in one step (1-64).
+    #[arg(long, env = "HEARTH_SPEC_TOKENS", default_value_t = hearth_engine::speculative::DEFAULT_DRAFT as u64,
+          value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub spec_tokens: u64,
     /// Largest request body (bytes, or with a K/M/G suffix); larger bodies get HTTP 413.
     #[arg(long, env = "HEARTH_MAX_BODY", default_value = "4M", value_parser = parse_size)]
     pub max_body: usize,
@@ -158,32 +168,6 @@ pub struct ServeArgs {
     /// Milliseconds between SSE keep-alive comments while a stream waits for its first token.
     #[arg(long, env = "HEARTH_SSE_KEEPALIVE_MS", default_value_t = 1000, hide = true)]
     pub sse_keepalive_ms: u64,
-}
-
-/// `on` / `off`.
-fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "on" | "true" | "1" => Ok(true),
-        "off" | "false" | "0" => Ok(false),
-        _ => Err(format!("`{s}` must be `on` or `off`")),
-    }
-}
-
-/// `4096`, `512K`, `4M`, `1G` (powers of 1024; a trailing `B`/`iB` is allowed).
-fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim().to_ascii_uppercase();
-    let t = t.trim_end_matches("IB").trim_end_matches('B');
-    let (num, mult) = match t.chars().last() {
-        Some('K') => (&t[..t.len() - 1], 1usize << 10),
-        Some('M') => (&t[..t.len() - 1], 1 << 20),
-        Some('G') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    let n: f64 = num.trim().parse().map_err(|_| format!("`{s}` is not a size (examples: 4096, 512K, 4M)"))?;
-    if !(n.is_finite() && n >= 1.0) {
-        return Err(format!("`{s}` must be at least 1 byte"));
-    }
-    Ok((n * mult as f64) as usize)
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -379,6 +363,11 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
         max_prefill_rows,
         max_queue: a.max_queue,
         cache,
+        spec: hearth_engine::speculative::SpecConfig {
+            mode: a.speculative,
+            max_draft: a.spec_tokens as usize,
+            ..Default::default()
+        },
     };
     let width = m.model.config().vocab_size;
     let engine = hearth_engine::engine::start(m.model, m.device, ecfg, eos).context("starting the engine")?;
@@ -540,7 +529,7 @@ pub fn run_engine_child(a: EngineChildArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use crate::parse::parse_size;
 
     #[test]
     fn pool_child_command_line() {

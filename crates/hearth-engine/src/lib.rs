@@ -20,6 +20,7 @@ pub mod models;
 pub mod sampling;
 pub mod scheduler;
 pub mod sizing;
+pub mod speculative;
 pub mod tokenizer;
 pub mod types;
 pub mod weights;

@@ -28,6 +28,8 @@ pub struct EngineRequest {
     /// The grammar every choice's output follows, as its specification: the engine compiles it once at submit
     /// (each choice gets its own copy of the compiled state).
     pub constraint: Option<crate::sampling::grammar::ConstraintSource>,
+    /// Speculation: a `prediction` to draft from, or `"speculative": false`.
+    pub spec: crate::speculative::SpecRequest,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -56,6 +58,11 @@ pub struct Usage {
     pub completion_tokens: usize,
     /// Prompt tokens whose KV was reused rather than computed.
     pub cached_tokens: usize,
+    /// Drafted tokens (from a `prediction` or prompt lookup) that verification kept, and that it did not.
+    #[serde(default)]
+    pub accepted_prediction_tokens: usize,
+    #[serde(default)]
+    pub rejected_prediction_tokens: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -184,6 +191,11 @@ pub struct EngineStats {
     pub kv_blocks_total: usize,
     pub kv_block_size: usize,
     pub tokens_generated_total: u64,
+    /// Speculation: drafted tokens verified, and those kept.
+    #[serde(default)]
+    pub spec_drafted_total: u64,
+    #[serde(default)]
+    pub spec_accepted_total: u64,
     pub prompt_tokens_processed_total: u64,
     pub preemptions_total: u64,
     pub steps_total: u64,
@@ -276,6 +288,8 @@ pub struct EngineConfig {
     pub max_queue: usize,
     /// The prompt cache (prefix sharing on KV blocks) and its SSD tier.
     pub cache: CacheConfig,
+    /// Speculative decoding (`--speculative`, `--spec-tokens`).
+    pub spec: crate::speculative::SpecConfig,
 }
 
 /// Prompt-cache settings.
@@ -453,6 +467,7 @@ mod tests {
             max_prefill_rows: 0,
             max_queue: 8,
             cache: CacheConfig::default(),
+            spec: Default::default(),
         };
         EngineInfo::new(100, 128, &cfg)
     }
@@ -466,6 +481,7 @@ mod tests {
             ignore_eos: false,
             n,
             constraint: None,
+            spec: Default::default(),
         }
     }
 

@@ -48,20 +48,13 @@ fn engine_with(
         max_prefill_rows,
         max_queue: 64,
         cache: Default::default(),
+        spec: Default::default(),
     };
     (start(m.model, m.device, cfg, eos).unwrap(), m.tokenizer)
 }
 
 fn req(tok: &hearth_engine::tokenizer::Tokenizer, text: &str, max_tokens: usize) -> EngineRequest {
-    EngineRequest {
-        prompt: tok.encode(text, true).unwrap(),
-        sampling: SamplingParams::default(),
-        max_tokens,
-        stop_token_ids: vec![],
-        ignore_eos: true,
-        n: 1,
-        constraint: None,
-    }
+    greedy(tok.encode(text, true).unwrap(), max_tokens)
 }
 
 #[test]

@@ -27,6 +27,7 @@ fn engine() -> (EngineHandle, Arc<Tokenizer>, Arc<Grammars>) {
         max_prefill_rows: 0,
         max_queue: 16,
         cache: CacheConfig::default(),
+        spec: Default::default(),
     };
     let tok = Arc::new(m.tokenizer);
     let grammars = Arc::new(Grammars::new(tok.clone(), width));
@@ -48,6 +49,7 @@ fn req(prompt: Vec<u32>, max_tokens: usize, spec: Option<&ConstraintSpec>) -> En
         ignore_eos: false,
         n: 1,
         constraint: spec.map(|s| ConstraintSource { spec: s.clone(), after_marker: None }),
+        spec: Default::default(),
     }
 }
 

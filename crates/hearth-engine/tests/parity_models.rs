@@ -101,6 +101,7 @@ fn run_batched(golden_name: &str, alias: &str, gap_margin: f32) {
         max_prefill_rows: 2,
         max_queue: 64,
         cache: Default::default(),
+        spec: Default::default(),
     };
     let eos = m.tokenizer.eos_ids().to_vec();
     let eng = start(m.model, m.device, cfg, eos).unwrap();
@@ -117,6 +118,7 @@ fn run_batched(golden_name: &str, alias: &str, gap_margin: f32) {
                 ignore_eos: true,
                 n: 1,
                 constraint: None,
+                spec: Default::default(),
             };
             eng.submit(req).unwrap()
         })

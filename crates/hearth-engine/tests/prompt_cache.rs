@@ -28,6 +28,7 @@ fn engine(cache: CacheConfig) -> (EngineHandle, Tokenizer) {
         max_prefill_rows: 0,
         max_queue: 16,
         cache: CacheConfig { namespace: m.fingerprint, ..cache },
+        spec: Default::default(),
     };
     (start(m.model, m.device, cfg, eos).unwrap(), m.tokenizer)
 }
@@ -41,15 +42,8 @@ fn cache(ssd: Option<&Path>) -> CacheConfig {
 }
 
 fn req(prompt: Vec<u32>, max_tokens: usize) -> EngineRequest {
-    EngineRequest {
-        prompt,
-        sampling: SamplingParams { logprobs: Some(0), ..SamplingParams::default() },
-        max_tokens,
-        stop_token_ids: vec![],
-        ignore_eos: true,
-        n: 1,
-        constraint: None,
-    }
+    let r = greedy(prompt, max_tokens);
+    EngineRequest { sampling: SamplingParams { logprobs: Some(0), ..SamplingParams::default() }, ..r }
 }
 
 /// Greedy tokens and cached prompt tokens of one request.

@@ -365,3 +365,21 @@ fn odd_function_names_compile() {
         assert!(fits(&c, &tok, "```json\n{\"name\": \"a\\\"b\", \"arguments\": {}}\n```"), "{template}");
     }
 }
+
+/// Property schemas that are not schema objects (a list, `true`) build a grammar without a panic: the XML form
+/// takes text for them; whether the whole compiles is the schema compiler's to say (an error, not a crash).
+#[test]
+fn property_schemas_that_are_not_objects_do_not_panic() {
+    let tok = smollm2();
+    let g = Grammars::new(tok.clone(), tok.vocab_size());
+    let body = json!({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto", "tools": [{"type":
+        "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"seed": ["(", []],
+        "any": true, "n": {"type": "integer"}}}}}]});
+    let conv = Conversation::from_body(&body).unwrap();
+    for choice in [ToolChoice::Auto, ToolChoice::Required] {
+        let mut t = Tools::resolve(&conv, "{{ '<tool_call>' }}", &FieldNames::CHAT).unwrap().unwrap();
+        t.choice = choice.clone();
+        let spec = t.constraint(&tok).expect("a grammar");
+        let _ = g.compile(&spec);
+    }
+}

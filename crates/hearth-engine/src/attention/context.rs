@@ -18,6 +18,8 @@ pub struct RowSpan {
     /// The row computes prompt tokens (not one decoded token): a batch-invariant backend attends a piece that
     /// starts off the [`super::PIECE_ALIGN`] grid (after a prompt-cache hit) as if it started on the grid.
     pub prompt: bool,
+    /// Its last tokens whose logits the model returns (1; more for a speculating row's drafted positions).
+    pub logits: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -42,7 +44,7 @@ impl BatchContext {
             if spans.iter().any(|s: &RowSpan| s.slot == slot) {
                 return Err(Error::InvalidRequest(format!("slot {slot} appears twice in one batch")));
             }
-            spans.push(RowSpan { slot, start, len, pos0, prompt: false });
+            spans.push(RowSpan { slot, start, len, pos0, prompt: false, logits: 1 });
             positions.extend((pos0..pos0 + len).map(|p| p as u32));
             start += len;
         }
@@ -54,6 +56,14 @@ impl BatchContext {
     pub fn mark_prompt(&mut self, prompt: impl IntoIterator<Item = bool>) {
         for (r, p) in self.rows.iter_mut().zip(prompt) {
             r.prompt = p;
+        }
+    }
+
+    /// Set how many trailing positions of each row return logits (in packing order; each at least 1 and at most
+    /// the row's tokens).
+    pub fn set_logits(&mut self, logits: impl IntoIterator<Item = usize>) {
+        for (r, n) in self.rows.iter_mut().zip(logits) {
+            r.logits = n.clamp(1, r.len);
         }
     }
 
@@ -86,7 +96,7 @@ impl BatchContext {
         if self.all_logits {
             (0..self.num_tokens() as u32).collect()
         } else {
-            self.rows.iter().map(|r| (r.start + r.len - 1) as u32).collect()
+            self.rows.iter().flat_map(|r| (r.start + r.len - r.logits..r.start + r.len).map(|t| t as u32)).collect()
         }
     }
 }

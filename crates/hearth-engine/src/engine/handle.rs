@@ -89,8 +89,9 @@ impl EngineHandle {
         let mut streams = Vec::with_capacity(reqs.len());
         let mut sent = 0;
         for (req, constraint) in reqs.iter().zip(constraints) {
-            let (first, stream) =
-                Sequence::for_request(req, constraint, || self.next_slot.fetch_add(1, Ordering::Relaxed) as usize);
+            let (first, stream) = Sequence::for_request(req, constraint, &self.cfg.spec, || {
+                self.next_slot.fetch_add(1, Ordering::Relaxed) as usize
+            });
             if self.tx.send(Command::Submit(Box::new(first))).is_err() {
                 // The engine is gone: give back the room of what was not sent (the streams sent are dropped).
                 self.queued.fetch_sub(rows - sent, Ordering::AcqRel);

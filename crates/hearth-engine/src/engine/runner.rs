@@ -94,19 +94,21 @@ impl ModelRunner {
         self.kv.storage_mut().set_tables(plan.rows.iter().map(|r| (r.slot, r.blocks.as_slice())));
         let mut ctx = BatchContext::new(&plan.spans(), false, &self.device)?;
         ctx.mark_prompt(plan.rows.iter().map(|r| !r.decoding));
+        ctx.set_logits(plan.rows.iter().map(|r| r.logits));
         let input = Tensor::new(tokens.as_slice(), &self.device)?;
         let logits = self.model.forward(&input, &ctx, &mut self.kv)?;
         self.observer.issued();
         let out = match masks {
             #[cfg(feature = "cuda")]
-            Some(masks) if self.argmax_on_device => Self::output_masked(&logits, masks())?,
+            Some(masks) if self.argmax_on_device => Self::output_masked(&logits, plan.per_output(masks()))?,
             _ => Self::output(&logits, self.argmax_on_device && plan.greedy_only())?,
         };
         self.observer.done();
         Ok(out)
     }
 
-    /// Each row's best allowed token, picked on the device (`masks`: each row's mask words, None: every token).
+    /// Each output row's best allowed token, picked on the device (`masks`: each output row's mask words, None:
+    /// every token).
     #[cfg(feature = "cuda")]
     fn output_masked(logits: &Tensor, masks: Vec<Option<Vec<u32>>>) -> Result<StepOutput> {
         let (rows, v) = logits.dims2()?;

@@ -14,6 +14,7 @@ fn manager(blocks: usize) -> KvCacheManager {
         max_prefill_rows: 0,
         max_queue: 8,
         cache: CacheConfig { max_blocks: blocks, ..Default::default() },
+        spec: Default::default(),
     })
 }
 

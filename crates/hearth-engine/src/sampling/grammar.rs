@@ -368,6 +368,15 @@ impl Constraint {
         self.prepare()?;
         Ok(self.mask.as_ref().is_some_and(|m| m.is_allowed(token)))
     }
+
+    /// How many of `tokens` (a speculative draft) the grammar takes in a row from here, without committing any;
+    /// 0 while it is dormant (the marker it waits for decides where it starts).
+    pub fn valid_prefix(&mut self, tokens: &[u32]) -> usize {
+        if self.dormant.is_some() {
+            return 0;
+        }
+        self.matcher.validate_tokens(tokens).unwrap_or(0)
+    }
 }
 
 fn grammar_error(m: &Matcher, e: impl std::fmt::Display) -> String {

@@ -20,6 +20,11 @@ impl Acceptor {
         Self { eos, max_positions }
     }
 
+    /// The model's context, in tokens.
+    pub fn max_positions(&self) -> usize {
+        self.max_positions
+    }
+
     /// Sample the next token of `s` from its step output and apply it; returns true when the row is finished.
     pub fn accept(&self, s: &mut Sequence, pick: &Pick<'_>, out: &mut Vec<Update>, stats: &mut EngineStats) -> bool {
         let sampled = match (*pick, s.constraint.as_mut()) {

@@ -23,6 +23,7 @@ mod outcome;
 pub mod plan;
 mod postprocess;
 pub mod sequence;
+mod speculate;
 #[cfg(test)]
 mod tests;
 
@@ -132,6 +133,7 @@ impl Scheduler {
             self.kv.extend_hit(&mut s.kv, &s.tokens, s.prompt_len);
         }
         let pieces = self.plan_pieces();
+        let pieces = self.add_drafts(pieces);
         let pieces = self.reserve(pieces);
         let rows = pieces
             .into_iter()
@@ -141,16 +143,24 @@ impl Scheduler {
                 // A constrained row needs its logits on the host (its grammar masks them).
                 let plain = |q: &Sequence| q.sampler.params().is_plain_greedy() && q.constraint.is_none();
                 let greedy = plain(s) && s.siblings.iter().all(plain);
-                let masked = s.sampler.params().is_plain_greedy() && s.constraint.is_some() && s.siblings.is_empty();
+                // A speculating row's grammar masks each position after the one before it: on the host.
+                let masked = s.sampler.params().is_plain_greedy()
+                    && s.constraint.is_some()
+                    && s.siblings.is_empty()
+                    && s.draft.is_empty();
+                let own = n - s.draft.len();
+                let mut tokens = s.tokens[computed..computed + own].to_vec();
+                tokens.extend_from_slice(&s.draft);
                 Some(PlannedRow {
                     slot,
                     pos0: computed,
-                    tokens: s.tokens[computed..computed + n].to_vec(),
+                    tokens,
                     blocks: s.kv.blocks.clone(),
-                    samples: computed + n >= s.tokens.len(),
+                    samples: computed + own >= s.tokens.len(),
                     greedy,
                     masked,
                     decoding: computed >= s.prompt_len,
+                    logits: 1 + s.draft.len(),
                 })
             })
             .collect();

@@ -22,8 +22,11 @@ pub struct PlannedRow {
     /// The row samples greedily under a grammar (and has no other choices): a device may pick the best token its
     /// mask allows.
     pub masked: bool,
-    /// The row's prompt was already computed before this step (it decodes one token).
+    /// The row's prompt was already computed before this step (it decodes one token, and its draft if any).
     pub decoding: bool,
+    /// The trailing positions whose logits the step returns: 1, or 1 + the drafted tokens a speculating row
+    /// verifies (its last `logits - 1` tokens are the draft).
+    pub logits: usize,
 }
 
 /// A step: block transfers first (planned by the KV cache manager), then the rows, packed in this order.
@@ -63,9 +66,23 @@ impl StepPlan {
     pub fn spans(&self) -> Vec<(usize, usize, usize)> {
         self.rows.iter().map(|r| (r.slot, r.pos0, r.tokens.len())).collect()
     }
+
+    /// Output rows (logits, or tokens picked on a device) the step returns: one per row, more for speculating rows.
+    pub fn num_outputs(&self) -> usize {
+        self.rows.iter().map(|r| r.logits).sum()
+    }
+
+    /// Each row's entry in a per-output list (`per_row`: one per planned row), repeated over its outputs.
+    pub fn per_output<T: Clone>(&self, per_row: Vec<T>) -> Vec<T> {
+        if self.num_outputs() == self.rows.len() {
+            return per_row;
+        }
+        self.rows.iter().zip(per_row).flat_map(|(r, v)| std::iter::repeat_n(v, r.logits)).collect()
+    }
 }
 
-/// A step's output on the host, one entry per planned row (in plan order).
+/// A step's output on the host, one entry per output position (in plan order: one per row, `logits` of them for
+/// a speculating row).
 #[derive(Debug, Clone, PartialEq)]
 pub enum StepOutput {
     /// Each row's logits over the vocabulary.
@@ -86,6 +103,7 @@ impl StepOutput {
         self.len() == 0
     }
 
+    /// Output `r` (an index over output positions, not rows).
     pub(crate) fn row(&self, r: usize) -> Option<Pick<'_>> {
         match self {
             StepOutput::Logits(l) => l.get(r).map(|l| Pick::Logits(l)),

@@ -20,21 +20,45 @@ impl Scheduler {
             self.refresh_stats();
             return;
         }
+        let expected: usize = plan.rows.iter().map(|r| r.logits).sum();
+        if out.len() != expected {
+            let message = format!("the step returned {} outputs for {expected} expected", out.len());
+            for row in &plan.rows {
+                if let Some(i) = self.index_of(row.slot) {
+                    let s = self.running.remove(i);
+                    self.fail(s, message.clone());
+                }
+            }
+            self.refresh_stats();
+            return;
+        }
         self.stats.steps_total += 1;
-        for (r, row) in plan.rows.iter().enumerate() {
+        let mut next = 0;
+        for row in &plan.rows {
+            // This row's outputs: its last position's, or one per drafted position and the one before them.
+            let r = next;
+            next += row.logits;
             let Some(i) = self.index_of(row.slot) else { continue };
             let mut s = self.running.remove(i);
             let (prompt, before) = (s.prompt_len, s.kv.computed);
-            s.kv.computed += row.tokens.len();
+            // A speculating row's drafted tokens count once verification keeps them.
+            s.kv.computed += row.tokens.len() - (row.logits - 1);
             self.stats.prompt_tokens_processed_total += (s.kv.computed.min(prompt) - before.min(prompt)) as u64;
             self.kv.register_computed(&mut s.kv, &s.tokens);
             if s.pending() > 0 {
                 self.running.insert(i, s); // mid-prefill
                 continue;
             }
+            if !s.draft.is_empty() {
+                if self.verify(&mut s, out, r) {
+                    self.retire(s);
+                } else {
+                    self.running.insert(i.min(self.running.len()), s);
+                }
+                continue;
+            }
             let Some(pick) = out.row(r) else {
-                let message = format!("the step returned {} outputs for {} rows", out.len(), plan.rows.len());
-                self.fail(s, message);
+                self.fail(s, "the step returned no output for a row");
                 continue;
             };
             // The prompt is computed: fork the other choices first, from the same output.

@@ -3,6 +3,7 @@
 use crate::kv::RowKv;
 use crate::sampling::grammar::Constraint;
 use crate::sampling::{Sampler, SamplingParams};
+use crate::speculative::{RowSpec, SpecConfig};
 use crate::types::{EngineEvent, EngineRequest, RequestStream, Usage};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -31,14 +32,20 @@ pub struct Sequence {
     /// The request's event stream (the engine core sends; the scheduler reads whether it closed).
     pub tx: UnboundedSender<EngineEvent>,
     pub cancel: Arc<AtomicBool>,
+    /// Its speculation (None: it never speculates).
+    pub spec: Option<RowSpec>,
+    /// The drafted tokens this step verifies (empty when it does not speculate this step).
+    pub draft: Vec<u32>,
 }
 
 impl Sequence {
     /// The rows of a (validated) request: choice 0, carrying choices 1.. as siblings until its prompt is computed,
-    /// and the request's event stream; `constraint` is the request's, compiled. `next_slot` hands out unique slots (also the arrival order).
+    /// and the request's event stream; `constraint` is the request's, compiled; `spec` the engine's speculation.
+    /// `next_slot` hands out unique slots (also the arrival order).
     pub fn for_request(
         req: &EngineRequest,
         constraint: Option<Constraint>,
+        spec: &SpecConfig,
         mut next_slot: impl FnMut() -> usize,
     ) -> (Sequence, RequestStream) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -68,6 +75,8 @@ impl Sequence {
                     ignore_eos: req.ignore_eos,
                     tx: tx.clone(),
                     cancel: flag.clone(),
+                    spec: RowSpec::new(spec, &req.spec),
+                    draft: Vec::new(),
                 }
             })
             .collect();
@@ -90,10 +99,13 @@ impl Sequence {
     }
 
     pub fn usage(&self) -> Usage {
+        let (drafted, accepted) = self.spec.as_ref().map_or((0, 0), |s| (s.drafted, s.accepted));
         Usage {
             prompt_tokens: self.prompt_len,
             completion_tokens: self.generated(),
             cached_tokens: self.kv.cached.min(self.prompt_len),
+            accepted_prediction_tokens: accepted,
+            rejected_prediction_tokens: drafted - accepted,
         }
     }
 }

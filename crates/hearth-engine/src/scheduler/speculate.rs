@@ -41,12 +41,11 @@ impl Scheduler {
                 let Some(s) = i.map(|i| &mut self.running[i]).filter(|s| n == 1 && decoding(s)) else {
                     return (slot, n);
                 };
-                let Some(row_spec) = s.spec.as_ref() else { return (slot, n) };
-                let room = s
-                    .max_tokens
-                    .saturating_sub(s.generated() + 1)
-                    .min(max_positions.saturating_sub(s.tokens.len() + 1));
-                let mut draft = row_spec.draft(&s.tokens, s.generated(), room);
+                let generated = s.generated();
+                let room =
+                    s.max_tokens.saturating_sub(generated + 1).min(max_positions.saturating_sub(s.tokens.len() + 1));
+                let Some(row_spec) = s.spec.as_mut() else { return (slot, n) };
+                let mut draft = row_spec.draft(&s.tokens, generated, room);
                 if let Some(c) = s.constraint.as_mut() {
                     draft.truncate(c.valid_prefix(&draft));
                 }
@@ -68,11 +67,21 @@ impl Scheduler {
     /// the row's own next token. Returns whether the row finished.
     pub(super) fn verify(&mut self, s: &mut Sequence, out: &StepOutput, first: usize) -> bool {
         let draft = std::mem::take(&mut s.draft);
+        // Counted as they are decided, so a row that finishes in this step reports them in its usage.
+        let count = |s: &mut Sequence, drafted: usize, kept: usize| {
+            if let Some(spec) = s.spec.as_mut() {
+                spec.count(drafted, kept);
+            }
+        };
+        count(s, draft.len(), 0);
         let mut kept = 0;
         let mut finished = false;
         for i in 0..=draft.len() {
             let Some(pick) = out.row(first + i) else { break };
             let before = s.tokens.len();
+            if i > 0 {
+                count(s, 0, 1);
+            }
             if self.acceptor.accept(s, &pick, &mut self.updates, &mut self.stats) {
                 finished = true;
                 break;
@@ -84,7 +93,7 @@ impl Scheduler {
             s.kv.computed += 1;
         }
         if let Some(spec) = s.spec.as_mut() {
-            spec.verified(draft.len(), kept);
+            spec.adapt(draft.len(), kept);
         }
         self.stats.spec_drafted_total += draft.len() as u64;
         self.stats.spec_accepted_total += kept as u64;

@@ -123,6 +123,7 @@ pub(super) fn config(blocks: usize, batch: usize) -> EngineConfig {
         max_prefill_rows: 0,
         max_queue: 64,
         cache: CacheConfig::default(),
+        spec: Default::default(),
     }
 }
 
@@ -139,12 +140,13 @@ pub(super) fn request(prompt_len: usize, seed: u32, max_tokens: usize, n: usize)
         ignore_eos: true,
         n,
         constraint: None,
+        spec: Default::default(),
     }
 }
 
 /// Submit to a core the way the handle does (slots from a counter).
 pub(super) fn submit(c: &mut EngineCore<FakeRunner>, next: &mut usize, req: &EngineRequest) -> RequestStream {
-    let (seq, stream) = Sequence::for_request(req, None, || {
+    let (seq, stream) = Sequence::for_request(req, None, &Default::default(), || {
         *next += 1;
         *next - 1
     });

@@ -70,8 +70,14 @@ impl Default for SpecConfig {
 pub const DEFAULT_DRAFT: usize = 8;
 /// Speculation's default row limit.
 pub const DEFAULT_ROWS: usize = 4;
-/// The shortest draft a row falls back to after a rejection.
-const MIN_DRAFT: usize = 2;
+/// Drafted tokens kept per verifying step (a moving average) below which a row stops drafting for a while: a
+/// step that verifies a draft costs more than a plain one (on a CPU at 1.5B, 2-2.5× for 2-9 positions), so a
+/// row that keeps less than this gains nothing.
+const MIN_GAIN: f32 = 1.0;
+/// Steps a row first pauses after its average fell below [`MIN_GAIN`]; each pause in a row doubles it, up to
+/// [`MAX_PAUSE`].
+const FIRST_PAUSE: u32 = 4;
+const MAX_PAUSE: u32 = 64;
 
 /// A request's part in speculation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,14 +88,22 @@ pub struct SpecRequest {
     pub prediction: Vec<u32>,
 }
 
-/// One row's speculation: its sources, its draft length (which follows its acceptance), its counts.
+/// One row's speculation: its sources, where its output stands in its prediction, how well its drafts fare, its
+/// counts.
 #[derive(Debug, Clone)]
 pub struct RowSpec {
     prediction: Vec<u32>,
     ngram: bool,
-    /// The draft length for the next step.
-    k: usize,
     max_k: usize,
+    /// Where the output stands in the prediction (after the last drafted token it kept), and where the draft
+    /// being verified starts in it (None: the draft is not the prediction's).
+    cursor: usize,
+    from: Option<usize>,
+    /// Drafted tokens kept per verifying step, a moving average.
+    gain: f32,
+    /// Steps left without drafts, and the next pause's length.
+    paused: u32,
+    next_pause: u32,
     /// Drafted tokens verified so far, and how many were kept.
     pub drafted: usize,
     pub accepted: usize,
@@ -102,27 +116,44 @@ impl RowSpec {
         if req.off || cfg.mode == SpecMode::Off || cfg.max_draft == 0 || (!ngram && req.prediction.is_empty()) {
             return None;
         }
-        let k = cfg.max_draft.min(4).max(1);
-        Some(Self { prediction: req.prediction.clone(), ngram, k, max_k: cfg.max_draft, drafted: 0, accepted: 0 })
+        Some(Self {
+            prediction: req.prediction.clone(),
+            ngram,
+            max_k: cfg.max_draft,
+            cursor: 0,
+            from: None,
+            gain: 2.0 * MIN_GAIN,
+            paused: 0,
+            next_pause: FIRST_PAUSE,
+            drafted: 0,
+            accepted: 0,
+        })
     }
 
-    /// Up to `room` tokens to verify after `tokens` (the row's prompt and output; `generated` of them output).
-    pub fn draft(&self, tokens: &[u32], generated: usize, room: usize) -> Vec<u32> {
-        let k = self.k.min(room);
+    /// Up to `room` tokens to verify after `tokens` (the row's prompt and output; `generated` of them output):
+    /// the prediction's next tokens while the output follows it, the tokens after where the latest ones occur in
+    /// it once the output departed (nearest its cursor), else (n-gram mode) the tokens that followed the latest
+    /// ones in the row's own tokens. None while the row pauses.
+    pub fn draft(&mut self, tokens: &[u32], generated: usize, room: usize) -> Vec<u32> {
+        self.from = None;
+        let k = self.max_k.min(room);
         if k == 0 {
+            return Vec::new();
+        }
+        if self.paused > 0 {
+            self.paused -= 1;
             return Vec::new();
         }
         if !self.prediction.is_empty() {
             let out = &tokens[tokens.len() - generated..];
-            // While the output follows the prediction, what comes next in it; after a departure, where the latest
-            // tokens are found in it again.
-            let d = if self.prediction.starts_with(out) {
+            let found = if self.prediction.starts_with(out) {
                 let g = out.len().min(self.prediction.len());
-                self.prediction[g..(g + k).min(self.prediction.len())].to_vec()
+                Some((self.prediction[g..(g + k).min(self.prediction.len())].to_vec(), g))
             } else {
-                ngram::lookup(&self.prediction, tokens, k, false)
+                ngram::follow(&self.prediction, tokens, self.cursor, k)
             };
-            if !d.is_empty() {
+            if let Some((d, from)) = found.filter(|(d, _)| !d.is_empty()) {
+                self.from = Some(from);
                 return d;
             }
         }
@@ -132,12 +163,30 @@ impl RowSpec {
         Vec::new()
     }
 
-    /// A step verified `drafted` tokens and kept `accepted`: the counts grow, and the draft length with them (all
-    /// kept: two more, up to the limit; otherwise one more than were kept, at least [`MIN_DRAFT`]).
-    pub fn verified(&mut self, drafted: usize, accepted: usize) {
+    /// Count `drafted` more tokens verified and `kept` more of them kept.
+    pub fn count(&mut self, drafted: usize, kept: usize) {
         self.drafted += drafted;
-        self.accepted += accepted;
-        self.k = if accepted == drafted { self.k + 2 } else { (accepted + 1).max(MIN_DRAFT) }.min(self.max_k);
+        self.accepted += kept;
+    }
+
+    /// A step verified `drafted` tokens and kept `kept`: the cursor moves past them, and a row whose drafts keep
+    /// too little on average pauses (4 steps, then 8, ... 64 while it keeps failing).
+    pub fn adapt(&mut self, drafted: usize, kept: usize) {
+        if drafted == 0 {
+            return;
+        }
+        if let Some(from) = self.from.take() {
+            self.cursor = from + kept;
+        }
+        self.gain = 0.7 * self.gain + 0.3 * kept as f32;
+        if self.gain < MIN_GAIN {
+            self.paused = self.next_pause;
+            self.next_pause = (self.next_pause * 2).min(MAX_PAUSE);
+            // One good step after the pause keeps it drafting.
+            self.gain = MIN_GAIN + 0.5;
+        } else if kept > 0 {
+            self.next_pause = FIRST_PAUSE;
+        }
     }
 }
 
@@ -146,36 +195,44 @@ mod tests {
     use super::*;
 
     fn spec(mode: SpecMode, prediction: Vec<u32>) -> Option<RowSpec> {
-        RowSpec::new(&SpecConfig { mode, max_draft: 8, max_rows: 4 }, &SpecRequest { off: false, prediction })
+        RowSpec::new(&SpecConfig { mode, max_draft: 4, max_rows: 4 }, &SpecRequest { off: false, prediction })
     }
 
     #[test]
     fn a_prediction_drafts_in_step_with_the_output_and_finds_it_again() {
-        let s = spec(SpecMode::Prediction, vec![10, 11, 12, 13, 14, 15]).expect("a prediction speculates");
-        // prompt [1, 2], output [10]: the prediction's next tokens (k starts at 4).
+        let mut s = spec(SpecMode::Prediction, vec![10, 11, 12, 13, 14, 15, 16]).expect("a prediction speculates");
+        // prompt [1, 2], output [10]: the prediction's next tokens.
         assert_eq!(s.draft(&[1, 2, 10], 1, 8), vec![11, 12, 13, 14]);
         assert_eq!(s.draft(&[1, 2, 10], 1, 2), vec![11, 12], "no more than the room");
-        // The output departed (99) and came back (12, 13): found by lookup.
-        assert_eq!(s.draft(&[1, 2, 10, 11, 99, 12, 13], 5, 8), vec![14, 15]);
+        s.adapt(2, 2);
+        // The output departed (99 for 13) and came back (14): found again after the cursor.
+        assert_eq!(s.draft(&[1, 2, 10, 11, 12, 99, 14], 5, 8), vec![15, 16]);
         // Without a prediction and without n-gram mode there is nothing to do.
         assert!(spec(SpecMode::Prediction, vec![]).is_none());
         assert!(spec(SpecMode::Off, vec![1]).is_none());
-        let own = spec(SpecMode::Ngram, vec![]).expect("n-gram mode");
+        let mut own = spec(SpecMode::Ngram, vec![]).expect("n-gram mode");
         assert_eq!(own.draft(&[5, 6, 7, 8, 5, 6], 2, 8), vec![7, 8, 5, 6]);
     }
 
     #[test]
-    fn the_draft_length_follows_acceptance() {
+    fn a_row_whose_drafts_fail_pauses_longer_each_time() {
         let mut s = spec(SpecMode::Ngram, vec![]).unwrap();
-        assert_eq!(s.k, 4);
-        s.verified(4, 4);
-        assert_eq!(s.k, 6);
-        s.verified(6, 6);
-        s.verified(8, 8);
-        assert_eq!(s.k, 8, "up to the limit");
-        s.verified(8, 0);
-        assert_eq!(s.k, MIN_DRAFT);
-        s.verified(2, 1);
-        assert_eq!((s.k, s.drafted, s.accepted), (2, 28, 19));
+        let tokens = [5, 6, 7, 8, 5, 6];
+        let drafting = |s: &mut RowSpec| !s.draft(&tokens, 2, 8).is_empty();
+        assert!(drafting(&mut s));
+        s.adapt(4, 4);
+        s.adapt(4, 0);
+        assert!(drafting(&mut s), "one bad step after good ones");
+        s.adapt(4, 0);
+        s.adapt(4, 0);
+        let paused = (0..4).filter(|_| !drafting(&mut s)).count();
+        assert_eq!(paused, 4);
+        assert!(drafting(&mut s));
+        s.adapt(4, 0);
+        s.adapt(4, 0);
+        assert_eq!((0..9).filter(|_| !drafting(&mut s)).count(), 8, "the second pause is twice as long");
+        s.count(4, 3);
+        s.count(2, 0);
+        assert_eq!((s.drafted, s.accepted), (6, 3));
     }
 }

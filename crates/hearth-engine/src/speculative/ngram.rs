@@ -32,6 +32,38 @@ pub fn lookup(source: &[u32], context: &[u32], k: usize, self_source: bool) -> V
     Vec::new()
 }
 
+/// Up to `k` tokens of a prediction after where `context`'s latest tokens occur in it, the occurrence nearest at or
+/// after `cursor` (where the output stood in the prediction before it departed from it) winning over a longer one
+/// elsewhere: an edit re-emits the prediction in order, so the right place is the next one. Matches as short as
+/// one token count within [`WINDOW`] tokens after the cursor; farther away, [`MIN_NGRAM`] tokens at least.
+/// Returns the draft and the prediction index it starts at.
+pub fn follow(prediction: &[u32], context: &[u32], cursor: usize, k: usize) -> Option<(Vec<u32>, usize)> {
+    if k == 0 {
+        return None;
+    }
+    let cursor = cursor.min(prediction.len());
+    for n in (1..=MAX_NGRAM.min(context.len())).rev() {
+        let suffix = &context[context.len() - n..];
+        let at = |i: usize| i + n < prediction.len() && &prediction[i..i + n] == suffix;
+        // The nearest occurrence from the cursor on (its start may lie up to n tokens before the cursor).
+        let from = cursor.saturating_sub(n);
+        let near = (from..prediction.len().saturating_sub(n)).find(|&i| at(i));
+        let found = match near {
+            Some(i) if n >= MIN_NGRAM || i + n <= cursor + WINDOW => Some(i),
+            _ if n >= MIN_NGRAM => (0..from.min(prediction.len().saturating_sub(n))).rev().find(|&i| at(i)),
+            _ => None,
+        };
+        if let Some(i) = found {
+            let start = i + n;
+            return Some((prediction[start..(start + k).min(prediction.len())].to_vec(), start));
+        }
+    }
+    None
+}
+
+/// How far after the cursor a one-token match may re-synchronise a prediction.
+pub const WINDOW: usize = 24;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,5 +86,20 @@ mod tests {
         assert_eq!(lookup(&[1, 2, 3, 4], &[9, 1, 2], 8, false), vec![3, 4]);
         assert!(lookup(&[1, 2], &[9, 1, 2], 8, false).is_empty(), "nothing follows the match");
         assert!(lookup(&[1, 2, 3], &[1, 2], 0, false).is_empty());
+    }
+
+    #[test]
+    fn a_prediction_is_followed_from_its_cursor() {
+        // "x = 1 ; y = 2 ; x = 3": the output renamed x to z at the start and wrote "z =".
+        let pred = [10, 11, 1, 12, 20, 11, 2, 12, 10, 11, 3];
+        // One token (" =", 11) near the cursor (2) re-synchronises: the draft is what followed it there.
+        assert_eq!(follow(&pred, &[99, 11], 2, 3), Some((vec![1, 12, 20], 2)));
+        // The nearest occurrence after the cursor wins over an earlier one.
+        assert_eq!(follow(&pred, &[7, 12, 10, 11], 9, 2), Some((vec![3], 10)));
+        // Far from the cursor a single token does not count; two do.
+        let long: Vec<u32> = (200..300).chain([11, 5, 6]).collect();
+        assert_eq!(follow(&long, &[98, 11], 0, 2), None);
+        assert_eq!(follow(&long, &[98, 11, 5], 0, 2), Some((vec![6], 102)));
+        assert_eq!(follow(&pred, &[1], 0, 0), None);
     }
 }

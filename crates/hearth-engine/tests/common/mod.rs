@@ -112,3 +112,33 @@ pub fn greedy_matches(name: &str, ours: &[u32], reference: &serde_json::Value, m
         }
     }
 }
+
+/// An engine configuration for tests: `blocks` KV blocks of 16 tokens, `batch` rows, steps of 64 prompt tokens (32
+/// of one prompt while rows decode), no prompt cache, no speculation.
+pub fn test_config(blocks: usize, batch: usize) -> hearth_engine::engine::EngineConfig {
+    hearth_engine::engine::EngineConfig {
+        max_batch: batch,
+        kv_block_size: 16,
+        kv_blocks: blocks,
+        step_tokens: 64,
+        step_tokens_decoding: 32,
+        max_prefill_rows: 0,
+        max_queue: 64,
+        cache: Default::default(),
+        spec: Default::default(),
+    }
+}
+
+/// A greedy request for `prompt` that ignores EOS (it runs to `max_tokens`).
+pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> hearth_engine::engine::EngineRequest {
+    hearth_engine::engine::EngineRequest {
+        prompt,
+        sampling: Default::default(),
+        max_tokens,
+        stop_token_ids: vec![],
+        ignore_eos: true,
+        n: 1,
+        constraint: None,
+        spec: Default::default(),
+    }
+}

@@ -13,6 +13,7 @@ use hearth_engine::engine::{EngineRequest, SubmitError};
 use hearth_engine::sampling::grammar::ConstraintSource;
 use hearth_engine::sampling::params::MAX_TOP_LOGPROBS;
 use hearth_engine::sampling::SamplingParams;
+use hearth_engine::speculative::SpecRequest;
 use hearth_engine::types::MAX_CHOICES;
 
 /// Most choices per prompt: the engine's limit, as request integers are checked.
@@ -34,6 +35,9 @@ pub struct GenParams {
     pub skip_special: bool,
     /// The grammar the output follows, and the field that asked for it.
     pub constraint: Option<Requested>,
+    /// `prediction`'s text (a draft for speculative decoding), and `speculative: false`.
+    pub prediction: Option<String>,
+    pub speculative: bool,
     /// How the request's API names the fields, for the errors found later (at submit).
     pub fields: FieldNames,
 }
@@ -140,6 +144,8 @@ pub fn resolve(p: &GenerationParams, d: &SamplingDefaults, vocab: usize, fields:
         ignore_eos: p.ignore_eos.unwrap_or(false),
         skip_special: p.skip_special_tokens.unwrap_or(true),
         constraint,
+        prediction: p.prediction.clone().map(|x| x.0).filter(|t| !t.is_empty()),
+        speculative: p.speculative.unwrap_or(true),
         fields,
     })
 }
@@ -198,6 +204,18 @@ impl GenParams {
             Some(m) => m,
             None => ready.defaults.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).min(room).max(1),
         };
+        // The prediction as tokens (what the output may repeat; more than the context could never be used).
+        let prediction = match self.prediction.as_deref() {
+            Some(text) if self.speculative => {
+                let mut ids = ready
+                    .tokenizer
+                    .encode(text, false)
+                    .map_err(|e| ApiError::param("prediction", format!("`prediction` could not be tokenized: {e}")))?;
+                ids.truncate(info.max_positions);
+                ids
+            }
+            _ => Vec::new(),
+        };
         // The engine compiles it at submit; a bad schema, regex or grammar comes back as `submit_error` names it.
         let constraint =
             self.constraint.as_ref().map(|c| ConstraintSource { spec: c.spec.clone(), after_marker: None });
@@ -209,6 +227,7 @@ impl GenParams {
             ignore_eos: self.ignore_eos,
             n: self.n,
             constraint,
+            spec: SpecRequest { off: !self.speculative, prediction },
         })
     }
 }

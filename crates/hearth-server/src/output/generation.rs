@@ -54,6 +54,9 @@ pub struct UsageTotals {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub cached_tokens: usize,
+    /// Speculation: drafted tokens kept, and not kept.
+    pub accepted_prediction_tokens: usize,
+    pub rejected_prediction_tokens: usize,
 }
 
 struct JobState<'a> {
@@ -61,6 +64,9 @@ struct JobState<'a> {
     first_choice: usize,
     prompt_tokens: usize,
     cached_tokens: usize,
+    /// Speculation's counts over the job's finished choices.
+    accepted: usize,
+    rejected: usize,
     choices: Vec<ChoiceText<'a>>,
     /// When each choice's last token came (inter-token latency).
     last_token: Vec<Option<Instant>>,
@@ -90,6 +96,8 @@ impl<'a> Generation<'a> {
                     first_choice: first,
                     prompt_tokens: j.prompt_tokens,
                     cached_tokens: 0,
+                    accepted: 0,
+                    rejected: 0,
                     choices,
                     last_token: vec![None; j.n],
                 };
@@ -116,6 +124,8 @@ impl<'a> Generation<'a> {
         for j in &self.jobs {
             u.prompt_tokens += j.prompt_tokens;
             u.cached_tokens += j.cached_tokens;
+            u.accepted_prediction_tokens += j.accepted;
+            u.rejected_prediction_tokens += j.rejected;
             u.completion_tokens += j.choices.iter().map(|c| c.tokens).sum::<usize>();
         }
         u
@@ -201,6 +211,8 @@ impl<'a> Generation<'a> {
             }
             Some(EngineEvent::Finished { choice, reason, usage }) => {
                 job.cached_tokens = job.cached_tokens.max(usage.cached_tokens);
+                job.accepted += usage.accepted_prediction_tokens;
+                job.rejected += usage.rejected_prediction_tokens;
                 let Some(c) = job.choices.get_mut(choice).filter(|c| !c.done) else { return };
                 let out = c.finish();
                 let reason = match reason {

@@ -126,37 +126,9 @@ impl Metrics {
             u8::from(engine.is_some()).to_string(),
         );
         if let Some(s) = engine {
-            series(
-                "hearth:num_requests_running",
-                "gauge",
-                "Sequences (choices) decoding or prefilling now.",
-                s.rows_running.to_string(),
-            );
-            series(
-                "hearth:num_requests_waiting",
-                "gauge",
-                "Sequences (choices) waiting for admission.",
-                s.rows_waiting.to_string(),
-            );
-            let usage = if s.kv_blocks_total == 0 { 0.0 } else { s.kv_blocks_used as f64 / s.kv_blocks_total as f64 };
-            series(
-                "hearth:kv_cache_usage_perc",
-                "gauge",
-                "Fraction of KV cache blocks in use (1 = full).",
-                usage.to_string(),
-            );
-            series(
-                "hearth:num_preemptions_total",
-                "counter",
-                "Sequences preempted for KV room (recomputed later).",
-                s.preemptions_total.to_string(),
-            );
-            series(
-                "hearth:prompt_cache_blocks",
-                "gauge",
-                "KV blocks held by the prompt cache.",
-                s.prompt_cache.blocks.to_string(),
-            );
+            for ([name, kind, help], value) in ENGINE_SERIES.into_iter().zip(engine_values(s)) {
+                series(name, kind, help, value);
+            }
         }
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let (prompt, cached) = (load(&self.prompt_tokens), load(&self.cached_tokens));
@@ -206,6 +178,31 @@ impl Metrics {
         self.e2e.write(&mut out, "hearth:e2e_request_latency_seconds", "Time from a request's acceptance to its end.");
         out
     }
+}
+
+/// The series of the engine's stats: name, kind and help, in the order of [`engine_values`].
+const ENGINE_SERIES: [[&str; 3]; 7] = [
+    ["hearth:num_requests_running", "gauge", "Sequences (choices) decoding or prefilling now."],
+    ["hearth:num_requests_waiting", "gauge", "Sequences (choices) waiting for admission."],
+    ["hearth:kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (1 = full)."],
+    ["hearth:num_preemptions_total", "counter", "Sequences preempted for KV room (recomputed later)."],
+    ["hearth:spec_decode_num_draft_tokens_total", "counter", "Drafted tokens speculative decoding verified."],
+    ["hearth:spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens speculative decoding kept."],
+    ["hearth:prompt_cache_blocks", "gauge", "KV blocks held by the prompt cache."],
+];
+
+/// The values of [`ENGINE_SERIES`].
+fn engine_values(s: &EngineStats) -> [String; 7] {
+    let usage = if s.kv_blocks_total == 0 { 0.0 } else { s.kv_blocks_used as f64 / s.kv_blocks_total as f64 };
+    [
+        s.rows_running.to_string(),
+        s.rows_waiting.to_string(),
+        usage.to_string(),
+        s.preemptions_total.to_string(),
+        s.spec_drafted_total.to_string(),
+        s.spec_accepted_total.to_string(),
+        s.prompt_cache.blocks.to_string(),
+    ]
 }
 
 #[cfg(test)]

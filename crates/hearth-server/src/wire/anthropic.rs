@@ -37,6 +37,9 @@ pub struct MessagesRequest {
     pub output_config: Option<Value>,
     #[serde(deserialize_with = "opt")]
     pub stream: Option<bool>,
+    /// hearth's: `false` turns speculative decoding off for this request.
+    #[serde(deserialize_with = "opt")]
+    pub speculative: Option<bool>,
 }
 
 impl MessagesRequest {
@@ -79,6 +82,9 @@ pub struct Usage {
     pub cache_creation_input_tokens: usize,
     pub cache_read_input_tokens: usize,
     pub output_tokens: usize,
+    /// hearth's: drafted tokens speculative decoding kept, and did not keep.
+    pub accepted_prediction_tokens: usize,
+    pub rejected_prediction_tokens: usize,
 }
 
 /// The answer (`"type": "message"`).

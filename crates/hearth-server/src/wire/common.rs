@@ -73,6 +73,38 @@ pub struct GenerationParams {
     pub ignore_eos: Option<bool>,
     #[serde(deserialize_with = "opt")]
     pub skip_special_tokens: Option<bool>,
+    /// OpenAI's Predicted Outputs: `{"type": "content", "content": "..." | [{"type": "text", "text": "..."}]}`.
+    #[serde(deserialize_with = "opt")]
+    pub prediction: Option<Prediction>,
+    /// `false`: this request does not speculate.
+    #[serde(deserialize_with = "opt")]
+    pub speculative: Option<bool>,
+}
+
+/// `prediction`: the text the answer is expected to repeat (most of it), a draft for speculative decoding.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Prediction(pub String);
+
+impl FromJson for Prediction {
+    fn from_json(v: Value) -> Result<Self, String> {
+        let Value::Object(m) = v else { return Err(want("an object", &v)) };
+        if m.get("type").and_then(Value::as_str) != Some("content") {
+            return Err("must be {\"type\": \"content\", \"content\": ...}".into());
+        }
+        match m.get("content") {
+            Some(Value::String(s)) => Ok(Prediction(s.clone())),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .map(|p| match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => Ok(t),
+                    _ => Err("`content` parts must be {\"type\": \"text\", \"text\": \"...\"}".to_string()),
+                })
+                .collect::<Result<String, _>>()
+                .map(Prediction),
+            Some(other) => Err(format!("`content` {}", want("a string or a list of text parts", other))),
+            None => Err("needs `content`".into()),
+        }
+    }
 }
 
 /// `stop`: a string or a list of non-empty strings (at most `MAX_STOPS`).
@@ -203,11 +235,20 @@ pub struct Usage {
     pub completion_tokens: usize,
     pub total_tokens: usize,
     pub prompt_tokens_details: PromptTokensDetails,
+    pub completion_tokens_details: CompletionTokensDetails,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PromptTokensDetails {
     pub cached_tokens: usize,
+}
+
+/// Speculation's share of the completion: drafted tokens (from `prediction` or prompt lookup) that verification
+/// kept, and that it did not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CompletionTokensDetails {
+    pub accepted_prediction_tokens: usize,
+    pub rejected_prediction_tokens: usize,
 }
 
 impl Usage {
@@ -218,6 +259,7 @@ impl Usage {
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
             prompt_tokens_details: PromptTokensDetails { cached_tokens },
+            completion_tokens_details: CompletionTokensDetails::default(),
         }
     }
 }
@@ -329,7 +371,8 @@ mod tests {
         assert_eq!(last["choices"], json!([]));
         assert_eq!(
             last["usage"],
-            json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}})
+            json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1},
+                "completion_tokens_details": {"accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}})
         );
         let whole = serde_json::to_string(&Response::new(&meta, "o", vec![1], totals)).unwrap_or_default();
         assert!(

@@ -38,6 +38,9 @@ pub struct ResponsesRequest {
     pub stream: Option<bool>,
     #[serde(deserialize_with = "opt")]
     pub store: Option<bool>,
+    /// hearth's: `false` turns speculative decoding off for this request.
+    #[serde(deserialize_with = "opt")]
+    pub speculative: Option<bool>,
     #[serde(deserialize_with = "opt")]
     pub metadata: Option<Map<String, Value>>,
     pub user: Option<Value>,
@@ -138,6 +141,9 @@ pub struct InputTokensDetails {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct OutputTokensDetails {
     pub reasoning_tokens: usize,
+    /// Drafted tokens speculative decoding kept, and did not keep (as in Chat Completions' usage).
+    pub accepted_prediction_tokens: usize,
+    pub rejected_prediction_tokens: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

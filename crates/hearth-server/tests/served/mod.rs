@@ -89,6 +89,7 @@ pub fn ready_router_with(
         max_prefill_rows: 0,
         max_queue: 64,
         cache: Default::default(),
+        spec: Default::default(),
     };
     let engine = hearth_engine::engine::start(model, Device::Cpu, ecfg, eos).expect("starting the engine");
     let state = AppState::new(server);

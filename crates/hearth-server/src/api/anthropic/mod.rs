@@ -101,5 +101,7 @@ pub fn usage_of(u: &UsageTotals) -> Usage {
         cache_creation_input_tokens: 0,
         cache_read_input_tokens: u.cached_tokens,
         output_tokens: u.completion_tokens,
+        accepted_prediction_tokens: u.accepted_prediction_tokens,
+        rejected_prediction_tokens: u.rejected_prediction_tokens,
     }
 }

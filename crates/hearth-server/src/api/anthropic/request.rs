@@ -61,6 +61,7 @@ pub fn translate(req: MessagesRequest, count_only: bool) -> ApiResult<ChatReques
         stop,
         stream: req.stream,
         response_format: output_format(req.output_config.as_ref())?,
+        speculative: req.speculative,
         ..GenerationParams::default()
     };
     Ok(ChatRequest::new(conversation, params, FIELDS))

@@ -8,11 +8,17 @@ pub mod logprobs;
 pub mod models;
 
 use crate::output::generation::UsageTotals;
+use crate::wire::common::CompletionTokensDetails;
 use crate::wire::Usage;
 
 /// OpenAI's `usage` of a request's totals.
 impl From<UsageTotals> for Usage {
     fn from(u: UsageTotals) -> Self {
-        Usage::new(u.prompt_tokens, u.completion_tokens, u.cached_tokens)
+        let mut usage = Usage::new(u.prompt_tokens, u.completion_tokens, u.cached_tokens);
+        usage.completion_tokens_details = CompletionTokensDetails {
+            accepted_prediction_tokens: u.accepted_prediction_tokens,
+            rejected_prediction_tokens: u.rejected_prediction_tokens,
+        };
+        usage
     }
 }

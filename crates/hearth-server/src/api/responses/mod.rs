@@ -176,7 +176,11 @@ pub fn finish(echo: &Echo, mut output: Vec<OutputItem>, finish_reason: &str, u: 
         input_tokens: u.prompt_tokens,
         input_tokens_details: InputTokensDetails { cached_tokens: u.cached_tokens },
         output_tokens: u.completion_tokens,
-        output_tokens_details: OutputTokensDetails { reasoning_tokens: reasoning_tokens.min(u.completion_tokens) },
+        output_tokens_details: OutputTokensDetails {
+            reasoning_tokens: reasoning_tokens.min(u.completion_tokens),
+            accepted_prediction_tokens: u.accepted_prediction_tokens,
+            rejected_prediction_tokens: u.rejected_prediction_tokens,
+        },
         total_tokens: u.prompt_tokens + u.completion_tokens,
     };
     let response = response_object(echo, status, output, Some(usage));

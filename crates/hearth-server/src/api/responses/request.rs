@@ -85,6 +85,7 @@ pub fn translate(req: &ResponsesRequest, previous: Vec<Value>) -> ApiResult<Tran
         max_tokens: req.max_output_tokens.clone().map_or(Ok(None), |v| field::<i64>(FIELDS.max_tokens, v))?,
         stream: Some(req.stream.unwrap_or(false)),
         response_format,
+        speculative: req.speculative,
         ..GenerationParams::default()
     };
     let chat = ChatRequest { top_logprobs: req.top_logprobs, ..ChatRequest::new(chat, params, FIELDS) };

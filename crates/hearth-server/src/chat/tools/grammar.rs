@@ -195,6 +195,9 @@ pub(super) fn call_schema(name: &str, key: &str, params: &Value) -> Value {
 /// empty object forever), or up to 16 characters between tokens (pretty-printed JSON fits; padding is bounded).
 pub(super) fn nested(schema: &Value, params: &Value, flexible: bool) -> Value {
     let mut schema = schema.clone();
+    if !schema.is_object() {
+        return schema;
+    }
     schema["x-guidance"] = if flexible {
         json!({"whitespace_pattern": "[\\x20\\x0A\\x0D\\x09]{1,16}"})
     } else {

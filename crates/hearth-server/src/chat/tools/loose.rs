@@ -100,7 +100,8 @@ impl Tools {
                     .enumerate()
                     .map(|(k, (key, schema))| {
                         let open = lark_string(&format!("<parameter={key}>"));
-                        if crate::output::tools::is_text(schema) {
+                        // A property schema that is not an object (`true`, or not a schema at all) takes text.
+                        if crate::output::tools::is_text(schema) || !schema.is_object() {
                             format!("{open} xv")
                         } else {
                             rules.push_str(&format!("xj{i}_{k}: %json {}\n", nested(schema, params, true)));

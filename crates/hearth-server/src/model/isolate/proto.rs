@@ -145,6 +145,7 @@ mod tests {
                 ))),
                 after_marker: Some("</think>".into()),
             }),
+            spec: hearth_engine::speculative::SpecRequest { off: false, prediction: vec![4, 5, 6] },
         }
     }
 
@@ -188,7 +189,13 @@ mod tests {
                 event: EngineEvent::Finished {
                     choice: 1,
                     reason: FinishReason::Length,
-                    usage: Usage { prompt_tokens: 3, completion_tokens: 16, cached_tokens: 2 },
+                    usage: Usage {
+                        prompt_tokens: 3,
+                        completion_tokens: 16,
+                        cached_tokens: 2,
+                        accepted_prediction_tokens: 5,
+                        rejected_prediction_tokens: 1,
+                    },
                 },
             },
             ToParent::Event {

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Speculative decoding, hearth vs llama.cpp's llama-server on the same GGUF and threads, one request at a time,
+# loopback only, one server after the other:
+#   bench/spec_side_by_side.sh [MODEL_ALIAS] [THREADS] [ROUNDS] [WORKLOAD]
+# hearth (`--speculative ngram`): each round the same greedy request with `"speculative": false`, with prompt
+# lookup, and (edit) with the file as `prediction` (bench/spec_decode.py). llama-server: without speculation, then
+# with LLAMA_SPEC (default `--spec-type ngram-simple`), ROUNDS requests each. WORKLOAD: edit (default) or chat.
+# HEARTH_ARGS adds hearth serve flags; LLAMA_BUILD picks the llama.cpp build (as bench/serve_side_by_side.sh).
+# Needs: scripts/fetch-models, bench/setup-llama-cpp.sh, cargo build --release -p hearth-cli.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL="${1:-qwen2.5-coder-1.5b}"
+THREADS="${2:-2}"
+ROUNDS="${3:-3}"
+WORKLOAD="${4:-edit}"
+MODELS="${HEARTH_MODELS:-$HOME/.cache/hearth/models}"
+case "$MODEL" in
+  qwen2.5-coder-0.5b) GGUF="$MODELS/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" ;;
+  qwen2.5-coder-1.5b) GGUF="$MODELS/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" ;;
+  smollm2-135m) GGUF="$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" ;;
+  *) echo "unknown model $MODEL" >&2; exit 2 ;;
+esac
+HPORT=18191; LPORT=18192
+wait_ready() { for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0; sleep 0.2; done; echo "server on $1 never got ready" >&2; return 1; }
+trap '[ -n "${HPID:-}" ] && kill $HPID 2>/dev/null || true; [ -n "${LPID:-}" ] && kill $LPID 2>/dev/null || true' EXIT
+VARIANTS=off,ngram,prediction
+[ "$WORKLOAD" = chat ] && VARIANTS=off,ngram
+
+if [ "${SKIP_HEARTH:-0}" != 1 ]; then
+# shellcheck disable=SC2086
+./target/release/hearth serve -m "$MODEL" --device cpu --threads "$THREADS" --host 127.0.0.1 --port $HPORT \
+  --speculative ngram ${HEARTH_ARGS:-} >/tmp/hearth-spec.log 2>&1 &
+HPID=$!
+wait_ready $HPORT
+python3 bench/spec_decode.py --url http://127.0.0.1:$HPORT --workload "$WORKLOAD" --rounds "$ROUNDS" --variants "$VARIANTS"
+kill $HPID; wait $HPID 2>/dev/null || true; HPID=
+fi
+
+[ "${SKIP_LLAMA:-0}" = 1 ] && exit 0
+for spec in "" "${LLAMA_SPEC:---spec-type ngram-simple}"; do
+  # shellcheck disable=SC2086
+  "bench/.build/llama.cpp/${LLAMA_BUILD:-build}/bin/llama-server" -m "$GGUF" -t "$THREADS" -tb "$THREADS" -np 1 \
+    -c 8192 --host 127.0.0.1 --port $LPORT $spec >/tmp/llama-spec.log 2>&1 &
+  LPID=$!
+  wait_ready $LPORT
+  echo "# llama-server ${spec:-(no speculation)}"
+  python3 bench/spec_decode.py --url http://127.0.0.1:$LPORT --workload "$WORKLOAD" --rounds "$ROUNDS" --llama \
+    --variants "$([ -z "$spec" ] && echo off || echo ngram)"
+  kill $LPID; wait $LPID 2>/dev/null || true; LPID=
+done
