@@ -74,9 +74,9 @@ pub struct ServeArgs {
     /// Most requests waiting for a batch slot; more get HTTP 429.
     #[arg(long, env = "HEARTH_MAX_QUEUE", default_value_t = 64)]
     pub max_queue: usize,
-    /// Speculative decoding's draft sources: `prediction` (a request's `prediction` only), `ngram` (also prompt
-    /// lookup in every row's own prompt and output), `off`.
-    #[arg(long, env = "HEARTH_SPECULATIVE", default_value = "prediction",
+    /// Speculative decoding's draft sources: `ngram` (prompt lookup in every row's own prompt and output, and a
+    /// request's `prediction`), `prediction` (only rows whose request has a `prediction`), `off`.
+    #[arg(long, env = "HEARTH_SPECULATIVE", default_value = "ngram",
           value_parser = hearth_engine::speculative::SpecMode::parse)]
     pub speculative: hearth_engine::speculative::SpecMode,
     /// Most drafted tokens a row verifies in one step (1-64).

@@ -232,6 +232,35 @@ fn concurrent_greedy_streams_equal_their_solo_output_candle_kernels() {
     concurrent_streams_equal_solo(&s);
 }
 
+/// OpenAI's `prediction` through the server (speculation on by default): the answer is the same text as without
+/// it, and the usage counts the drafted tokens verification kept; `"speculative": false` drafts nothing.
+#[test]
+fn a_prediction_speeds_up_nothing_but_the_decode() {
+    let (s, _serial) = shared();
+    let ask = |extra: Value| {
+        let mut body = json!({"messages": user("Write the numbers one to twenty in words, one per line."),
+            "max_tokens": 48, "temperature": 0});
+        body.as_object_mut().map(|o| o.extend(extra.as_object().cloned().unwrap_or_default()));
+        ok(s.post("/v1/chat/completions", &body))
+    };
+    let plain = ask(json!({"speculative": false}));
+    let text = plain["choices"][0]["message"]["content"].as_str().unwrap_or("").to_string();
+    assert!(!text.is_empty(), "{plain}");
+    assert_eq!(plain["usage"]["completion_tokens_details"]["accepted_prediction_tokens"], 0);
+    for prediction in [json!(text), json!([{"type": "text", "text": text}])] {
+        let v = ask(json!({"prediction": {"type": "content", "content": prediction}}));
+        assert_eq!(v["choices"][0]["message"]["content"], plain["choices"][0]["message"]["content"]);
+        let kept = v["usage"]["completion_tokens_details"]["accepted_prediction_tokens"].as_u64().unwrap_or(0);
+        assert!(kept > 10, "{}", v["usage"]);
+    }
+    let off = ask(json!({"speculative": false, "prediction": {"type": "content", "content": text}}));
+    assert_eq!(off["usage"]["completion_tokens_details"], json!({"accepted_prediction_tokens": 0,
+        "rejected_prediction_tokens": 0}));
+    let bad = s.post("/v1/chat/completions", &json!({"messages": user("hi"), "prediction": {"type": "text"}}));
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    assert!(bad.text().contains("prediction"), "{}", bad.text());
+}
+
 #[test]
 fn stop_strings_are_excluded() {
     let (s, _serial) = shared();

@@ -266,9 +266,9 @@ fn hermes_auto_opens_calls_at_the_loose_forms_too() {
     }
 }
 
-/// Qwen3-Coder's XML form, `<function=NAME>` and `<parameter=KEY>value</parameter>`, in Hermes' `<tool_call>`
-/// (`auto` and `required`) and after text: only the schema's keys; a string's value is free text up to its closing
-/// tag, an integer's is an integer.
+/// Qwen3-Coder's XML form, `<function=NAME>` and `<parameter=KEY>value</parameter>`, in Hermes' `<tool_call>` and
+/// after text under `auto`: only the schema's keys, in its order, the required ones always; a string's value is
+/// free text up to its closing tag, an integer's is an integer.
 #[test]
 fn xml_form_calls() {
     let tok = smollm2();
@@ -282,18 +282,22 @@ fn xml_form_calls() {
         t.choice = if choice == "auto" { ToolChoice::Auto } else { ToolChoice::Required };
         g.compile(&t.constraint(&tok).unwrap()).unwrap()
     };
-    for choice in ["auto", "required"] {
-        let mut c = days(choice);
-        if choice == "auto" {
-            write(&mut c, &tok, "Checking. ");
-        }
-        write(&mut c, &tok, "<tool_call>\n<function=get_weather>\n<parameter=");
-        assert!(fits(&c, &tok, "city>") && fits(&c, &tok, "days>") && !fits(&c, &tok, "town>"), "{choice}");
-        write(&mut c, &tok, "city>\nSan {Francisco} <b>\"x\"</b>\n</parameter>\n<parameter=days>\n");
-        assert!(!fits(&c, &tok, "soon") && fits(&c, &tok, "3\n</parameter>"), "{choice}: an integer");
-        write(&mut c, &tok, "3\n</parameter>\n</function>\n</tool_call>");
-        assert!(may_end(&mut c, &tok), "{choice}");
-    }
+    let mut c = days("auto");
+    write(&mut c, &tok, "Checking. <tool_call>\n<function=get_weather>\n<parameter=");
+    assert!(fits(&c, &tok, "city>") && fits(&c, &tok, "days>") && !fits(&c, &tok, "town>"));
+    write(&mut c, &tok, "city>\nSan {Francisco} <b>\"x\"</b>\n</parameter>\n<parameter=days>\n");
+    assert!(!fits(&c, &tok, "soon") && fits(&c, &tok, "3\n</parameter>"), "an integer");
+    write(&mut c, &tok, "3\n</parameter>\n</function>\n</tool_call>");
+    assert!(may_end(&mut c, &tok));
+    // `required` takes JSON only (the XML form's text values know no `maxLength`).
+    let c = days("required");
+    assert!(!fits(&c, &tok, "<tool_call>\n<function=get_weather>"));
+    // A required parameter cannot be left out (get_weather's `city`), and the schema's order holds.
+    let c = g.compile(&weather("{{ '<tool_call>' }}", "auto").constraint(&tok).unwrap()).unwrap();
+    assert!(!fits(&c, &tok, "<tool_call>\n<function=get_weather>\n</function>"));
+    assert!(fits(&c, &tok, "<tool_call>\n<function=get_weather>\n<parameter=city>\nLima\n</parameter>\n</function>"));
+    let c = days("auto");
+    assert!(!fits(&c, &tok, "<function=get_weather><parameter=days>2</parameter><parameter=city>"));
     // A JSON object after `<function=NAME>` is still a call; a wrong type in it is not.
     let c = days("auto");
     assert!(fits(&c, &tok, "<function=get_weather>{\"days\": 2}</function> ok"));

@@ -18,13 +18,14 @@ pub mod ngram;
 
 use serde::{Deserialize, Serialize};
 
-/// Which draft sources a server uses (`--speculative`).
+/// Which draft sources a server uses (`--speculative`, whose default is `ngram`; an engine built without saying
+/// does not speculate).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SpecMode {
     /// No speculation, not even a request's `prediction`.
-    Off,
-    /// A request's `prediction` only.
     #[default]
+    Off,
+    /// A request's `prediction` only (with the row's own tokens beside it).
     Prediction,
     /// Prompt lookup in every row's own tokens, and a request's `prediction`.
     Ngram,
@@ -77,6 +78,8 @@ const MIN_GAIN: f32 = 1.0;
 /// Steps a row first pauses after its average fell below [`MIN_GAIN`]; each pause in a row doubles it, up to
 /// [`MAX_PAUSE`].
 const FIRST_PAUSE: u32 = 4;
+/// A row's average to start with, and after a pause: one step that keeps nothing pauses it (again).
+const START_GAIN: f32 = 1.2 * MIN_GAIN;
 const MAX_PAUSE: u32 = 64;
 
 /// A request's part in speculation.
@@ -122,7 +125,7 @@ impl RowSpec {
             max_k: cfg.max_draft,
             cursor: 0,
             from: None,
-            gain: 2.0 * MIN_GAIN,
+            gain: START_GAIN,
             paused: 0,
             next_pause: FIRST_PAUSE,
             drafted: 0,
@@ -130,10 +133,12 @@ impl RowSpec {
         })
     }
 
-    /// Up to `room` tokens to verify after `tokens` (the row's prompt and output; `generated` of them output):
-    /// the prediction's next tokens while the output follows it, the tokens after where the latest ones occur in
-    /// it once the output departed (nearest its cursor), else (n-gram mode) the tokens that followed the latest
-    /// ones in the row's own tokens. None while the row pauses.
+    /// Up to `room` tokens to verify after `tokens` (the row's prompt and output; `generated` of them output).
+    /// From the prediction: its next tokens while the output follows it, else the tokens after where the latest
+    /// ones occur in it (nearest its cursor). From the row's own tokens (n-gram mode, or any row with a
+    /// prediction: its prompt holds what an edit repeats, its output what the edit changed so far): the tokens
+    /// after the latest occurrence of its latest ones. The longer match wins (the prediction on a tie). Nothing
+    /// while the row pauses.
     pub fn draft(&mut self, tokens: &[u32], generated: usize, room: usize) -> Vec<u32> {
         self.from = None;
         let k = self.max_k.min(room);
@@ -144,23 +149,26 @@ impl RowSpec {
             self.paused -= 1;
             return Vec::new();
         }
+        let mut best: Option<(Vec<u32>, Option<usize>, usize)> = None;
         if !self.prediction.is_empty() {
             let out = &tokens[tokens.len() - generated..];
-            let found = if self.prediction.starts_with(out) {
+            best = if self.prediction.starts_with(out) {
                 let g = out.len().min(self.prediction.len());
-                Some((self.prediction[g..(g + k).min(self.prediction.len())].to_vec(), g))
+                Some((self.prediction[g..(g + k).min(self.prediction.len())].to_vec(), Some(g), usize::MAX))
             } else {
-                ngram::follow(&self.prediction, tokens, self.cursor, k)
+                ngram::follow(&self.prediction, tokens, self.cursor, k).map(|(d, from, n)| (d, Some(from), n))
             };
-            if let Some((d, from)) = found.filter(|(d, _)| !d.is_empty()) {
-                self.from = Some(from);
-                return d;
+        }
+        if self.ngram || !self.prediction.is_empty() {
+            if let Some((d, n)) = ngram::lookup(tokens, tokens, k, true) {
+                if best.as_ref().is_none_or(|b| n > b.2 || b.0.is_empty()) {
+                    best = Some((d, None, n));
+                }
             }
         }
-        if self.ngram {
-            return ngram::lookup(tokens, tokens, k, true);
-        }
-        Vec::new()
+        let Some((draft, from, _)) = best else { return Vec::new() };
+        self.from = from;
+        draft
     }
 
     /// Count `drafted` more tokens verified and `kept` more of them kept.
@@ -182,8 +190,7 @@ impl RowSpec {
         if self.gain < MIN_GAIN {
             self.paused = self.next_pause;
             self.next_pause = (self.next_pause * 2).min(MAX_PAUSE);
-            // One good step after the pause keeps it drafting.
-            self.gain = MIN_GAIN + 0.5;
+            self.gain = START_GAIN;
         } else if kept > 0 {
             self.next_pause = FIRST_PAUSE;
         }
@@ -211,26 +218,23 @@ mod tests {
         assert!(spec(SpecMode::Prediction, vec![]).is_none());
         assert!(spec(SpecMode::Off, vec![1]).is_none());
         let mut own = spec(SpecMode::Ngram, vec![]).expect("n-gram mode");
-        assert_eq!(own.draft(&[5, 6, 7, 8, 5, 6], 2, 8), vec![7, 8, 5, 6]);
+        assert_eq!(own.draft(&[5, 6, 7, 8, 5, 6, 7], 3, 8), vec![8, 5, 6, 7]);
     }
 
     #[test]
     fn a_row_whose_drafts_fail_pauses_longer_each_time() {
         let mut s = spec(SpecMode::Ngram, vec![]).unwrap();
-        let tokens = [5, 6, 7, 8, 5, 6];
-        let drafting = |s: &mut RowSpec| !s.draft(&tokens, 2, 8).is_empty();
+        let tokens = [5, 6, 7, 8, 5, 6, 7];
+        let drafting = |s: &mut RowSpec| !s.draft(&tokens, 3, 8).is_empty();
         assert!(drafting(&mut s));
         s.adapt(4, 4);
         s.adapt(4, 0);
         assert!(drafting(&mut s), "one bad step after good ones");
         s.adapt(4, 0);
-        s.adapt(4, 0);
-        let paused = (0..4).filter(|_| !drafting(&mut s)).count();
-        assert_eq!(paused, 4);
+        assert_eq!((0..4).filter(|_| !drafting(&mut s)).count(), 4, "a pause of 4 steps");
         assert!(drafting(&mut s));
         s.adapt(4, 0);
-        s.adapt(4, 0);
-        assert_eq!((0..9).filter(|_| !drafting(&mut s)).count(), 8, "the second pause is twice as long");
+        assert_eq!((0..9).filter(|_| !drafting(&mut s)).count(), 8, "one bad step after a pause: twice as long");
         s.count(4, 3);
         s.count(2, 0);
         assert_eq!((s.drafted, s.accepted), (6, 3));

@@ -3,7 +3,8 @@
 //! does, and from there only a valid call of an offered function fits:
 //!
 //! - Hermes: the lazy rule `TEXT <tool_call>` (text matches as little as it can before the tag), text again after
-//!   `</tool_call>`; a call inside is JSON or in the XML form of Qwen3-Coder's template (`<function=NAME>`);
+//!   `</tool_call>`; a call inside is JSON or in the XML form of Qwen3-Coder's template (`<function=NAME>`;
+//!   `required` and a named function take JSON only: the XML form's free-text values know no `maxLength`);
 //! - Mistral: its `[TOOL_CALLS]` control token (`<[id]>` in the grammar, a token no text can produce) opens the
 //!   calls; where the vocabulary spells it as text, the lazy rule as for Hermes. A vocabulary that has `[ARGS]` as a
 //!   control token gets the newer form `[TOOL_CALLS]name[ARGS]{..}` per call, the list `[TOOL_CALLS] [{..}]`
@@ -94,7 +95,7 @@ impl Tools {
                 )
             }
             Format::Hermes => format!(
-                "start: tc{calls}\ntc: {} \"\\n\" (call | xcall) \"\\n\" {} \"\\n\"?\n",
+                "start: tc{calls}\ntc: {} \"\\n\" call \"\\n\" {} \"\\n\"?\n",
                 lark_string(hermes::START),
                 lark_string(hermes::END)
             ),
@@ -108,8 +109,6 @@ impl Tools {
         let rules = match self.format {
             Format::Pythonic => pythonic::call_rules(self.callable()),
             Format::Llama3 => self.call_rules("parameters"),
-            // Hermes' calls may be in the XML form too (`xcall`: `super::loose`, whose rules `auto` has already).
-            Format::Hermes if !auto => self.call_rules("arguments") + &self.function_rules(),
             _ => self.call_rules("arguments"),
         };
         (top, rules)

@@ -16,9 +16,10 @@
 //! Whitespace inside these calls is free but bounded (pretty-printed JSON fits; a small model cannot pad forever).
 //!
 //! The XML form (`xcall`, Qwen3-Coder's: `<function=NAME>`, `<parameter=KEY>value</parameter>` per argument,
-//! `</function>`) is also a call of Hermes' own `<tool_call>`, under every `tool_choice`. Its keys are the
-//! schema's properties (any key where it declares none); a string property's value is free text up to
-//! `</parameter>`, any other property's is JSON of its schema.
+//! `</function>`) is also a call of Hermes' own `<tool_call>` under `auto` (the enforced choices take JSON, whose
+//! grammar bounds every value). Its keys are the
+//! schema's properties in the schema's order, the required ones always (any keys where it declares none); a string
+//! property's value is free text up to `</parameter>`, any other property's is JSON of its schema.
 
 use super::grammar::{nested, Openers};
 use super::Tools;
@@ -93,27 +94,41 @@ impl Tools {
         for (i, (name, params)) in self.callable().enumerate() {
             rules.push_str(&format!("la{i}: %json {}\n", nested(params, params, true)));
             let props = params.get("properties").and_then(Value::as_object).filter(|p| !p.is_empty());
-            let items: Vec<String> = match props {
-                None => vec!["\"<parameter=\" XKEY \">\" xv".to_string()],
+            let required: Vec<&str> = params
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            // The schema's properties in its order, each `<parameter=KEY>` value `</parameter>`, the required ones
+            // always (as the pythonic form's rules); any keys where it declares none.
+            let body = match props {
+                None => "(WS1? \"<parameter=\" XKEY \">\" xv)*".to_string(),
                 Some(props) => props
                     .iter()
                     .enumerate()
                     .map(|(k, (key, schema))| {
                         let open = lark_string(&format!("<parameter={key}>"));
                         // A property schema that is not an object (`true`, or not a schema at all) takes text.
-                        if crate::output::tools::is_text(schema) || !schema.is_object() {
-                            format!("{open} xv")
+                        let item = if crate::output::tools::is_text(schema) || !schema.is_object() {
+                            format!("WS1? {open} xv")
                         } else {
                             rules.push_str(&format!("xj{i}_{k}: %json {}\n", nested(schema, params, true)));
-                            format!("{open} WS1? xj{i}_{k} WS1? \"</parameter>\"")
+                            format!("WS1? {open} WS1? xj{i}_{k} WS1? \"</parameter>\"")
+                        };
+                        if required.contains(&key.as_str()) {
+                            format!("({item})")
+                        } else {
+                            format!("({item})?")
                         }
                     })
-                    .collect(),
+                    .collect::<Vec<_>>()
+                    .join(" "),
             };
             let fn_open = lark_string(&format!("<function={name}>"));
             rules.push_str(&format!(
-                "xa{i}: (WS1? la{i} | (WS1? xp{i})*) WS1? \"</function>\"\nxp{i}: {}\nxc{i}: {fn_open} xa{i}\n",
-                items.join(" | ")
+                "xa{i}: (WS1? la{i} | xp{i}) WS1? \"</function>\"\nxp{i}: {body}\nxc{i}: {fn_open} xa{i}\n"
             ));
             calls.push(format!("xc{i}"));
         }
