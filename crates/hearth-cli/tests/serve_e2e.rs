@@ -240,7 +240,9 @@ fn a_prediction_speeds_up_nothing_but_the_decode() {
     let ask = |extra: Value| {
         let mut body = json!({"messages": user("Write the numbers one to twenty in words, one per line."),
             "max_tokens": 48, "temperature": 0});
-        body.as_object_mut().map(|o| o.extend(extra.as_object().cloned().unwrap_or_default()));
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
         ok(s.post("/v1/chat/completions", &body))
     };
     let plain = ask(json!({"speculative": false}));
