@@ -5,7 +5,7 @@
 # hearth (`--speculative ngram`): each round the same greedy request with `"speculative": false`, with prompt
 # lookup, and (edit) with the file as `prediction` (bench/spec_decode.py). llama-server: without speculation, then
 # with LLAMA_SPEC (default `--spec-type ngram-simple`), ROUNDS requests each. WORKLOAD: edit (default) or chat.
-# HEARTH_ARGS adds hearth serve flags; LLAMA_BUILD picks the llama.cpp build (as bench/serve_side_by_side.sh).
+# MAXTOK: max_tokens per request (700). HEARTH_ARGS adds hearth serve flags; LLAMA_BUILD picks the llama.cpp build (as bench/serve_side_by_side.sh).
 # Needs: scripts/fetch-models, bench/setup-llama-cpp.sh, cargo build --release -p hearth-cli.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,7 @@ if [ "${SKIP_HEARTH:-0}" != 1 ]; then
   --speculative ngram ${HEARTH_ARGS:-} >/tmp/hearth-spec.log 2>&1 &
 HPID=$!
 wait_ready $HPORT
-python3 bench/spec_decode.py --url http://127.0.0.1:$HPORT --workload "$WORKLOAD" --rounds "$ROUNDS" --variants "$VARIANTS"
+python3 bench/spec_decode.py --url http://127.0.0.1:$HPORT --workload "$WORKLOAD" --rounds "$ROUNDS" --variants "$VARIANTS" --max-tokens "${MAXTOK:-700}"
 kill $HPID; wait $HPID 2>/dev/null || true; HPID=
 fi
 
@@ -44,7 +44,7 @@ for spec in "" "${LLAMA_SPEC:---spec-type ngram-simple}"; do
   LPID=$!
   wait_ready $LPORT
   echo "# llama-server ${spec:-(no speculation)}"
-  python3 bench/spec_decode.py --url http://127.0.0.1:$LPORT --workload "$WORKLOAD" --rounds "$ROUNDS" --llama \
+  python3 bench/spec_decode.py --url http://127.0.0.1:$LPORT --workload "$WORKLOAD" --rounds "$ROUNDS" --llama --max-tokens "${MAXTOK:-700}" \
     --variants "$([ -z "$spec" ] && echo off || echo ngram)"
   kill $LPID; wait $LPID 2>/dev/null || true; LPID=
 done
