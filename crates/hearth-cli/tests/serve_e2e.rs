@@ -256,8 +256,11 @@ fn a_prediction_speeds_up_nothing_but_the_decode() {
         assert!(kept > 10, "{}", v["usage"]);
     }
     let off = ask(json!({"speculative": false, "prediction": {"type": "content", "content": text}}));
-    assert_eq!(off["usage"]["completion_tokens_details"], json!({"accepted_prediction_tokens": 0,
-        "rejected_prediction_tokens": 0}));
+    assert_eq!(
+        off["usage"]["completion_tokens_details"],
+        json!({"accepted_prediction_tokens": 0,
+        "rejected_prediction_tokens": 0})
+    );
     let bad = s.post("/v1/chat/completions", &json!({"messages": user("hi"), "prediction": {"type": "text"}}));
     assert_eq!(bad.status, 400, "{}", bad.text());
     assert!(bad.text().contains("prediction"), "{}", bad.text());
