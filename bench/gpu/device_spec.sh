@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# On the GPU machine (repo root, .gpu carried): speculative decoding's machinery on the 8B-shaped random checkpoint
+# (random weights make drafts meaningless, so the drafts are given): batch 1, the same greedy request with
+# speculation off, with its own greedy answer as `prediction` (drafts kept), and with a prediction of unrelated
+# text (drafts rejected), at --spec-tokens 4 and 8; then 32 streams with --speculative ngram vs off.
+#   bench/gpu/device_spec.sh OUT_DIR
+set -uo pipefail
+OUT="$1"; mkdir -p "$OUT" /tmp/hbin
+[ -x /tmp/hbin/hearth ] || { xz -dc .gpu/hearth.xz > /tmp/hbin/hearth && chmod +x /tmp/hbin/hearth; }
+[ -f /tmp/llama8b/.complete ] || python3 bench/gpu/make_llama8b.py /tmp/llama8b > "$OUT/make.log" 2>&1
+PORT=18660
+serve() {
+  /tmp/hbin/hearth serve -m /tmp/llama8b --device cuda --port $PORT --batch 64 "$@" > "$OUT/serve-$*.log" 2>&1 &
+  SP=$!
+  for _ in $(seq 1 900); do curl -sf http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.2; done
+  python3 bench/load.py --url http://127.0.0.1:$PORT --concurrency 1 --requests 1 --max-tokens 16 > /dev/null
+}
+for k in 4 8; do
+  serve --speculative ngram --spec-tokens $k
+  python3 - "$PORT" "$k" <<'PY' | tee -a "$OUT/batch1.jsonl"
+import json, statistics, sys
+sys.path.insert(0, "bench")
+from prompt_cache import post_stream
+port, k = int(sys.argv[1]), int(sys.argv[2])
+def ask(extra):
+    body = dict({"prompt": "The history of the printing press", "max_tokens": 256, "ignore_eos": True,
+                 "temperature": 0}, **extra)
+    ttft, total, text, usage = post_stream("127.0.0.1", port, "/v1/completions", body, 600)
+    return text, (usage["completion_tokens"] - 1) / (total - ttft), usage
+answer, _, _ = ask({"speculative": False})
+junk = " ".join(f"word{i}" for i in range(400))
+rates = {"off": [], "own answer": [], "unrelated": []}
+for r in range(3):
+    for name, extra in [("off", {"speculative": False}), ("own answer", {"prediction": {"type": "content", "content": answer}}),
+                        ("unrelated", {"prediction": {"type": "content", "content": junk}})]:
+        text, rate, usage = ask(extra)
+        rates[name].append(rate)
+        d = usage.get("completion_tokens_details") or {}
+        print(json.dumps({"k": k, "variant": name, "round": r, "decode_tok_s": round(rate, 1), "same": text == answer,
+                          "accepted": d.get("accepted_prediction_tokens"), "rejected": d.get("rejected_prediction_tokens")}))
+base = statistics.median(rates["off"])
+for name, xs in rates.items():
+    print(json.dumps({"summary": name, "k": k, "decode_tok_s": round(statistics.median(xs), 1), "vs_off": round(statistics.median(xs) / base, 3)}))
+PY
+  kill $SP; wait $SP 2>/dev/null
+done
+for mode in off ngram; do
+  serve --speculative $mode
+  python3 bench/load.py --url http://127.0.0.1:$PORT --concurrency 32 --requests 64 --max-tokens 128 --label "32 streams $mode" | tee -a "$OUT/streams.jsonl"
+  kill $SP; wait $SP 2>/dev/null
+done
