@@ -52,12 +52,14 @@ CONSTRAINTS="$ROOT/tools/oracle/constraints.txt"   # every transitive dependency
 
 # llama-cpp-python builds llama.cpp from the sdist: slow on 2 cores, so niced.
 if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('llama_cpp_python') == '$LLAMA_CPP_PYTHON_VERSION' else 1)" 2>/dev/null; then
-  # AMX off: a VM may report AMX without enabling it, and ggml then dies on its first tile instruction.
-  CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" \
-  MAKEFLAGS="-j2" \
-  CMAKE_BUILD_PARALLEL_LEVEL=2 \
+  # AMX off: a VM may report AMX without enabling it, and ggml then dies on its first tile instruction. The flags
+  # go in through CFLAGS/CXXFLAGS (CMake's initial compiler flags), with no quoting inside CMAKE_ARGS to survive.
   # --no-cache-dir: a wheel pip cached from an earlier build (AMX on, or another machine's -march) must not stand
   # in for this one.
+  CFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" CXXFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
+  CMAKE_ARGS="-DGGML_NATIVE=ON" \
+  MAKEFLAGS="-j2" \
+  CMAKE_BUILD_PARALLEL_LEVEL=2 \
   nice -n 15 "$PIP" install -c "$CONSTRAINTS" --no-cache-dir --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
 fi
 
