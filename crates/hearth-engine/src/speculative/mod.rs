@@ -160,7 +160,7 @@ impl RowSpec {
             };
         }
         if self.ngram || !self.prediction.is_empty() {
-            if let Some((d, n)) = ngram::lookup(tokens, tokens, k, true) {
+            if let Some((d, n)) = ngram::lookup(tokens, k) {
                 if best.as_ref().is_none_or(|b| n > b.2 || b.0.is_empty()) {
                     best = Some((d, None, n));
                 }

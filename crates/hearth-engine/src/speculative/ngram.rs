@@ -8,28 +8,30 @@ pub const MAX_NGRAM: usize = 8;
 /// The shortest suffix that may draft (one or two tokens match too much prose to be worth verifying).
 pub const MIN_NGRAM: usize = 3;
 
-/// Up to `k` tokens that followed the latest, longest match of `context`'s last `n` tokens (n from `MAX_NGRAM`
-/// down to `MIN_NGRAM`) in `source` (when `source` is `context` itself, the suffix does not match itself), and `n`.
-/// None when nothing matches.
-pub fn lookup(source: &[u32], context: &[u32], k: usize, self_source: bool) -> Option<(Vec<u32>, usize)> {
-    if k == 0 {
+/// Up to `k` tokens that followed the latest, longest match of the last `n` of `tokens` (the row's prompt and
+/// output; n from `MAX_NGRAM` down to `MIN_NGRAM`) earlier in them, and `n`. None when nothing matches. One pass:
+/// each earlier position is extended backwards as far as it agrees with the suffix.
+pub fn lookup(tokens: &[u32], k: usize) -> Option<(Vec<u32>, usize)> {
+    let len = tokens.len();
+    if k == 0 || len <= MIN_NGRAM {
         return None;
     }
-    for n in (MIN_NGRAM..=MAX_NGRAM.min(context.len())).rev() {
-        let suffix = &context[context.len() - n..];
-        // Matches ending before the source's end (something follows them); in the row's own tokens, before the
-        // suffix itself.
-        let end = if self_source { source.len().saturating_sub(1) } else { source.len() };
-        if end < n {
-            continue;
+    // A match ends before the last token (something follows it; the suffix never matches itself).
+    let longest = MAX_NGRAM.min(len - 1);
+    let mut best: Option<(usize, usize)> = None;
+    for end in (MIN_NGRAM..len).rev() {
+        let mut n = 0;
+        while n < longest.min(end) && tokens[end - 1 - n] == tokens[len - 1 - n] {
+            n += 1;
         }
-        let found = (0..=end - n).rev().find(|&i| &source[i..i + n] == suffix && i + n < source.len());
-        if let Some(i) = found {
-            let from = i + n;
-            return Some((source[from..(from + k).min(source.len())].to_vec(), n));
+        if n >= MIN_NGRAM && best.is_none_or(|(_, m)| n > m) {
+            best = Some((end, n));
+            if n == longest {
+                break;
+            }
         }
     }
-    None
+    best.map(|(end, n)| (tokens[end..(end + k).min(len)].to_vec(), n))
 }
 
 /// Up to `k` tokens of a prediction after where `context`'s latest tokens occur in it, the occurrence nearest at or
@@ -72,20 +74,20 @@ mod tests {
     fn the_longest_latest_match_drafts_what_followed_it() {
         // "1 2 3 4 5 9" then "1 2 3" again: the 3-gram matches at 0.
         let ctx = [1, 2, 3, 4, 5, 9, 1, 2, 3];
-        assert_eq!(lookup(&ctx, &ctx, 3, true), Some((vec![4, 5, 9], 3)));
+        assert_eq!(lookup(&ctx, 3), Some((vec![4, 5, 9], 3)));
         // A longer match beats a later shorter one.
         let ctx = [0, 7, 2, 3, 4, 1, 7, 2, 3, 6, 9, 0, 7, 2, 3];
-        assert_eq!(lookup(&ctx, &ctx, 2, true), Some((vec![4, 1], 4)));
+        assert_eq!(lookup(&ctx, 2), Some((vec![4, 1], 4)));
         // Of equal matches the latest.
         let ctx = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3];
-        assert_eq!(lookup(&ctx, &ctx, 1, true), Some((vec![5], 3)));
+        assert_eq!(lookup(&ctx, 1), Some((vec![5], 3)));
         // The suffix never matches itself; two tokens are not a match.
-        assert_eq!(lookup(&[1, 2, 3], &[1, 2, 3], 4, true), None);
-        assert_eq!(lookup(&[5, 1, 5, 1], &[5, 1, 5, 1], 4, true), None);
-        // Another source: the draft may run to its end.
-        assert_eq!(lookup(&[1, 2, 3, 4, 5], &[9, 1, 2, 3], 8, false), Some((vec![4, 5], 3)));
-        assert_eq!(lookup(&[1, 2, 3], &[9, 1, 2, 3], 8, false), None, "nothing follows the match");
-        assert_eq!(lookup(&[1, 2, 3, 4], &[1, 2, 3], 0, false), None);
+        assert_eq!(lookup(&[1, 2, 3], 4), None);
+        assert_eq!(lookup(&[5, 1, 5, 1], 4), None);
+        // The draft may run to the end of the tokens; a match may overlap the suffix.
+        assert_eq!(lookup(&[1, 2, 3, 4, 9, 1, 2, 3], 8), Some((vec![4, 9, 1, 2, 3], 3)));
+        assert_eq!(lookup(&[5, 5, 5, 5], 8), Some((vec![5], 3)));
+        assert_eq!(lookup(&[1, 2, 3, 4, 1, 2, 3], 0), None);
     }
 
     #[test]

@@ -40,11 +40,11 @@ pub unsafe fn run(
 unsafe fn rows<K: KKind>(isa: Isa, mat: Mat<XBlockK>, range: std::ops::Range<usize>) {
     use crate::cpu_matmul::x86::mac;
     match isa {
-        Isa::Avx2 => rows_avx2::<KRows<K, x86::Avx2, Ymm<K, mac::Avx2>>>(mat, range),
+        Isa::Avx2 => rows_avx2::<KRows<K, Ymm<K, mac::Avx2>>>(mat, range),
         Isa::AvxVnni | Isa::Avx512Vnni if mat.m >= PACK_MIN_M && wide::enabled() => {
-            rows_zmm::<KRows<K, x86::Avx2, Zmm<K>>>(mat, range)
+            rows_zmm::<KRows<K, Zmm<K>>>(mat, range)
         }
-        Isa::AvxVnni => rows_vnni::<KRows<K, x86::Avx2, Ymm<K, mac::Vnni>>>(mat, range),
-        Isa::Avx512Vnni => rows_vnni512::<KRows<K, x86::Avx2, Ymm<K, mac::Vnni512>>>(mat, range),
+        Isa::AvxVnni => rows_vnni::<KRows<K, Ymm<K, mac::Vnni>>>(mat, range),
+        Isa::Avx512Vnni => rows_vnni512::<KRows<K, Ymm<K, mac::Vnni512>>>(mat, range),
     }
 }

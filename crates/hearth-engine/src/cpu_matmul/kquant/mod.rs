@@ -12,7 +12,7 @@
 //!   `(qh[32n + l] >> 2t) & 3`; value = d·sc_s·(q − 32), one scale per 16 values.
 //!
 //! Per super-block and activation row the kernel computes Σ_c Σ_l scale·q·y (`vpmaddubsw`, then `vpmaddwd` by the
-//! chunk's scales and an add, on every instruction set: a fused VNNI `vpdpwssd` lost, see [`x86::KMac`]) and an offset
+//! chunk's scales and an add, on every instruction set: a fused VNNI `vpdpwssd` lost, see `x86::scaled_acc`) and an offset
 //! term Σ_s coef_s·bsum_s over the activation's 16-value sums (Q4_K/Q5_K: the mins; Q6_K: the scales, for the
 //! −32), both exact i32; the f32 result is d_y·(d·Σ + f·offset) with f = −dmin
 //! (Q4_K/Q5_K) or −32·d (Q6_K). candle computes the same integers, so results equal its up to f32 accumulation

@@ -10,7 +10,7 @@
 //! tile kernel's 128 `vpmaddubsw` + 128 scale steps: the packing (8 transposes per super-block of 8 rows) is
 //! paid once per call and group, so the kernel runs from [`PACK_MIN_M`] activation rows up.
 
-use super::x86::{KBlocks, KKind, KMac, Scalars8};
+use super::x86::{KBlocks, KKind, Scalars8};
 use crate::cpu_matmul::quant::XBlockK;
 use crate::cpu_matmul::x86::mac::Mac;
 use crate::cpu_matmul::x86::{act_rows, store_lanes, transpose8, Mat, RowKernel, Tiled};
@@ -344,16 +344,16 @@ impl<K: KKind, M: Mac> PackedKernel for Ymm<K, M> {
     }
 }
 
-/// The k-quant row kernel: the tile kernel ([`KBlocks`] with the scale step `KM`) below [`PACK_MIN_M`]
-/// activation rows, the packed kernel `T` from there.
-pub(crate) struct KRows<K, KM, T>(std::marker::PhantomData<(K, KM, T)>);
+/// The k-quant row kernel: the tile kernel ([`KBlocks`]) below [`PACK_MIN_M`] activation rows, the packed kernel
+/// `T` from there.
+pub(crate) struct KRows<K, T>(std::marker::PhantomData<(K, T)>);
 
-impl<K: KKind, KM: KMac, T: PackedKernel> RowKernel for KRows<K, KM, T> {
+impl<K: KKind, T: PackedKernel> RowKernel for KRows<K, T> {
     type X = XBlockK;
     #[inline(always)]
     unsafe fn rows(a: Mat<XBlockK>, rows: std::ops::Range<usize>) {
         if a.m < PACK_MIN_M {
-            return Tiled::<KBlocks<K, KM>>::rows(a, rows);
+            return Tiled::<KBlocks<K>>::rows(a, rows);
         }
         let pk = T::scratch(8 * PANEL / T::WIDTH * a.nb);
         drive::<T>(a, rows, pk)

@@ -1,5 +1,5 @@
 //! The k-quant tile kernels: one weight row (or two) straight from its GGML super-blocks against a few
-//! activation rows; the weight kinds ([`KKind`]) and scale-step forms ([`KMac`]) the packed kernel shares.
+//! activation rows; the weight kinds ([`KKind`]) the packed kernel shares.
 
 use super::*;
 use crate::cpu_matmul::x86::{f16x8, TileKernel};
@@ -259,26 +259,18 @@ impl KKind for Q6K {
 }
 
 /// `sum + Σ pairs (q·y)·s`: the 16-bit products of unsigned weights and signed activations (`vpmaddubsw`:
-/// |q| <= 63, so no pair saturates), multiplied by the scales and added in pairs to the i32 lanes.
-pub trait KMac {
-    unsafe fn acc(sum: __m256i, q: __m256i, y: __m256i, s: __m256i) -> __m256i;
-}
-
-/// `vpmaddwd` then `vpaddd`, on every instruction set. A fused `vpdpwssd` (AVX-VNNI / AVX-512 VNNI) puts its
-/// 5-cycle latency on each tile accumulator's chain, where `vpaddd` puts 1: with one or two activation rows a
-/// tile has too few accumulators to hide it, and the fused form lost a paired A/B (docs/benchmarks.md).
-pub struct Avx2;
-
-impl KMac for Avx2 {
-    #[inline(always)]
-    unsafe fn acc(sum: __m256i, q: __m256i, y: __m256i, s: __m256i) -> __m256i {
-        _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), s))
-    }
+/// |q| <= 63, so no pair saturates), multiplied by the scales (`vpmaddwd`) and added to the i32 lanes (`vpaddd`),
+/// on every instruction set. A fused `vpdpwssd` (AVX-VNNI / AVX-512 VNNI) puts its 5-cycle latency on each tile
+/// accumulator's chain, where `vpaddd` puts 1: with one or two activation rows a tile has too few accumulators to
+/// hide it, and the fused form lost a paired A/B (docs/benchmarks.md).
+#[inline(always)]
+unsafe fn scaled_acc(sum: __m256i, q: __m256i, y: __m256i, s: __m256i) -> __m256i {
+    _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), s))
 }
 
 /// NR weight rows against MR activation rows.
 #[inline(always)]
-unsafe fn tile<K: KKind, M: KMac, const NR: usize, const MR: usize>(
+unsafe fn tile<K: KKind, const NR: usize, const MR: usize>(
     ws: [*const u8; NR],
     nb: usize,
     xs: [*const XBlockK; MR],
@@ -294,7 +286,7 @@ unsafe fn tile<K: KKind, M: KMac, const NR: usize, const MR: usize>(
                 let s = K::scales(&preps[i], c);
                 for r in 0..MR {
                     let y = _mm256_loadu_si256((*xs[r].add(b)).qs.as_ptr().add(32 * c) as *const __m256i);
-                    sum[i][r] = M::acc(sum[i][r], q, y, s);
+                    sum[i][r] = scaled_acc(sum[i][r], q, y, s);
                 }
             }
         }
@@ -320,18 +312,18 @@ pub unsafe fn float_step(acc: __m128, sum: i32, off: i32, d: f32, f: f32, xd: f3
     _mm_fmadd_ss(_mm_cvtsi32_ss(z, off), _mm_set_ss(f * xd), a)
 }
 
-pub struct KBlocks<K, M>(std::marker::PhantomData<(K, M)>);
+pub struct KBlocks<K>(std::marker::PhantomData<K>);
 
-impl<K: KKind, M: KMac> TileKernel for KBlocks<K, M> {
+impl<K: KKind> TileKernel for KBlocks<K> {
     type X = XBlockK;
     const BYTES: usize = K::BYTES;
     #[inline(always)]
     unsafe fn tile<const MR: usize>(w: *const u8, nb: usize, xs: [*const XBlockK; MR]) -> [f32; MR] {
-        tile::<K, M, 1, MR>([w], nb, xs)[0]
+        tile::<K, 1, MR>([w], nb, xs)[0]
     }
     #[inline(always)]
     unsafe fn pair(w0: *const u8, w1: *const u8, nb: usize, x: *const XBlockK) -> (f32, f32) {
-        let [[a], [b]] = tile::<K, M, 2, 1>([w0, w1], nb, [x]);
+        let [[a], [b]] = tile::<K, 2, 1>([w0, w1], nb, [x]);
         (a, b)
     }
 }
