@@ -6,8 +6,11 @@ use anyhow::Context;
 use clap::Args;
 use hearth_engine::embed::{Embedder, EmbedderOptions};
 use hearth_engine::engine::{CacheConfig, EngineConfig, SsdSettings};
+use hearth_engine::loader::LoadedModel;
+use hearth_engine::models::{LoadOptions, Model};
 use hearth_engine::sampling::grammar::Grammars;
 use hearth_engine::sizing::blocks_for_budget;
+use hearth_engine::speculative::SpecMode;
 use hearth_engine::weights::resolve::ModelLocation;
 use hearth_server::ids::unix_now;
 use hearth_server::model::isolate::{ChildCommand, Supervisor};
@@ -74,11 +77,17 @@ pub struct ServeArgs {
     /// Most requests waiting for a batch slot; more get HTTP 429.
     #[arg(long, env = "HEARTH_MAX_QUEUE", default_value_t = 64)]
     pub max_queue: usize,
-    /// Speculative decoding's draft sources: `ngram` (prompt lookup in every row's own prompt and output, and a
-    /// request's `prediction`), `prediction` (only rows whose request has a `prediction`), `off`.
-    #[arg(long, env = "HEARTH_SPECULATIVE", default_value = "ngram",
+    /// Speculative decoding's draft sources (a request's `prediction` in every mode but `off`): `auto` (prompt
+    /// lookup in every row's own prompt and output, and the draft model where lookup finds no strong match),
+    /// `ngram` (prompt lookup only), `draft` (the draft model only), `prediction` (only rows whose request has a
+    /// `prediction`), `off`.
+    #[arg(long, env = "HEARTH_SPECULATIVE", default_value = "auto",
           value_parser = hearth_engine::speculative::SpecMode::parse)]
     pub speculative: hearth_engine::speculative::SpecMode,
+    /// A smaller model with the same tokenizer that drafts tokens for speculative decoding (a .gguf file, an HF
+    /// directory or an alias): loaded on the same device, with its own KV cache.
+    #[arg(long, env = "HEARTH_DRAFT_MODEL")]
+    pub draft_model: Option<String>,
     /// Most drafted tokens a row verifies in one step (1-64).
     #[arg(long, env = "HEARTH_SPEC_TOKENS", default_value_t = hearth_engine::speculative::DEFAULT_DRAFT as u64,
           value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -209,6 +218,20 @@ fn check(a: &ServeArgs) -> anyhow::Result<()> {
         a.served_model_name.is_none() || a.model.model.len() <= 1,
         "--served-model-name names one model; a model pool's models are named by their --model"
     );
+    anyhow::ensure!(
+        a.draft_model.is_none() || a.model.model.len() <= 1,
+        "--draft-model drafts for one model; a model pool has several"
+    );
+    anyhow::ensure!(a.draft_model.as_deref().is_none_or(|d| !d.trim().is_empty()), "--draft-model must not be empty");
+    if a.draft_model.is_none() && a.speculative == SpecMode::Draft {
+        anyhow::bail!("--speculative draft needs a draft model (--draft-model)");
+    }
+    if a.draft_model.is_some() && !matches!(a.speculative, SpecMode::Draft | SpecMode::Auto) {
+        tracing::warn!(
+            "--draft-model is loaded but unused: --speculative {} does not draft with it",
+            a.speculative.as_str()
+        );
+    }
     let mut seen = std::collections::HashSet::new();
     for m in &a.model.model {
         anyhow::ensure!(seen.insert(m.as_str()), "--model {m} is given twice");
@@ -316,18 +339,46 @@ fn cache_namespace(fingerprint: u128, device: &str) -> u128 {
     hearth_engine::kv::BlockHash::root(key.as_bytes()).0
 }
 
-/// Load the model, size the KV cache, start the engine.
+/// Load the draft model (`--draft-model`) on the model's device, checked to tokenize as the model does.
+fn load_draft(a: &ServeArgs, m: &LoadedModel) -> anyhow::Result<Option<Box<dyn Model>>> {
+    let Some(spec) = a.draft_model.as_deref() else { return Ok(None) };
+    let opts =
+        LoadOptions { dequantize: a.model.dequantize, dtype: hearth_engine::models::parse_dtype(&a.model.dtype)? };
+    let d = hearth_engine::loader::load_with(spec, &m.device, None, &opts)
+        .with_context(|| format!("loading the draft model {spec}"))?;
+    hearth_engine::loader::check_same_vocabulary(&m.tokenizer, &d.tokenizer)
+        .with_context(|| format!("--draft-model {spec} cannot draft for {}", a.model.spec()))?;
+    tracing::info!(
+        draft_model = %d.location.path().display(),
+        config = %d.model.config().describe(),
+        load_ms = d.load_time.as_millis() as u64,
+        "draft model loaded"
+    );
+    Ok(Some(d.model))
+}
+
+/// The share of a KV budget the model's own KV gets when a draft model keeps KV for as many tokens beside it.
+fn target_share(model: &dyn Model, draft: Option<&dyn Model>, budget: u64) -> u64 {
+    let Some(d) = draft else { return budget };
+    let per_token = |m: &dyn Model| hearth_engine::sizing::kv_bytes(m, 1, 1) as f64;
+    (budget as f64 * per_token(model) / (per_token(model) + per_token(d))) as u64
+}
+
+/// Load the model (and the draft model), size the KV cache, start the engine.
 fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let m = a.model.load()?;
+    let draft = load_draft(a, &m)?;
     let bs = a.kv_block_size;
     // The engine's defaults on this device (its memory read after the weights loaded); flags override them.
     let sizing = EngineConfig::defaults_for(&m.device);
     let budget = a.kv_budget.map_or(sizing.kv_budget_bytes, |gib| (gib * GIB) as u64);
+    let budget = target_share(m.model.as_ref(), draft.as_deref(), budget);
     let kv_blocks = hearth_engine::sizing::kv_blocks(m.model.as_ref(), budget, a.batch, bs);
     anyhow::ensure!(kv_blocks >= 2, "--kv-budget is too small to hold even one block of {bs} tokens; raise it");
     if a.kv_budget.is_some() {
         let what = format!("a KV cache of {} tokens (--kv-budget)", kv_blocks * bs);
-        let bytes = hearth_engine::sizing::kv_bytes(m.model.as_ref(), kv_blocks, bs);
+        let kv_bytes = |model: &dyn Model| hearth_engine::sizing::kv_bytes(model, kv_blocks, bs);
+        let bytes = kv_bytes(m.model.as_ref()) + draft.as_deref().map_or(0, kv_bytes);
         let free = hearth_engine::sizing::available_memory(&m.device);
         let remedy = "lower --kv-budget, or leave it out (the default takes a share of what is free)";
         hearth_engine::sizing::admit(&what, bytes, free, remedy).map_err(anyhow::Error::msg)?;
@@ -370,7 +421,8 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
         },
     };
     let width = m.model.config().vocab_size;
-    let engine = hearth_engine::engine::start(m.model, m.device, ecfg, eos).context("starting the engine")?;
+    let engine =
+        hearth_engine::engine::start_with_draft(m.model, draft, m.device, ecfg, eos).context("starting the engine")?;
     let tokenizer = Arc::new(m.tokenizer);
     let engine = engine.with_grammars(warm_grammars(&tokenizer, width));
     Ok(Ready {

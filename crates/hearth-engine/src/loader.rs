@@ -148,6 +148,29 @@ fn merge_generation_config_eos(g: &serde_json::Value, cfg: &mut ModelConfig) {
     }
 }
 
+/// A draft model must tokenize as its target does (speculation hands token ids between them): the same
+/// vocabulary, token for token, and the same end-of-sequence ids.
+pub fn check_same_vocabulary(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
+    let mismatch = |what: String| {
+        Err(Error::InvalidModel(format!("the draft model's tokenizer differs from the model's: {what}")))
+    };
+    if target.vocab_size() != draft.vocab_size() {
+        return mismatch(format!("{} tokens against {}", draft.vocab_size(), target.vocab_size()));
+    }
+    if let Some(id) = (0..target.vocab_size() as u32).find(|&id| target.token_bytes(id) != draft.token_bytes(id)) {
+        let show = |t: &Tokenizer| String::from_utf8_lossy(t.token_bytes(id)).into_owned();
+        return mismatch(format!(
+            "token {id} is {:?} in the draft model and {:?} in the model",
+            show(draft),
+            show(target)
+        ));
+    }
+    if target.eos_ids() != draft.eos_ids() {
+        return mismatch(format!("end-of-sequence ids {:?} against {:?}", draft.eos_ids(), target.eos_ids()));
+    }
+    Ok(())
+}
+
 /// A fingerprint of the model's files (each one's name, size and its first and last MiB: cheap for any size,
 /// and any re-quantization or fine-tune changes them), the tokenizer's vocabulary, and `extra` (configuration and
 /// load options).

@@ -323,7 +323,7 @@ impl EngineConfig {
         if self.kv_blocks < 2 {
             return Err("the KV cache must hold at least 2 blocks".into());
         }
-        Ok(())
+        self.spec.check()
     }
 }
 

@@ -18,7 +18,8 @@ fn engine(mode: SpecMode, max_draft: usize) -> (EngineHandle, Arc<Tokenizer>) {
     let m = real_model("smollm2-135m");
     let eos = m.tokenizer.eos_ids().to_vec();
     let width = m.model.config().vocab_size;
-    let cfg = EngineConfig { spec: SpecConfig { mode, max_draft, max_rows: 8 }, ..test_config(256, 8) };
+    let cfg =
+        EngineConfig { spec: SpecConfig { mode, max_draft, max_rows: 8, ..Default::default() }, ..test_config(256, 8) };
     let tok = Arc::new(m.tokenizer);
     let grammars = Arc::new(Grammars::new(tok.clone(), width));
     (start(m.model, m.device, cfg, eos).unwrap().with_grammars(grammars), tok)

@@ -106,6 +106,7 @@ impl<R: Runner> EngineCore<R> {
 
     /// Run one step. Returns whether any work was done (false: nothing can run until something changes).
     pub fn step(&mut self) -> bool {
+        self.draft();
         let plan = self.scheduler.schedule();
         emit(self.scheduler.take_updates());
         // Restores in flight: a transfer with no rows polls for them (the runner waits a little for one).
@@ -139,6 +140,19 @@ impl<R: Runner> EngineCore<R> {
             self.runner.idle();
         }
         true
+    }
+
+    /// The rows' drafts for the coming step: their own sources', and the draft model's for the rows that ask it.
+    /// A failed draft pass costs only speculation (the rows decode without the model's drafts).
+    fn draft(&mut self) {
+        let asks = self.scheduler.prepare_drafts();
+        if asks.is_empty() {
+            return;
+        }
+        match self.runner.draft(&asks, &self.scheduler.running_slots()) {
+            Ok(drafts) => self.scheduler.use_model_drafts(&asks, drafts),
+            Err(e) => tracing::warn!("the draft model failed (this step decodes without its drafts): {e}"),
+        }
     }
 
     /// Fail a step's rows (`restored`: what its transfer resolved, None when it failed) and tell their requests.

@@ -43,6 +43,19 @@ fn open_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Arc<SsdSt
 
 /// Start the engine thread for `model` on `device`; `eos` ends a choice (unless a request ignores it).
 pub fn start(model: Box<dyn Model>, device: Device, cfg: EngineConfig, eos: Vec<u32>) -> Result<EngineHandle> {
+    start_with_draft(model, None, device, cfg, eos)
+}
+
+/// [`start`] with a draft model for speculative decoding (`--draft-model`: the same tokenizer as `model`, which
+/// the caller checked), on the same device, with KV for as many tokens as the target's.
+pub fn start_with_draft(
+    model: Box<dyn Model>,
+    draft: Option<Box<dyn Model>>,
+    device: Device,
+    mut cfg: EngineConfig,
+    eos: Vec<u32>,
+) -> Result<EngineHandle> {
+    cfg.spec.draft_model = draft.is_some();
     cfg.check().map_err(Error::InvalidRequest)?;
     let max_positions = model.max_positions();
     let info = EngineInfo {
@@ -50,7 +63,12 @@ pub fn start(model: Box<dyn Model>, device: Device, cfg: EngineConfig, eos: Vec<
         ..EngineInfo::new(model.config().vocab_size, max_positions, &cfg)
     };
     let cold = cfg.cache.ssd.as_ref().filter(|_| cfg.cache.max_blocks > 0).map(|s| open_ssd(model.as_ref(), &cfg, s));
-    let runner = runner::ModelRunner::new(model, device, &cfg, cold.clone())?;
+    let vocab = model.config().vocab_size;
+    let mut runner = runner::ModelRunner::new(model, device.clone(), &cfg, cold.clone())?;
+    if let Some(d) = draft {
+        let drafter = crate::speculative::drafter::Drafter::new(d, device, cfg.kv_blocks, cfg.kv_block_size, vocab)?;
+        runner = runner.with_drafter(drafter);
+    }
     let mut scheduler = Scheduler::new(cfg.clone(), eos, max_positions);
     if let Some(c) = cold.clone() {
         scheduler = scheduler.with_cold_tier(c);

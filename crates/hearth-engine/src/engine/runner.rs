@@ -10,6 +10,7 @@ use crate::kv::ssd::SsdStore;
 use crate::kv::{PagedKv, RestoreReport};
 use crate::models::Model;
 use crate::scheduler::{StepOutput, StepPlan};
+use crate::speculative::drafter::{DraftAsk, Drafter};
 use crate::types::{EngineConfig, EngineStats};
 use crate::Result;
 use candle_core::{Device, Tensor};
@@ -31,6 +32,12 @@ pub trait Runner {
     fn run_masked(&mut self, plan: &StepPlan, masks: &mut Masks) -> Result<StepOutput> {
         let _ = masks;
         self.run(plan)
+    }
+    /// Drafts of the draft model for `asks` (in order; empty where it drafts nothing); `alive`: the slots still
+    /// running. A runner without a draft model drafts nothing.
+    fn draft(&mut self, asks: &[DraftAsk], alive: &[usize]) -> Result<Vec<Vec<u32>>> {
+        let _ = alive;
+        Ok(vec![Vec::new(); asks.len()])
     }
     /// A receiver that fires once everything spilled so far is durable (None: no cold tier).
     fn flush(&mut self) -> Option<std::sync::mpsc::Receiver<()>> {
@@ -55,6 +62,8 @@ pub struct ModelRunner {
     argmax_on_device: bool,
     mover: BlockMover,
     observer: StepObserver,
+    /// The draft model, when speculation has one.
+    drafter: Option<Drafter>,
 }
 
 impl ModelRunner {
@@ -82,7 +91,14 @@ impl ModelRunner {
             device,
             kv,
             argmax_on_device,
+            drafter: None,
         })
+    }
+
+    /// Draft with `drafter` (a draft model with its own KV).
+    pub fn with_drafter(mut self, drafter: Drafter) -> Self {
+        self.drafter = Some(drafter);
+        self
     }
 
     /// One packed forward; the rows' tokens picked on the device (greedy, with `masks` when given) or their logits.
@@ -148,6 +164,13 @@ impl Runner for ModelRunner {
         self.step(plan, None)
     }
 
+    fn draft(&mut self, asks: &[DraftAsk], alive: &[usize]) -> Result<Vec<Vec<u32>>> {
+        match self.drafter.as_mut() {
+            Some(d) => d.draft(asks, alive),
+            None => Ok(vec![Vec::new(); asks.len()]),
+        }
+    }
+
     fn run_masked(&mut self, plan: &StepPlan, masks: &mut Masks) -> Result<StepOutput> {
         self.step(plan, Some(masks))
     }
@@ -160,6 +183,9 @@ impl Runner for ModelRunner {
     fn reset(&mut self) {
         self.kv.storage_mut().clear_tables();
         self.mover.reset();
+        if let Some(d) = self.drafter.as_mut() {
+            d.reset();
+        }
     }
 
     fn add_stats(&self, s: &mut EngineStats) {

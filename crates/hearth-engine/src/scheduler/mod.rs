@@ -83,6 +83,11 @@ impl Scheduler {
         self.kv.wants_idle_ticks()
     }
 
+    /// The slots of the running rows.
+    pub fn running_slots(&self) -> Vec<usize> {
+        self.running.iter().map(|s| s.slot).collect()
+    }
+
     /// Whether restores are in flight: the engine keeps stepping (polling the runner) until they resolve.
     pub fn restores_in_flight(&self) -> bool {
         self.kv.restores_in_flight()
@@ -250,6 +255,7 @@ impl Scheduler {
     /// Put a row back in the queue in arrival order, holding nothing (it is recomputed from its tokens).
     fn requeue(&mut self, mut s: Sequence) {
         self.kv.reset_row(s.slot, &mut s.kv);
+        s.draft.clear();
         let pos = self.waiting.iter().position(|w| w.arrival > s.arrival).unwrap_or(self.waiting.len());
         self.waiting.insert(pos, s);
     }

@@ -1,51 +1,92 @@
-//! Speculation in the scheduler: which decoding rows verify a draft this step ([`Scheduler::add_drafts`]) and how
-//! much of it a row keeps ([`Scheduler::verify`]); the drafts themselves come from `crate::speculative`.
+//! Speculation in the scheduler: each decoding row's draft before a step ([`Scheduler::prepare_drafts`], with the
+//! draft model's through [`Scheduler::use_model_drafts`]), which of them the step verifies
+//! ([`Scheduler::add_drafts`]) and how much of it a row keeps ([`Scheduler::verify`]); the drafts themselves come
+//! from `crate::speculative`.
 
 use super::plan::StepOutput;
 use super::{Scheduler, Sequence};
+use crate::speculative::drafter::DraftAsk;
 use crate::speculative::SpecMode;
 
+/// A row that decodes one token a step (its prompt computed, its choices forked).
+fn decoding(s: &Sequence) -> bool {
+    s.kv.computed >= s.prompt_len && s.pending() == 1 && s.siblings.is_empty()
+}
+
 impl Scheduler {
-    /// Give the step's decoding rows their drafts: a decoding row's piece `(slot, 1)` becomes `(slot, 1 + k)` for
-    /// a draft of k tokens (kept in the row until the step comes back). No draft while more rows decode than
-    /// speculation's row limit, past `max_tokens` or the context, beyond what the row's grammar takes, or beyond
-    /// the blocks that are free once every planned piece has its own (a draft never preempts a row).
-    pub(super) fn add_drafts(&mut self, pieces: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+    /// Before a step: each decoding row that speculates takes its draft from its prediction or prompt lookup
+    /// (`RowSpec::proposal`); returned are the rows that ask the draft model instead, whose drafts the engine
+    /// core hands to [`Scheduler::use_model_drafts`]. No drafts while more rows decode than speculation's row
+    /// limit, nor past `max_tokens` or the context.
+    pub fn prepare_drafts(&mut self) -> Vec<DraftAsk> {
         for s in &mut self.running {
             s.draft.clear();
         }
         let spec = self.cfg.spec;
         if spec.mode == SpecMode::Off || self.running.iter().all(|s| s.spec.is_none()) {
-            return pieces;
+            return Vec::new();
         }
-        let decoding = |s: &Sequence| s.kv.computed >= s.prompt_len && s.pending() == 1 && s.siblings.is_empty();
-        let rows: Vec<Option<usize>> = pieces.iter().map(|&(slot, _)| self.index_of(slot)).collect();
-        let n_decoding = rows.iter().flatten().filter(|&&i| decoding(&self.running[i])).count();
-        if n_decoding > spec.max_rows {
+        if self.running.iter().filter(|s| decoding(s)).count() > spec.max_rows {
+            return Vec::new();
+        }
+        let max_positions = self.acceptor.max_positions();
+        let mut asks = Vec::new();
+        for s in self.running.iter_mut().filter(|s| decoding(s)) {
+            let generated = s.generated();
+            let room = s.max_tokens.saturating_sub(generated + 1).min(max_positions.saturating_sub(s.tokens.len() + 1));
+            let Some(row_spec) = s.spec.as_mut() else { continue };
+            let Some(p) = row_spec.proposal(&s.tokens, generated, room) else { continue };
+            s.draft = p.tokens;
+            if p.ask_model > 0 {
+                asks.push(DraftAsk { slot: s.slot, tokens: s.tokens.clone(), k: p.ask_model });
+            }
+        }
+        asks
+    }
+
+    /// The draft model's drafts for `asks` (in order): a row's non-empty one replaces its proposal.
+    pub fn use_model_drafts(&mut self, asks: &[DraftAsk], drafts: Vec<Vec<u32>>) {
+        for (ask, draft) in asks.iter().zip(drafts) {
+            let Some(s) = self.running.iter_mut().find(|s| s.slot == ask.slot) else { continue };
+            if draft.is_empty() || !decoding(s) {
+                continue;
+            }
+            if let Some(spec) = s.spec.as_mut() {
+                spec.use_model_draft();
+            }
+            s.draft = draft;
+        }
+    }
+
+    /// Give the step's decoding rows their drafts: a decoding row's piece `(slot, 1)` becomes `(slot, 1 + k)` for
+    /// a draft of k tokens (kept in the row until the step comes back). A draft is cut to what the row's grammar
+    /// takes and to the blocks that are free once every planned piece has its own (a draft never preempts a
+    /// row); a row without a one-token piece this step drafts nothing.
+    pub(super) fn add_drafts(&mut self, pieces: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+        let one_token = |slot: usize| pieces.iter().any(|&(s, n)| s == slot && n == 1);
+        for s in &mut self.running {
+            if !one_token(s.slot) || !decoding(s) {
+                s.draft.clear();
+            }
+        }
+        if self.running.iter().all(|s| s.draft.is_empty()) {
             return pieces;
         }
         let bs = self.kv.block_size();
         let blocks_for = |tokens: usize| tokens.div_ceil(bs);
         let wanted: usize = pieces
             .iter()
-            .zip(&rows)
-            .filter_map(|(&(_, n), i)| i.map(|i| &self.running[i].kv).map(|kv| (kv, n)))
+            .filter_map(|&(slot, n)| self.index_of(slot).map(|i| (&self.running[i].kv, n)))
             .map(|(kv, n)| blocks_for(kv.computed + n).saturating_sub(kv.blocks.len()))
             .sum();
         let mut free = self.kv.num_free().saturating_sub(wanted);
-        let max_positions = self.acceptor.max_positions();
         pieces
             .into_iter()
-            .zip(rows)
-            .map(|((slot, n), i)| {
-                let Some(s) = i.map(|i| &mut self.running[i]).filter(|s| n == 1 && decoding(s)) else {
+            .map(|(slot, n)| {
+                let Some(s) = self.index_of(slot).map(|i| &mut self.running[i]).filter(|s| !s.draft.is_empty()) else {
                     return (slot, n);
                 };
-                let generated = s.generated();
-                let room =
-                    s.max_tokens.saturating_sub(generated + 1).min(max_positions.saturating_sub(s.tokens.len() + 1));
-                let Some(row_spec) = s.spec.as_mut() else { return (slot, n) };
-                let mut draft = row_spec.draft(&s.tokens, generated, room);
+                let mut draft = std::mem::take(&mut s.draft);
                 if let Some(c) = s.constraint.as_mut() {
                     draft.truncate(c.valid_prefix(&draft));
                 }

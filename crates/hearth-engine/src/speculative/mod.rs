@@ -5,8 +5,9 @@
 //! goes back, and the next step writes over it.
 //!
 //! Draft sources ([`RowSpec::draft`]): a request's `prediction` (OpenAI's Predicted Outputs: aligned with the
-//! output while the output follows it, found again by prompt lookup after it departs), then prompt lookup in the
-//! row's own prompt and output ([`ngram`]).
+//! output while the output follows it, found again by prompt lookup after it departs), prompt lookup in the
+//! row's own prompt and output ([`ngram`]), and a draft model ([`drafter`]: a second, smaller model with the same
+//! tokenizer, asked for the rows whose other sources found no strong match).
 //!
 //! Verification is exact: a row samples each position as it would without speculation and a drafted token is kept
 //! when the sample equals it. For greedy rows that is the longest prefix the model agrees with; for sampled rows,
@@ -14,12 +15,13 @@
 //! kept with probability p(draft), and on a rejection the sample is a draw from p without the draft, renormalised
 //! (Leviathan et al. with a one-hot draft distribution). So the output follows the model's distribution exactly.
 
+pub mod drafter;
 pub mod ngram;
 
 use serde::{Deserialize, Serialize};
 
-/// Which draft sources a server uses (`--speculative`, whose default is `ngram`; an engine built without saying
-/// does not speculate).
+/// Which draft sources a server uses (`--speculative`, whose default is `auto`; an engine built without saying
+/// does not speculate). A request's `prediction` is a source in every mode but `off`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SpecMode {
     /// No speculation, not even a request's `prediction`.
@@ -27,8 +29,12 @@ pub enum SpecMode {
     Off,
     /// A request's `prediction` only (with the row's own tokens beside it).
     Prediction,
-    /// Prompt lookup in every row's own tokens, and a request's `prediction`.
+    /// Prompt lookup in every row's own tokens.
     Ngram,
+    /// The draft model (`--draft-model`, which this mode needs).
+    Draft,
+    /// Prompt lookup, and the draft model when one is loaded for the rows where lookup finds no strong match.
+    Auto,
 }
 
 impl SpecMode {
@@ -37,7 +43,9 @@ impl SpecMode {
             "off" => Ok(Self::Off),
             "prediction" => Ok(Self::Prediction),
             "ngram" => Ok(Self::Ngram),
-            _ => Err(format!("`{s}` is not a speculation mode: off, prediction or ngram")),
+            "draft" => Ok(Self::Draft),
+            "auto" => Ok(Self::Auto),
+            _ => Err(format!("`{s}` is not a speculation mode: auto, ngram, draft, prediction or off")),
         }
     }
 
@@ -46,7 +54,14 @@ impl SpecMode {
             Self::Off => "off",
             Self::Prediction => "prediction",
             Self::Ngram => "ngram",
+            Self::Draft => "draft",
+            Self::Auto => "auto",
         }
+    }
+
+    /// Whether rows look their own tokens up.
+    fn lookup(self) -> bool {
+        matches!(self, Self::Ngram | Self::Auto)
     }
 }
 
@@ -59,16 +74,36 @@ pub struct SpecConfig {
     /// Rows decode without speculation while more than this many rows decode (a step of many rows is
     /// compute-bound: drafted positions there cost nearly what they could save).
     pub max_rows: usize,
+    /// A draft model is loaded (the engine sets it from what it was started with).
+    pub draft_model: bool,
 }
 
 impl Default for SpecConfig {
     fn default() -> Self {
-        Self { mode: SpecMode::default(), max_draft: DEFAULT_DRAFT, max_rows: DEFAULT_ROWS }
+        Self { mode: SpecMode::default(), max_draft: DEFAULT_DRAFT, max_rows: DEFAULT_ROWS, draft_model: false }
+    }
+}
+
+impl SpecConfig {
+    /// Whether rows ask the draft model.
+    pub fn uses_draft_model(&self) -> bool {
+        self.draft_model && matches!(self.mode, SpecMode::Draft | SpecMode::Auto)
+    }
+
+    /// A configuration the engine can run: `draft` mode needs a draft model.
+    pub fn check(&self) -> Result<(), String> {
+        if self.mode == SpecMode::Draft && !self.draft_model {
+            return Err("--speculative draft needs a draft model (--draft-model)".into());
+        }
+        Ok(())
     }
 }
 
 /// `--spec-tokens`' default.
 pub const DEFAULT_DRAFT: usize = 8;
+/// A prompt-lookup match at least this long drafts instead of the draft model (in `auto` mode): a long match in
+/// the row's own tokens is text being repeated, which lookup drafts for free.
+pub const STRONG_MATCH: usize = 5;
 /// Speculation's default row limit.
 pub const DEFAULT_ROWS: usize = 4;
 /// Drafted tokens kept per verifying step (a moving average) below which a row stops drafting for a while: a
@@ -91,12 +126,23 @@ pub struct SpecRequest {
     pub prediction: Vec<u32>,
 }
 
+/// A row's draft for one step before the draft model is asked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Proposal {
+    /// From the prediction or prompt lookup (maybe empty).
+    pub tokens: Vec<u32>,
+    /// Tokens to ask the draft model for instead (0: keep `tokens`).
+    pub ask_model: usize,
+}
+
 /// One row's speculation: its sources, where its output stands in its prediction, how well its drafts fare, its
 /// counts.
 #[derive(Debug, Clone)]
 pub struct RowSpec {
     prediction: Vec<u32>,
     ngram: bool,
+    /// It asks the draft model where its other sources find no strong match.
+    model: bool,
     max_k: usize,
     /// Where the output stands in the prediction (after the last drafted token it kept), and where the draft
     /// being verified starts in it (None: the draft is not the prediction's).
@@ -115,13 +161,16 @@ pub struct RowSpec {
 impl RowSpec {
     /// A row's speculation under `cfg` for a request asking `req`; None when it does not speculate at all.
     pub fn new(cfg: &SpecConfig, req: &SpecRequest) -> Option<Self> {
-        let ngram = cfg.mode == SpecMode::Ngram;
-        if req.off || cfg.mode == SpecMode::Off || cfg.max_draft == 0 || (!ngram && req.prediction.is_empty()) {
+        let ngram = cfg.mode.lookup();
+        let model = cfg.uses_draft_model();
+        if req.off || cfg.mode == SpecMode::Off || cfg.max_draft == 0 || (!ngram && !model && req.prediction.is_empty())
+        {
             return None;
         }
         Some(Self {
             prediction: req.prediction.clone(),
             ngram,
+            model,
             max_k: cfg.max_draft,
             cursor: 0,
             from: None,
@@ -138,16 +187,22 @@ impl RowSpec {
     /// ones occur in it (nearest its cursor). From the row's own tokens (n-gram mode, or any row with a
     /// prediction: its prompt holds what an edit repeats, its output what the edit changed so far): the tokens
     /// after the latest occurrence of its latest ones. The longer match wins (the prediction on a tie). Nothing
-    /// while the row pauses.
+    /// while the row pauses. The draft model is not asked here: see [`RowSpec::proposal`].
     pub fn draft(&mut self, tokens: &[u32], generated: usize, room: usize) -> Vec<u32> {
+        self.proposal(tokens, generated, room).map(|p| p.tokens).unwrap_or_default()
+    }
+
+    /// What [`RowSpec::draft`] drafts, and whether the draft model should be asked instead (with how many tokens
+    /// at most). None: no draft this step (no room, or the row pauses).
+    pub fn proposal(&mut self, tokens: &[u32], generated: usize, room: usize) -> Option<Proposal> {
         self.from = None;
         let k = self.max_k.min(room);
         if k == 0 {
-            return Vec::new();
+            return None;
         }
         if self.paused > 0 {
             self.paused -= 1;
-            return Vec::new();
+            return None;
         }
         let mut best: Option<(Vec<u32>, Option<usize>, usize)> = None;
         if !self.prediction.is_empty() {
@@ -166,9 +221,15 @@ impl RowSpec {
                 }
             }
         }
-        let Some((draft, from, _)) = best else { return Vec::new() };
+        let (tokens, from, n) = best.unwrap_or_default();
         self.from = from;
-        draft
+        let ask_model = self.model && (tokens.is_empty() || n < STRONG_MATCH);
+        Some(Proposal { tokens, ask_model: if ask_model { k } else { 0 } })
+    }
+
+    /// The draft model's draft replaces the proposal's (it is not the prediction's).
+    pub fn use_model_draft(&mut self) {
+        self.from = None;
     }
 
     /// Count `drafted` more tokens verified and `kept` more of them kept.
@@ -202,7 +263,7 @@ mod tests {
     use super::*;
 
     fn spec(mode: SpecMode, prediction: Vec<u32>) -> Option<RowSpec> {
-        RowSpec::new(&SpecConfig { mode, max_draft: 4, max_rows: 4 }, &SpecRequest { off: false, prediction })
+        RowSpec::new(&SpecConfig { mode, max_draft: 4, ..Default::default() }, &SpecRequest { off: false, prediction })
     }
 
     #[test]
