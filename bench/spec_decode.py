@@ -4,12 +4,12 @@ false`), with the server's own drafts (prompt lookup under `hearth serve --specu
 source file as OpenAI's `prediction`, alternating, ROUNDS times; decode tok/s = completion tokens / (total - TTFT).
 
   python3 bench/spec_decode.py --url http://127.0.0.1:8080 [--workload edit|chat] [--rounds 3]
-      [--variants off,ngram,prediction] [--max-tokens 700] [--llama]
+      [--variants off,spec,prediction] [--max-tokens 700] [--llama]
 
 `edit`: a ~400-token Python file in the prompt and an instruction to rename one identifier; the answer is the
 file again (the case agents hit when they rewrite a file). `chat`: short questions with ~200-token answers.
 `--llama`: the server is llama-server (its own speculation is whatever it was started with; `speculative` and
-`prediction` are not sent, so only the `ngram` variant is meaningful: it is the server as started).
+`prediction` are not sent: `off` and `spec` are the server as started). `spec`: the server's own speculation.
 Prints one JSON line per request and a summary line per variant (medians of decode tok/s).
 """
 import argparse
@@ -61,7 +61,7 @@ def main():
     ap.add_argument("--url", default="http://127.0.0.1:8080")
     ap.add_argument("--workload", default="edit", choices=["edit", "chat"])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--variants", default="off,ngram,prediction")
+    ap.add_argument("--variants", default="off,spec,prediction")
     ap.add_argument("--max-tokens", type=int, default=700)
     ap.add_argument("--llama", action="store_true")
     a = ap.parse_args()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine (repo root, .gpu carried): speculative decoding's machinery on the 8B-shaped random checkpoint
 # (random weights make drafts meaningless, so the drafts are given): batch 1, the same greedy request with
-# speculation off, with its own greedy answer as `prediction` (drafts kept), and with a prediction of unrelated
-# text (drafts rejected), at --spec-tokens 4 and 8; then 32 streams with --speculative ngram vs off.
+# speculation off, with its own greedy answer's token ids as `prediction` (drafts kept), and with a prediction of
+# unrelated text (drafts rejected), at --spec-tokens 4 and 8; then 32 streams with --speculative auto vs off; then
+# a 2-layer draft model of the same width (`--draft-model`, its drafts mostly rejected: the draft path's cost).
 #   bench/gpu/device_spec.sh OUT_DIR
 set -uo pipefail
 OUT="$1"; mkdir -p "$OUT" /tmp/hbin
@@ -22,16 +23,20 @@ import json, statistics, sys
 sys.path.insert(0, "bench")
 from prompt_cache import post_stream
 port, k = int(sys.argv[1]), int(sys.argv[2])
+import urllib.request
+BODY = {"prompt": "The history of the printing press", "max_tokens": 256, "ignore_eos": True, "temperature": 0}
 def ask(extra):
-    body = dict({"prompt": "The history of the printing press", "max_tokens": 256, "ignore_eos": True,
-                 "temperature": 0}, **extra)
+    body = dict(BODY, **extra)
     ttft, total, text, usage = post_stream("127.0.0.1", port, "/v1/completions", body, 600)
     return text, (usage["completion_tokens"] - 1) / (total - ttft), usage
 answer, _, _ = ask({"speculative": False})
+req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", headers={"Content-Type": "application/json"},
+                             data=json.dumps(dict(BODY, speculative=False, return_token_ids=True)).encode())
+ids = json.load(urllib.request.urlopen(req, timeout=600))["choices"][0]["token_ids"]
 junk = " ".join(f"word{i}" for i in range(400))
 rates = {"off": [], "own answer": [], "unrelated": []}
 for r in range(3):
-    for name, extra in [("off", {"speculative": False}), ("own answer", {"prediction": {"type": "content", "content": answer}}),
+    for name, extra in [("off", {"speculative": False}), ("own answer", {"prediction": {"type": "content", "content": ids}}),
                         ("unrelated", {"prediction": {"type": "content", "content": junk}})]:
         text, rate, usage = ask(extra)
         rates[name].append(rate)
@@ -44,8 +49,15 @@ for name, xs in rates.items():
 PY
   kill $SP; wait $SP 2>/dev/null
 done
-for mode in off ngram; do
+for mode in off auto; do
   serve --speculative $mode
   python3 bench/load.py --url http://127.0.0.1:$PORT --concurrency 32 --requests 64 --max-tokens 128 --label "32 streams $mode" | tee -a "$OUT/streams.jsonl"
+  kill $SP; wait $SP 2>/dev/null
+done
+[ -f /tmp/llama8b-draft/.complete ] || python3 bench/gpu/make_llama8b.py /tmp/llama8b-draft --layers 2 > "$OUT/make-draft.log" 2>&1
+for mode in off draft; do
+  serve --speculative $mode --draft-model /tmp/llama8b-draft
+  python3 bench/load.py --url http://127.0.0.1:$PORT --concurrency 1 --requests 3 --max-tokens 256 --label "batch 1, draft model, $mode" | tee -a "$OUT/draft.jsonl"
+  curl -s http://127.0.0.1:$PORT/metrics | grep spec_decode >> "$OUT/draft.jsonl"
   kill $SP; wait $SP 2>/dev/null
 done

@@ -36,7 +36,7 @@ pub struct DraftAsk {
 /// The most tokens of one row a catch-up pass feeds.
 pub const CATCH_UP: usize = 512;
 /// A drafted token the draft model gives less probability than this ends the row's draft.
-pub const CONFIDENCE: f32 = 0.3;
+pub const CONFIDENCE: f32 = 0.6;
 
 #[derive(Default)]
 struct DraftRow {

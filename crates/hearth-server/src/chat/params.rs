@@ -8,6 +8,7 @@ use crate::config::SamplingDefaults;
 use crate::error::{ApiError, ApiResult};
 use crate::model::Ready;
 use crate::output::generation::TextOptions;
+use crate::wire::common::Prediction;
 use crate::wire::GenerationParams;
 use hearth_engine::engine::{EngineRequest, SubmitError};
 use hearth_engine::sampling::grammar::ConstraintSource;
@@ -35,8 +36,9 @@ pub struct GenParams {
     pub skip_special: bool,
     /// The grammar the output follows, and the field that asked for it.
     pub constraint: Option<Requested>,
-    /// `prediction`'s text (a draft for speculative decoding), and `speculative: false`.
-    pub prediction: Option<String>,
+    /// `prediction` (a draft for speculative decoding: text, or token ids checked against the vocabulary), and
+    /// `speculative: false`.
+    pub prediction: Option<Prediction>,
     pub speculative: bool,
     /// How the request's API names the fields, for the errors found later (at submit).
     pub fields: FieldNames,
@@ -144,7 +146,7 @@ pub fn resolve(p: &GenerationParams, d: &SamplingDefaults, vocab: usize, fields:
         ignore_eos: p.ignore_eos.unwrap_or(false),
         skip_special: p.skip_special_tokens.unwrap_or(true),
         constraint,
-        prediction: p.prediction.clone().map(|x| x.0).filter(|t| !t.is_empty()),
+        prediction: p.prediction.clone().filter(|x| !x.is_empty()),
         speculative: p.speculative.unwrap_or(true),
         fields,
     })
@@ -205,17 +207,15 @@ impl GenParams {
             None => ready.defaults.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).min(room).max(1),
         };
         // The prediction as tokens (what the output may repeat; more than the context could never be used).
-        let prediction = match self.prediction.as_deref() {
-            Some(text) if self.speculative => {
-                let mut ids = ready
-                    .tokenizer
-                    .encode(text, false)
-                    .map_err(|e| ApiError::param("prediction", format!("`prediction` could not be tokenized: {e}")))?;
-                ids.truncate(info.max_positions);
-                ids
-            }
+        let mut prediction = match &self.prediction {
+            Some(Prediction::Text(text)) if self.speculative => ready
+                .tokenizer
+                .encode(text, false)
+                .map_err(|e| ApiError::param("prediction", format!("`prediction` could not be tokenized: {e}")))?,
+            Some(Prediction::Tokens(ids)) if self.speculative => ids.check("prediction", info.vocab_size)?,
             _ => Vec::new(),
         };
+        prediction.truncate(info.max_positions);
         // The engine compiles it at submit; a bad schema, regex or grammar comes back as `submit_error` names it.
         let constraint =
             self.constraint.as_ref().map(|c| ConstraintSource { spec: c.spec.clone(), after_marker: None });

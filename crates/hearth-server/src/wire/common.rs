@@ -81,9 +81,22 @@ pub struct GenerationParams {
     pub speculative: Option<bool>,
 }
 
-/// `prediction`: the text the answer is expected to repeat (most of it), a draft for speculative decoding.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Prediction(pub String);
+/// `prediction`: what the answer is expected to repeat (most of it), a draft for speculative decoding: text, or
+/// (hearth's) token ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prediction {
+    Text(String),
+    Tokens(TokenIds),
+}
+
+impl Prediction {
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Self::Text(t) => t.is_empty(),
+            Self::Tokens(ids) => ids.0.is_empty(),
+        }
+    }
+}
 
 impl FromJson for Prediction {
     fn from_json(v: Value) -> Result<Self, String> {
@@ -92,7 +105,10 @@ impl FromJson for Prediction {
             return Err("must be {\"type\": \"content\", \"content\": ...}".into());
         }
         match m.get("content") {
-            Some(Value::String(s)) => Ok(Prediction(s.clone())),
+            Some(Value::String(s)) => Ok(Prediction::Text(s.clone())),
+            Some(Value::Array(items)) if items.first().is_some_and(Value::is_number) => {
+                TokenIds::from_items(items).map(Prediction::Tokens).map_err(|e| format!("`content` {e}"))
+            }
             Some(Value::Array(parts)) => parts
                 .iter()
                 .map(|p| match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
@@ -100,8 +116,10 @@ impl FromJson for Prediction {
                     _ => Err("`content` parts must be {\"type\": \"text\", \"text\": \"...\"}".to_string()),
                 })
                 .collect::<Result<String, _>>()
-                .map(Prediction),
-            Some(other) => Err(format!("`content` {}", want("a string or a list of text parts", other))),
+                .map(Prediction::Text),
+            Some(other) => {
+                Err(format!("`content` {}", want("a string, a list of text parts or a list of token ids", other)))
+            }
             None => Err("needs `content`".into()),
         }
     }

@@ -25,6 +25,9 @@ pub struct CompletionOptions {
     pub suffix: Option<String>,
     #[serde(deserialize_with = "opt")]
     pub best_of: Option<i64>,
+    /// vLLM's: each choice also lists its tokens' ids (`token_ids`).
+    #[serde(deserialize_with = "opt")]
+    pub return_token_ids: Option<bool>,
 }
 
 /// A completions request: two views of one JSON object (see `wire`'s module docs).
@@ -100,6 +103,9 @@ pub struct CompletionChoice {
     pub text: String,
     pub logprobs: Option<CompletionLogprobs>,
     pub finish_reason: Option<&'static str>,
+    /// The generated tokens' ids (with `return_token_ids`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<Vec<u32>>,
 }
 
 /// Completions' log-probabilities: parallel lists, one entry per generated token.

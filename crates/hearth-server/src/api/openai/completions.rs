@@ -71,7 +71,12 @@ async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Resp
     let CompletionRequest { params: p, options: o } = req;
     let mut g = params::resolve(&p, &ready.defaults, ready.engine.info().vocab_size, FieldNames::CHAT)?;
     let want = params::top_count("logprobs", o.logprobs)?;
-    g.sampling.logprobs = want;
+    let token_ids = o.return_token_ids.unwrap_or(false);
+    if token_ids && g.stream {
+        return Err(ApiError::param("return_token_ids", "`return_token_ids` is not supported with `stream`"));
+    }
+    // The ids come with each token's log-probability.
+    g.sampling.logprobs = if token_ids { want.or(Some(0)) } else { want };
     let echo = o.echo.unwrap_or(false);
     if echo && want.is_some() {
         return Err(ApiError::param(
@@ -129,6 +134,7 @@ async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Resp
             logprobs: want.map(|_| logprobs::completion(&tok, &c.logprobs, 0)),
             text: echo + &c.text,
             finish_reason: Some(c.finish_reason),
+            token_ids: token_ids.then(|| c.logprobs.iter().map(|t| t.id).collect()),
         })
         .collect();
     tracing::info!(completion_tokens = usage.completion_tokens, "done");
@@ -154,7 +160,7 @@ impl CompletionChunks {
         Chunk::new(
             &self.meta,
             OBJECT,
-            vec![CompletionChoice { index, text, logprobs, finish_reason }],
+            vec![CompletionChoice { index, text, logprobs, finish_reason, token_ids: None }],
             self.include_usage,
         )
     }
