@@ -169,17 +169,21 @@ pub fn decode_supported(dtype: GgmlDType) -> bool {
 /// A quantized CPU weight served by this module where it is faster, by candle's `QMatMul` elsewhere.
 #[derive(Clone)]
 pub struct FastQMatMul {
-    w: Arc<QTensor>,
-    fallback: QMatMul,
+    /// The weight in GGML's layout and candle's path over it; None once its rows are repacked (`packed`).
+    ggml: Option<(Arc<QTensor>, QMatMul)>,
+    dtype: GgmlDType,
     isa: Isa,
     plan: Plan,
     n: usize,
     k: usize,
+    /// Q4_K rows repacked at load (`HEARTH_KQ_PREPACK`): the weight's only copy.
+    #[cfg(target_arch = "x86_64")]
+    packed: Option<Arc<kquant::prepacked::PackedQ4K>>,
 }
 
 impl std::fmt::Debug for FastQMatMul {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "FastQMatMul({:?}, {}x{}, {:?}, {:?})", self.w.dtype(), self.n, self.k, self.isa, self.plan)
+        write!(f, "FastQMatMul({:?}, {}x{}, {:?}, {:?})", self.dtype, self.n, self.k, self.isa, self.plan)
     }
 }
 
@@ -203,12 +207,60 @@ impl FastQMatMul {
         if plan.decode_below == 0 {
             return None;
         }
-        let fallback = QMatMul::QTensor(w.clone());
-        Some(Self { w, fallback, isa, plan, n, k })
+        #[cfg(target_arch = "x86_64")]
+        let packed = Self::repack(&w, n, k);
+        #[cfg(target_arch = "x86_64")]
+        let ggml = packed.is_none().then(|| (w.clone(), QMatMul::QTensor(w)));
+        #[cfg(not(target_arch = "x86_64"))]
+        let ggml = Some((w.clone(), QMatMul::QTensor(w)));
+        Some(Self {
+            ggml,
+            dtype,
+            isa,
+            plan,
+            n,
+            k,
+            #[cfg(target_arch = "x86_64")]
+            packed,
+        })
+    }
+
+    /// A Q4_K weight's repacked rows, under `HEARTH_KQ_PREPACK`.
+    #[cfg(target_arch = "x86_64")]
+    fn repack(w: &QTensor, n: usize, k: usize) -> Option<Arc<kquant::prepacked::PackedQ4K>> {
+        if w.dtype() != GgmlDType::Q4K || !crate::levers::get().kq_prepack || !k.is_multiple_of(quant::QK_K) {
+            return None;
+        }
+        let data = w.data().ok()?;
+        if data.len() != n * (k / quant::QK_K) * 144 {
+            return None;
+        }
+        // SAFETY: every ISA this module runs on has AVX2 and F16C (`isa_supported`), and the size is checked.
+        Some(Arc::new(unsafe { kquant::prepacked::repack(&data, n, k / quant::QK_K) }))
     }
 
     pub fn plan(&self) -> Plan {
         self.plan
+    }
+
+    /// Whether this holds the weight's only copy (repacked): the caller may drop its own.
+    pub fn owns_weights(&self) -> bool {
+        self.ggml.is_none()
+    }
+
+    /// candle's path over the GGML layout (an error for a repacked weight, which has none).
+    fn fallback(&self, x: &Tensor) -> Result<Tensor> {
+        match &self.ggml {
+            Some((_, f)) => Ok(f.forward(x)?),
+            None => Err(crate::Error::Unsupported(format!(
+                "a {:?} weight repacked at load multiplies f32 CPU input of {} columns only, got {:?} {:?} \
+                 (HEARTH_KQ_PREPACK=0 keeps GGML's layout)",
+                self.dtype,
+                self.k,
+                x.dtype(),
+                x.dims()
+            ))),
+        }
     }
 
     /// The path `forward` takes for an input with `m` rows.
@@ -220,16 +272,16 @@ impl FastQMatMul {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dims = x.dims();
         let Some((&k, lead)) = dims.split_last() else {
-            return Ok(self.fallback.forward(x)?);
+            return self.fallback(x);
         };
         if k != self.k || x.dtype() != DType::F32 || !x.device().is_cpu() {
-            return Ok(self.fallback.forward(x)?);
+            return self.fallback(x);
         }
         let m: usize = lead.iter().product();
         let mut out_dims = dims.to_vec();
         *out_dims.last_mut().unwrap() = self.n;
         match self.path(m) {
-            Path::Candle => Ok(self.fallback.forward(x)?),
+            Path::Candle => self.fallback(x),
             Path::Decode => {
                 let x = x.contiguous()?;
                 let mut out = vec![0f32; m * self.n];
@@ -237,7 +289,13 @@ impl FastQMatMul {
                     let (storage, layout) = x.storage_and_layout();
                     let candle_core::Storage::Cpu(cpu) = &*storage else { unreachable!("checked is_cpu") };
                     let xs = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + m * k];
-                    decode_matmul(&self.w, self.isa, xs, m, &mut out)?;
+                    #[cfg(target_arch = "x86_64")]
+                    if let Some(p) = &self.packed {
+                        kquant::prepacked_matmul(p, self.isa, xs, m, &mut out)?;
+                        return Ok(Tensor::from_vec(out, out_dims, &Device::Cpu)?);
+                    }
+                    let Some((w, _)) = &self.ggml else { return self.fallback(x.as_ref()) };
+                    decode_matmul(w, self.isa, xs, m, &mut out)?;
                 }
                 Ok(Tensor::from_vec(out, out_dims, &Device::Cpu)?)
             }

@@ -324,6 +324,28 @@ fn k_quant_rows_are_the_same_whatever_shares_the_call() {
 }
 
 #[test]
+fn prepacked_q4k_is_bit_identical_to_the_ggml_kernels() {
+    // Q4_K repacked at load: every output bit-identical to the tile (m < 4) and packed kernels' on the GGML
+    // layout, at every m (tiles of 4, 3, 2 and 1 rows; from 16 rows expanded for the packed kernels) and with a
+    // last group of fewer than 8 rows.
+    for (isa, &(n, k)) in isas().into_iter().flat_map(|i| K_SHAPES.iter().map(move |s| (i, s))) {
+        let w = quantized(n, k, GgmlDType::Q4K, 41);
+        // SAFETY: every supported ISA has AVX2 and F16C.
+        let packed = unsafe { kquant::prepacked::repack(&w.data().unwrap(), n, k / quant::QK_K) };
+        for m in [1, 2, 3, 4, 5, 7, 9, 16, 23, 64] {
+            let x = tensor(m, k, 42 + m as u64);
+            let want = ours_decode(&w, isa, &x);
+            let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+            let mut got = vec![f32::NAN; m * n];
+            kquant::prepacked_matmul(&packed, isa, &xs, m, &mut got).unwrap();
+            for (j, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(a.to_bits(), b.to_bits(), "{isa:?} {n}x{k} m={m} value {j}: {a} vs {b}");
+            }
+        }
+    }
+}
+
+#[test]
 fn k_quant_decode_catches_a_wrong_scale_or_min() {
     // One 6-bit sub-block scale (Q4_K/Q5_K: also a min) or Q6_K's i8 scale off by one in one super-block,
     // and the super-block's f16 d off by one ulp: each must exceed the tolerance.

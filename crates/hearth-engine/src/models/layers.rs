@@ -162,7 +162,8 @@ impl<'a> Loader<'a> {
 
 #[derive(Clone)]
 pub struct Linear {
-    w: QMatMul,
+    /// None where `fast` holds the weight's only copy (repacked at load).
+    w: Option<QMatMul>,
     /// Set for CPU weights whose type `crate::cpu_matmul` accelerates; it falls back to `w`'s candle path itself.
     fast: Option<FastQMatMul>,
     b: Option<Tensor>,
@@ -172,6 +173,7 @@ impl Linear {
     /// A linear layer over `w` (a model's loader notes `w` in its kernel pool: [`Loader::kernel_pool`]).
     pub fn new(w: QMatMul, b: Option<Tensor>) -> Self {
         let fast = FastQMatMul::new(&w);
+        let w = (!fast.as_ref().is_some_and(FastQMatMul::owns_weights)).then_some(w);
         Self { w, fast, b }
     }
 
@@ -190,12 +192,15 @@ impl Linear {
     /// candle's matmul.
     fn dense_forward(&self, x: &Tensor) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
-        if let QMatMul::Tensor(w) = &self.w {
+        if let Some(QMatMul::Tensor(w)) = &self.w {
             if let Some(y) = crate::gpu::gemv::matmul_if_on(x, w)? {
                 return Ok(y);
             }
         }
-        Ok(self.w.forward(x)?)
+        match &self.w {
+            Some(w) => Ok(w.forward(x)?),
+            None => Err(crate::Error::Unsupported("a repacked weight has no dense path".into())),
+        }
     }
 
     /// This layer applied to rmsnorm(h + a) (to rmsnorm(h) without `a`): (h + a, y). On the GPU a one-row input
@@ -203,7 +208,7 @@ impl Linear {
     /// the norm (with its fused add where there is one), then this layer.
     pub fn forward_add_norm(&self, h: &Tensor, a: Option<&Tensor>, norm: &RmsNorm) -> Result<(Tensor, Tensor)> {
         #[cfg(feature = "cuda")]
-        if let (QMatMul::Tensor(w), Some(wn)) = (&self.w, norm.w_act.as_ref()) {
+        if let (Some(QMatMul::Tensor(w)), Some(wn)) = (&self.w, norm.w_act.as_ref()) {
             if let Some((h, y)) = crate::gpu::gemv::matmul_add_norm(h, a, wn, norm.eps, w)? {
                 return Ok((h, self.add_bias(y)?));
             }
@@ -224,7 +229,9 @@ impl Linear {
         act: crate::gpu::fused::Act,
     ) -> Result<Option<(Tensor, Tensor)>> {
         match (&self.w, &self.b, norm.w_act.as_ref()) {
-            (QMatMul::Tensor(w), None, Some(wn)) => crate::gpu::gemv::matmul_add_norm_gated(h, a, wn, norm.eps, w, act),
+            (Some(QMatMul::Tensor(w)), None, Some(wn)) => {
+                crate::gpu::gemv::matmul_add_norm_gated(h, a, wn, norm.eps, w, act)
+            }
             _ => Ok(None),
         }
     }

@@ -88,6 +88,50 @@ pub fn decode_matmul(
     )
 }
 
+/// `out (m, n) = x (m, k) @ W^T` for Q4_K weights repacked at load (`prepacked`), with `isa`'s instructions (the
+/// caller checked the CPU has them).
+#[cfg(target_arch = "x86_64")]
+pub fn prepacked_matmul(w: &prepacked::PackedQ4K, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+    let (n, nb) = (w.n, w.nb);
+    let k = nb * QK_K;
+    if x.len() != m * k || out.len() != m * n {
+        return Err(crate::Error::InvalidRequest(format!(
+            "prepacked_matmul: x has {} values, out {}, for m={m} n={n} k={k}",
+            x.len(),
+            out.len()
+        )));
+    }
+    let out_ptr = out.as_mut_ptr() as usize;
+    let w_ptr = w.as_ptr() as usize;
+    XQ.with(|cell| {
+        let mut xq = cell.borrow_mut();
+        if xq.len() < m * nb {
+            xq.resize(m * nb, XBlockK::ZERO);
+        }
+        let xq = &mut xq[..m * nb];
+        let xq_ptr = xq.as_mut_ptr() as usize;
+        par_chunks(m, 8, |rows| {
+            for r in rows {
+                // SAFETY: each chunk writes only its own rows' blocks.
+                let o = unsafe { std::slice::from_raw_parts_mut((xq_ptr as *mut XBlockK).add(r * nb), nb) };
+                quantize_row_k(&x[r * k..(r + 1) * k], o);
+            }
+        });
+        let xq: &[XBlockK] = xq;
+        // groups of 8 rows, ~16 KiB of weights a chunk at least; whole panels for the packed kernel
+        let (grain, align) = match m >= prepacked::EXPAND_MIN_M {
+            true => (packed::PANEL, 2),
+            false => (grain(nb * 152 * 8).max(1), 1),
+        };
+        par_chunks(n.div_ceil(8 * align), grain.div_ceil(align), |g| {
+            let rows = 8 * align * g.start..(8 * align * g.end).min(n);
+            // SAFETY: the caller checked the CPU has `isa`; each chunk writes only its groups' output columns.
+            unsafe { dispatch::run_prepacked(isa, w_ptr as *const u8, nb, xq, m, n, rows, out_ptr as *mut f32) }
+        });
+    });
+    Ok(())
+}
+
 /// How a call's weight rows are split over the work pool: the packed kernel wants whole panels of 8-row groups.
 fn split(m: usize, row_bytes: usize) -> Split {
     #[cfg(target_arch = "x86_64")]
@@ -103,6 +147,8 @@ fn split(m: usize, row_bytes: usize) -> Split {
 mod dispatch;
 #[cfg(target_arch = "x86_64")]
 mod packed;
+#[cfg(target_arch = "x86_64")]
+pub mod prepacked;
 #[cfg(target_arch = "x86_64")]
 mod wide;
 #[cfg(target_arch = "x86_64")]

@@ -10,6 +10,7 @@
 //! tile kernel's 128 `vpmaddubsw` + 128 scale steps: the packing (8 transposes per super-block of 8 rows) is
 //! paid once per call and group, so the kernel runs from [`PACK_MIN_M`] activation rows up.
 
+use super::prepacked::{expand, Q4Pack};
 use super::x86::{KBlocks, KKind, Scalars8};
 use crate::cpu_matmul::quant::XBlockK;
 use crate::cpu_matmul::x86::mac::Mac;
@@ -39,6 +40,27 @@ pub(crate) struct KPack {
 }
 
 const ZERO_PACK: KPack = unsafe { std::mem::zeroed() };
+
+impl KPack {
+    /// Values `4g..4g + 4` of chunk c, lane i row i's.
+    pub(super) fn w(&self, c: usize, g: usize) -> __m256i {
+        self.w[c][g]
+    }
+    /// The scale of values `16s..16s + 16`.
+    pub(super) fn sc(&self, s: usize) -> __m256i {
+        self.sc[s]
+    }
+    /// The offset coefficients of the 16-value sums 2q and 2q + 1 (an i16 pair).
+    pub(super) fn off(&self, q: usize) -> __m256i {
+        self.off[q]
+    }
+    pub(super) fn d(&self) -> __m256 {
+        self.d
+    }
+    pub(super) fn f(&self) -> __m256 {
+        self.f
+    }
+}
 
 /// The slots of a packed super-block: `w[c][g]` at `8c + g`, then `sc`, `off`, `d` and `f`.
 pub(super) const SLOT_SC: usize = 64;
@@ -157,17 +179,31 @@ unsafe fn finish<const MR: usize>(
     isum: &[__m256i; MR],
     acc: &mut [__m256; MR],
 ) {
+    finish_parts(&p.off, p.d, p.f, b, xs, isum, acc)
+}
+
+/// [`finish`] from a super-block's offset coefficients and factors.
+#[inline(always)]
+pub(super) unsafe fn finish_parts<const MR: usize>(
+    off_coef: &[__m256i; 8],
+    d: __m256,
+    f: __m256,
+    b: usize,
+    xs: &[*const XBlockK; MR],
+    isum: &[__m256i; MR],
+    acc: &mut [__m256; MR],
+) {
     for r in 0..MR {
         let xb = &*xs[r].add(b);
         let bs = xb.bsums.as_ptr() as *const i32;
         let mut off = _mm256_setzero_si256();
         for q in 0..8 {
             let pair = _mm256_set1_epi32(std::ptr::read_unaligned(bs.add(q)));
-            off = _mm256_add_epi32(off, _mm256_madd_epi16(p.off[q], pair));
+            off = _mm256_add_epi32(off, _mm256_madd_epi16(off_coef[q], pair));
         }
         let xd = _mm256_set1_ps(xb.d);
-        let a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(p.d, xd), acc[r]);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(off), _mm256_mul_ps(p.f, xd), a);
+        let a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(d, xd), acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(off), _mm256_mul_ps(f, xd), a);
     }
 }
 
@@ -240,6 +276,9 @@ pub(super) trait PackedKernel {
     fn scratch(len: usize) -> *mut Self::P;
     /// Packs super-block `b` of the first `WIDTH` rows at `rows` into `out`.
     unsafe fn pack(rows: &[*const u8; 16], b: usize, out: *mut Self::P);
+    /// Packs a super-block of Q4_K rows repacked at load (`groups`: its 8-row groups, as many as `WIDTH` takes)
+    /// into `out`, as [`PackedKernel::pack`] packs the same rows.
+    unsafe fn expand(groups: [*const Q4Pack; 2], out: *mut Self::P);
     /// Activation rows `r..r + MR` against a packed group at `pk`: its `valid` lanes go to `dst[row · n + i]`.
     #[allow(clippy::too_many_arguments)]
     unsafe fn tile<const MR: usize>(
@@ -258,23 +297,37 @@ pub(super) trait PackedKernel {
 /// rows runs against all of them.
 #[inline(always)]
 pub(super) unsafe fn drive<T: PackedKernel>(a: Mat<XBlockK>, rows: std::ops::Range<usize>, pk: *mut T::P) {
-    let Mat { w, nb, x, m, n, out } = a;
+    let (w, nb) = (a.w, a.nb);
     let row_bytes = nb * T::BYTES;
+    drive_with::<T>(a, rows, pk, |g0, valid, out| {
+        // a short last group repeats its last row; those lanes are not stored
+        let mut group = [w; 16];
+        for (i, g) in group.iter_mut().enumerate().take(T::WIDTH) {
+            *g = w.add((g0 + i.min(valid - 1)) * row_bytes);
+        }
+        for b in 0..nb {
+            T::pack(&group, b, out.add(b));
+        }
+    })
+}
+
+/// [`drive`] with the packing of a group of `T::WIDTH` rows (its first row, its real rows, its `nb` packed
+/// super-blocks to write) given.
+#[inline(always)]
+pub(super) unsafe fn drive_with<T: PackedKernel>(
+    a: Mat<XBlockK>,
+    rows: std::ops::Range<usize>,
+    pk: *mut T::P,
+    pack_group: impl Fn(usize, usize, *mut T::P),
+) {
+    let Mat { nb, x, m, n, out, .. } = a;
     let mut j0 = rows.start;
     while j0 < rows.end {
         let j1 = rows.end.min(j0 + 8 * PANEL);
         let groups = (j1 - j0).div_ceil(T::WIDTH);
         for gi in 0..groups {
             let g0 = j0 + T::WIDTH * gi;
-            let valid = (j1 - g0).min(T::WIDTH);
-            // a short last group repeats its last row; those lanes are not stored
-            let mut group = [w; 16];
-            for (i, g) in group.iter_mut().enumerate().take(T::WIDTH) {
-                *g = w.add((g0 + i.min(valid - 1)) * row_bytes);
-            }
-            for b in 0..nb {
-                T::pack(&group, b, pk.add(gi * nb + b));
-            }
+            pack_group(g0, (j1 - g0).min(T::WIDTH), pk.add(gi * nb));
         }
         let at = |gi: usize| {
             let g0 = T::WIDTH * gi;
@@ -329,6 +382,10 @@ impl<K: KKind, M: Mac> PackedKernel for Ymm<K, M> {
     unsafe fn pack(rows: &[*const u8; 16], b: usize, out: *mut KPack) {
         let group: &[*const u8; 8] = &*(rows.as_ptr() as *const [*const u8; 8]);
         pack::<K>(group, b, out as *mut __m256i, 1);
+    }
+    #[inline(always)]
+    unsafe fn expand(groups: [*const Q4Pack; 2], out: *mut KPack) {
+        expand(&*groups[0], out as *mut __m256i, 1);
     }
     #[inline(always)]
     unsafe fn tile<const MR: usize>(
