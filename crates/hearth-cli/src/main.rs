@@ -1,5 +1,6 @@
 //! The `hearth` binary.
 
+mod draft;
 mod generate;
 mod levers;
 mod models;

@@ -6,11 +6,9 @@ use anyhow::Context;
 use clap::Args;
 use hearth_engine::embed::{Embedder, EmbedderOptions};
 use hearth_engine::engine::{CacheConfig, EngineConfig, SsdSettings};
-use hearth_engine::loader::LoadedModel;
-use hearth_engine::models::{LoadOptions, Model};
+use hearth_engine::models::Model;
 use hearth_engine::sampling::grammar::Grammars;
 use hearth_engine::sizing::blocks_for_budget;
-use hearth_engine::speculative::SpecMode;
 use hearth_engine::weights::resolve::ModelLocation;
 use hearth_server::ids::unix_now;
 use hearth_server::model::isolate::{ChildCommand, Supervisor};
@@ -218,20 +216,7 @@ fn check(a: &ServeArgs) -> anyhow::Result<()> {
         a.served_model_name.is_none() || a.model.model.len() <= 1,
         "--served-model-name names one model; a model pool's models are named by their --model"
     );
-    anyhow::ensure!(
-        a.draft_model.is_none() || a.model.model.len() <= 1,
-        "--draft-model drafts for one model; a model pool has several"
-    );
-    anyhow::ensure!(a.draft_model.as_deref().is_none_or(|d| !d.trim().is_empty()), "--draft-model must not be empty");
-    if a.draft_model.is_none() && a.speculative == SpecMode::Draft {
-        anyhow::bail!("--speculative draft needs a draft model (--draft-model)");
-    }
-    if a.draft_model.is_some() && !matches!(a.speculative, SpecMode::Draft | SpecMode::Auto) {
-        tracing::warn!(
-            "--draft-model is loaded but unused: --speculative {} does not draft with it",
-            a.speculative.as_str()
-        );
-    }
+    crate::draft::check(a.draft_model.as_deref(), a.model.model.len(), a.speculative)?;
     let mut seen = std::collections::HashSet::new();
     for m in &a.model.model {
         anyhow::ensure!(seen.insert(m.as_str()), "--model {m} is given twice");
@@ -339,40 +324,15 @@ fn cache_namespace(fingerprint: u128, device: &str) -> u128 {
     hearth_engine::kv::BlockHash::root(key.as_bytes()).0
 }
 
-/// Load the draft model (`--draft-model`) on the model's device, checked to tokenize as the model does.
-fn load_draft(a: &ServeArgs, m: &LoadedModel) -> anyhow::Result<Option<Box<dyn Model>>> {
-    let Some(spec) = a.draft_model.as_deref() else { return Ok(None) };
-    let opts =
-        LoadOptions { dequantize: a.model.dequantize, dtype: hearth_engine::models::parse_dtype(&a.model.dtype)? };
-    let d = hearth_engine::loader::load_with(spec, &m.device, None, &opts)
-        .with_context(|| format!("loading the draft model {spec}"))?;
-    hearth_engine::loader::check_same_vocabulary(&m.tokenizer, &d.tokenizer)
-        .with_context(|| format!("--draft-model {spec} cannot draft for {}", a.model.spec()))?;
-    tracing::info!(
-        draft_model = %d.location.path().display(),
-        config = %d.model.config().describe(),
-        load_ms = d.load_time.as_millis() as u64,
-        "draft model loaded"
-    );
-    Ok(Some(d.model))
-}
-
-/// The share of a KV budget the model's own KV gets when a draft model keeps KV for as many tokens beside it.
-fn target_share(model: &dyn Model, draft: Option<&dyn Model>, budget: u64) -> u64 {
-    let Some(d) = draft else { return budget };
-    let per_token = |m: &dyn Model| hearth_engine::sizing::kv_bytes(m, 1, 1) as f64;
-    (budget as f64 * per_token(model) / (per_token(model) + per_token(d))) as u64
-}
-
 /// Load the model (and the draft model), size the KV cache, start the engine.
 fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let m = a.model.load()?;
-    let draft = load_draft(a, &m)?;
+    let draft = crate::draft::load(a.draft_model.as_deref(), &a.model, &m)?;
     let bs = a.kv_block_size;
     // The engine's defaults on this device (its memory read after the weights loaded); flags override them.
     let sizing = EngineConfig::defaults_for(&m.device);
     let budget = a.kv_budget.map_or(sizing.kv_budget_bytes, |gib| (gib * GIB) as u64);
-    let budget = target_share(m.model.as_ref(), draft.as_deref(), budget);
+    let budget = crate::draft::target_share(m.model.as_ref(), draft.as_deref(), budget);
     let kv_blocks = hearth_engine::sizing::kv_blocks(m.model.as_ref(), budget, a.batch, bs);
     anyhow::ensure!(kv_blocks >= 2, "--kv-budget is too small to hold even one block of {bs} tokens; raise it");
     if a.kv_budget.is_some() {

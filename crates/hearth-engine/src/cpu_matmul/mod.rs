@@ -15,14 +15,16 @@
 //!   over the work pool (`crate::work_pool`). It beats dequantizing W to f32 for candle's f32 GEMM at every m measured.
 //! * **k-quant path** (`kquant`, Q4_K/Q5_K/Q6_K, every m): x quantized per 256 values exactly as candle's Q8_K,
 //!   exact integer sums per super-block: below 4 activation rows straight from the weights (scales applied with
-//!   `vpmaddwd`, or one `vpdpwssd` with VNNI), from 4 rows up from 8 weight rows packed lanes-are-rows as above
+//!   `vpmaddwd`), from 4 rows up from 8 weight rows packed lanes-are-rows as above
 //!   (`vpdpbusd` per 4 values, `vpmulld` by the lane's scale per 16 or 32; 16 rows a vector with AVX-512 unless
 //!   `HEARTH_AVX512=0`); mins and Q6_K's −32 folded in through
 //!   the activation's 16-value sums. Both kernels take the same float steps per output on the same exact
 //!   integers, so a row's result is bit-identical at any m and on every ISA. At prefill sizes the packed kernel is
 //!   about even with candle's repacked kernels (which keep a second, repacked copy of the weights) and 3–4× the
 //!   tile kernel; the point is also that a k-quant model's matmuls all run on hearth's work pool
-//!   (`HEARTH_K_QUANT=0`: candle's).
+//!   (`HEARTH_K_QUANT=0`: candle's). Q4_K weights are repacked once at load into that lanes-are-rows layout at 4
+//!   bits a value (`kquant::prepacked`, `HEARTH_KQ_PREPACK`): one kernel below 16 rows, the packed kernels on
+//!   expanded groups from there, bit-identical to the rest.
 //!
 //! Everything else (Q4_0, Q2_K, ...) falls back to candle's `QMatMul`, which is also the reference in the
 //! tests. Non-CPU tensors, non-f32 activations and CPUs without AVX2+FMA+F16C always use candle.
@@ -178,7 +180,7 @@ pub struct FastQMatMul {
     k: usize,
     /// Q4_K rows repacked at load (`HEARTH_KQ_PREPACK`): the weight's only copy.
     #[cfg(target_arch = "x86_64")]
-    packed: Option<Arc<kquant::prepacked::PackedQ4K>>,
+    packed: Option<Arc<kquant::prepacked::Packed>>,
 }
 
 impl std::fmt::Debug for FastQMatMul {
@@ -227,16 +229,17 @@ impl FastQMatMul {
 
     /// A Q4_K weight's repacked rows, under `HEARTH_KQ_PREPACK`.
     #[cfg(target_arch = "x86_64")]
-    fn repack(w: &QTensor, n: usize, k: usize) -> Option<Arc<kquant::prepacked::PackedQ4K>> {
-        if w.dtype() != GgmlDType::Q4K || !crate::levers::get().kq_prepack || !k.is_multiple_of(quant::QK_K) {
+    fn repack(w: &QTensor, n: usize, k: usize) -> Option<Arc<kquant::prepacked::Packed>> {
+        let dtype = w.dtype();
+        if dtype != GgmlDType::Q4K || !crate::levers::get().kq_prepack || !k.is_multiple_of(quant::QK_K) || n == 0 {
             return None;
         }
         let data = w.data().ok()?;
-        if data.len() != n * (k / quant::QK_K) * 144 {
+        if data.len() != n * (k / quant::QK_K) * kquant::block_bytes(dtype) {
             return None;
         }
         // SAFETY: every ISA this module runs on has AVX2 and F16C (`isa_supported`), and the size is checked.
-        Some(Arc::new(unsafe { kquant::prepacked::repack(&data, n, k / quant::QK_K) }))
+        unsafe { kquant::prepacked::Packed::new(dtype, &data, n, k / quant::QK_K) }.map(Arc::new)
     }
 
     pub fn plan(&self) -> Plan {

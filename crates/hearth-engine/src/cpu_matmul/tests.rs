@@ -324,14 +324,15 @@ fn k_quant_rows_are_the_same_whatever_shares_the_call() {
 }
 
 #[test]
-fn prepacked_q4k_is_bit_identical_to_the_ggml_kernels() {
+fn prepacked_weights_are_bit_identical_to_the_ggml_kernels() {
     // Q4_K repacked at load: every output bit-identical to the tile (m < 4) and packed kernels' on the GGML
     // layout, at every m (tiles of 4, 3, 2 and 1 rows; from 16 rows expanded for the packed kernels) and with a
     // last group of fewer than 8 rows.
-    for (isa, &(n, k)) in isas().into_iter().flat_map(|i| K_SHAPES.iter().map(move |s| (i, s))) {
-        let w = quantized(n, k, GgmlDType::Q4K, 41);
+    let cases = isas().into_iter().map(|i| (i, GgmlDType::Q4K));
+    for ((isa, dtype), &(n, k)) in cases.flat_map(|c| K_SHAPES.iter().map(move |s| (c, s))) {
+        let w = quantized(n, k, dtype, 41);
         // SAFETY: every supported ISA has AVX2 and F16C.
-        let packed = unsafe { kquant::prepacked::repack(&w.data().unwrap(), n, k / quant::QK_K) };
+        let packed = unsafe { kquant::prepacked::Packed::new(dtype, &w.data().unwrap(), n, k / quant::QK_K) }.unwrap();
         for m in [1, 2, 3, 4, 5, 7, 9, 16, 23, 64] {
             let x = tensor(m, k, 42 + m as u64);
             let want = ours_decode(&w, isa, &x);
@@ -339,7 +340,7 @@ fn prepacked_q4k_is_bit_identical_to_the_ggml_kernels() {
             let mut got = vec![f32::NAN; m * n];
             kquant::prepacked_matmul(&packed, isa, &xs, m, &mut got).unwrap();
             for (j, (a, b)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(a.to_bits(), b.to_bits(), "{isa:?} {n}x{k} m={m} value {j}: {a} vs {b}");
+                assert_eq!(a.to_bits(), b.to_bits(), "{isa:?} {dtype:?} {n}x{k} m={m} value {j}: {a} vs {b}");
             }
         }
     }

@@ -2,7 +2,7 @@
 //! 512-bit where [`wide::enabled`], each compiled for the instruction set in use.
 
 use super::packed::{KRows, Ymm, PACK_MIN_M};
-use super::prepacked::{Prepacked, EXPAND_MIN_M};
+use super::prepacked::{Compact, Prepacked, EXPAND_MIN_M};
 use super::wide::{self, Zmm};
 use super::x86::{self, KKind};
 use super::Isa;
@@ -50,14 +50,14 @@ unsafe fn rows<K: KKind>(isa: Isa, mat: Mat<XBlockK>, range: std::ops::Range<usi
     }
 }
 
-/// Output columns `range` (starting at a multiple of 8) of `out (m, n) = xq @ W^T` for Q4_K weights repacked at
-/// load ([`prepacked`](super::prepacked)), compiled for `isa`.
+/// Output columns `range` (starting at a multiple of 8) of `out (m, n) = xq @ W^T` for weights repacked at load
+/// into groups of `C` ([`prepacked`](super::prepacked)), compiled for `isa`.
 ///
 /// # Safety
 /// The CPU must support `isa`; `w` points at the repacked groups of n rows of nb super-blocks; `xq` holds m rows
 /// of nb blocks; `out` has m·n values.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn run_prepacked(
+pub unsafe fn run_prepacked<C: Compact>(
     isa: Isa,
     w: *const u8,
     nb: usize,
@@ -69,13 +69,12 @@ pub unsafe fn run_prepacked(
 ) {
     use crate::cpu_matmul::x86::mac;
     let mat = Mat { w, nb, x: xq.as_ptr(), m, n, out };
-    type K = x86::Q4K;
     match isa {
-        Isa::Avx2 => rows_avx2::<Prepacked<mac::Avx2, Ymm<K, mac::Avx2>>>(mat, range),
+        Isa::Avx2 => rows_avx2::<Prepacked<C, mac::Avx2, Ymm<C::K, mac::Avx2>>>(mat, range),
         Isa::AvxVnni | Isa::Avx512Vnni if m >= EXPAND_MIN_M && wide::enabled() => {
-            rows_zmm::<Prepacked<mac::Vnni512, Zmm<K>>>(mat, range)
+            rows_zmm::<Prepacked<C, mac::Vnni512, Zmm<C::K>>>(mat, range)
         }
-        Isa::AvxVnni => rows_vnni::<Prepacked<mac::Vnni, Ymm<K, mac::Vnni>>>(mat, range),
-        Isa::Avx512Vnni => rows_vnni512::<Prepacked<mac::Vnni512, Ymm<K, mac::Vnni512>>>(mat, range),
+        Isa::AvxVnni => rows_vnni::<Prepacked<C, mac::Vnni, Ymm<C::K, mac::Vnni>>>(mat, range),
+        Isa::Avx512Vnni => rows_vnni512::<Prepacked<C, mac::Vnni512, Ymm<C::K, mac::Vnni512>>>(mat, range),
     }
 }

@@ -88,11 +88,11 @@ pub fn decode_matmul(
     )
 }
 
-/// `out (m, n) = x (m, k) @ W^T` for Q4_K weights repacked at load (`prepacked`), with `isa`'s instructions (the
+/// `out (m, n) = x (m, k) @ W^T` for weights repacked at load (`prepacked`), with `isa`'s instructions (the
 /// caller checked the CPU has them).
 #[cfg(target_arch = "x86_64")]
-pub fn prepacked_matmul(w: &prepacked::PackedQ4K, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
-    let (n, nb) = (w.n, w.nb);
+pub fn prepacked_matmul(w: &prepacked::Packed, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+    let (n, nb) = w.dims();
     let k = nb * QK_K;
     if x.len() != m * k || out.len() != m * n {
         return Err(crate::Error::InvalidRequest(format!(
@@ -121,12 +121,15 @@ pub fn prepacked_matmul(w: &prepacked::PackedQ4K, isa: Isa, x: &[f32], m: usize,
         // groups of 8 rows, ~16 KiB of weights a chunk at least; whole panels for the packed kernel
         let (grain, align) = match m >= prepacked::EXPAND_MIN_M {
             true => (packed::PANEL, 2),
-            false => (grain(nb * 152 * 8).max(1), 1),
+            false => (grain(nb * 8 * 152).max(1), 1),
         };
         par_chunks(n.div_ceil(8 * align), grain.div_ceil(align), |g| {
             let rows = 8 * align * g.start..(8 * align * g.end).min(n);
             // SAFETY: the caller checked the CPU has `isa`; each chunk writes only its groups' output columns.
-            unsafe { dispatch::run_prepacked(isa, w_ptr as *const u8, nb, xq, m, n, rows, out_ptr as *mut f32) }
+            unsafe {
+                let (w, out) = (w_ptr as *const u8, out_ptr as *mut f32);
+                dispatch::run_prepacked::<prepacked::q4k::Q4Pack>(isa, w, nb, xq, m, n, rows, out)
+            }
         });
     });
     Ok(())

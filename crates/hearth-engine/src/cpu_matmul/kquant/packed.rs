@@ -10,7 +10,6 @@
 //! tile kernel's 128 `vpmaddubsw` + 128 scale steps: the packing (8 transposes per super-block of 8 rows) is
 //! paid once per call and group, so the kernel runs from [`PACK_MIN_M`] activation rows up.
 
-use super::prepacked::{expand, Q4Pack};
 use super::x86::{KBlocks, KKind, Scalars8};
 use crate::cpu_matmul::quant::XBlockK;
 use crate::cpu_matmul::x86::mac::Mac;
@@ -276,9 +275,6 @@ pub(super) trait PackedKernel {
     fn scratch(len: usize) -> *mut Self::P;
     /// Packs super-block `b` of the first `WIDTH` rows at `rows` into `out`.
     unsafe fn pack(rows: &[*const u8; 16], b: usize, out: *mut Self::P);
-    /// Packs a super-block of Q4_K rows repacked at load (`groups`: its 8-row groups, as many as `WIDTH` takes)
-    /// into `out`, as [`PackedKernel::pack`] packs the same rows.
-    unsafe fn expand(groups: [*const Q4Pack; 2], out: *mut Self::P);
     /// Activation rows `r..r + MR` against a packed group at `pk`: its `valid` lanes go to `dst[row · n + i]`.
     #[allow(clippy::too_many_arguments)]
     unsafe fn tile<const MR: usize>(
@@ -383,10 +379,7 @@ impl<K: KKind, M: Mac> PackedKernel for Ymm<K, M> {
         let group: &[*const u8; 8] = &*(rows.as_ptr() as *const [*const u8; 8]);
         pack::<K>(group, b, out as *mut __m256i, 1);
     }
-    #[inline(always)]
-    unsafe fn expand(groups: [*const Q4Pack; 2], out: *mut KPack) {
-        expand(&*groups[0], out as *mut __m256i, 1);
-    }
+
     #[inline(always)]
     unsafe fn tile<const MR: usize>(
         pk: *const KPack,

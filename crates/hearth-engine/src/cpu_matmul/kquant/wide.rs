@@ -5,7 +5,6 @@
 //! [`float_step`](super::x86::float_step), so the results are bit-identical to it and to the tile kernel.
 
 use super::packed::{act_qs, pack, PackedKernel, SLOT_D, SLOT_F, SLOT_OFF, SLOT_SC};
-use super::prepacked::{expand, Q4Pack};
 use super::x86::KKind;
 use crate::cpu_matmul::quant::XBlockK;
 use crate::cpu_matmul::x86::act_rows;
@@ -116,12 +115,7 @@ impl<K: KKind> PackedKernel for Zmm<K> {
         pack::<K>(&*(lo.as_ptr() as *const [*const u8; 8]), b, slots, 2);
         pack::<K>(&*(hi.as_ptr() as *const [*const u8; 8]), b, slots.add(1), 2);
     }
-    #[inline(always)]
-    unsafe fn expand(groups: [*const Q4Pack; 2], out: *mut KPack16) {
-        let slots = out as *mut __m256i;
-        expand(&*groups[0], slots, 2);
-        expand(&*groups[1], slots.add(1), 2);
-    }
+
     #[inline(always)]
     unsafe fn tile<const MR: usize>(
         pk: *const KPack16,
