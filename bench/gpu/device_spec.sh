@@ -4,19 +4,23 @@
 # speculation off, with its own greedy answer's token ids as `prediction` (drafts kept), and with a prediction of
 # unrelated text (drafts rejected), at --spec-tokens 4 and 8; then 32 streams with --speculative auto vs off; then
 # a 2-layer draft model of the same width (`--draft-model`, its drafts mostly rejected: the draft path's cost).
-#   bench/gpu/device_spec.sh OUT_DIR
+#   bench/gpu/device_spec.sh OUT_DIR     (PARTS="batch1 streams draft" and KS="4 8" pick what runs; MODEL_DIR
+#   serves another checkpoint)
 set -uo pipefail
 OUT="$1"; mkdir -p "$OUT" /tmp/hbin
 [ -x /tmp/hbin/hearth ] || { xz -dc .gpu/hearth.xz > /tmp/hbin/hearth && chmod +x /tmp/hbin/hearth; }
 [ -f /tmp/llama8b/.complete ] || python3 bench/gpu/make_llama8b.py /tmp/llama8b > "$OUT/make.log" 2>&1
 PORT=18660
 serve() {
-  /tmp/hbin/hearth serve -m /tmp/llama8b --device cuda --port $PORT --batch 64 "$@" > "$OUT/serve-$*.log" 2>&1 &
+  local log; log="$OUT/serve$(echo "$*" | tr -c 'a-zA-Z0-9\n' '-').log"
+  /tmp/hbin/hearth serve -m "${MODEL_DIR:-/tmp/llama8b}" --device cuda --port $PORT --batch 64 "$@" > "$log" 2>&1 &
   SP=$!
   for _ in $(seq 1 900); do curl -sf http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.2; done
   python3 bench/load.py --url http://127.0.0.1:$PORT --concurrency 1 --requests 1 --max-tokens 16 > /dev/null
 }
-for k in 4 8; do
+PARTS="${PARTS:-batch1 streams draft}"
+for k in ${KS:-4 8}; do
+  case " $PARTS " in *" batch1 "*) ;; *) break ;; esac
   serve --speculative ngram --spec-tokens $k
   python3 - "$PORT" "$k" <<'PY' | tee -a "$OUT/batch1.jsonl"
 import json, statistics, sys
@@ -30,6 +34,7 @@ def ask(extra):
     ttft, total, text, usage = post_stream("127.0.0.1", port, "/v1/completions", body, 600)
     return text, (usage["completion_tokens"] - 1) / (total - ttft), usage
 answer, _, _ = ask({"speculative": False})
+# the ids of the answer as the timed requests get it (their prompt cached, as it is now)
 req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", headers={"Content-Type": "application/json"},
                              data=json.dumps(dict(BODY, speculative=False, return_token_ids=True)).encode())
 ids = json.load(urllib.request.urlopen(req, timeout=600))["choices"][0]["token_ids"]
@@ -50,10 +55,12 @@ PY
   kill $SP; wait $SP 2>/dev/null
 done
 for mode in off auto; do
+  case " $PARTS " in *" streams "*) ;; *) break ;; esac
   serve --speculative $mode
   python3 bench/load.py --url http://127.0.0.1:$PORT --concurrency 32 --requests 64 --max-tokens 128 --label "32 streams $mode" | tee -a "$OUT/streams.jsonl"
   kill $SP; wait $SP 2>/dev/null
 done
+case " $PARTS " in *" draft "*) ;; *) exit 0 ;; esac
 [ -f /tmp/llama8b-draft/.complete ] || python3 bench/gpu/make_llama8b.py /tmp/llama8b-draft --layers 2 > "$OUT/make-draft.log" 2>&1
 for mode in off draft; do
   serve --speculative $mode --draft-model /tmp/llama8b-draft

@@ -196,9 +196,9 @@ pub(super) unsafe fn finish_parts<const MR: usize>(
         let xb = &*xs[r].add(b);
         let bs = xb.bsums.as_ptr() as *const i32;
         let mut off = _mm256_setzero_si256();
-        for q in 0..8 {
+        for (q, coef) in off_coef.iter().enumerate() {
             let pair = _mm256_set1_epi32(std::ptr::read_unaligned(bs.add(q)));
-            off = _mm256_add_epi32(off, _mm256_madd_epi16(off_coef[q], pair));
+            off = _mm256_add_epi32(off, _mm256_madd_epi16(*coef, pair));
         }
         let xd = _mm256_set1_ps(xb.d);
         let a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(d, xd), acc[r]);
