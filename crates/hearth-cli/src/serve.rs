@@ -86,7 +86,8 @@ pub struct ServeArgs {
     /// directory or an alias): loaded on the same device, with its own KV cache.
     #[arg(long, env = "HEARTH_DRAFT_MODEL")]
     pub draft_model: Option<String>,
-    /// Most drafted tokens a row verifies in one step (1-64).
+    /// Most drafted tokens a row verifies in one step (1-64): a row's drafts start at 8, grow by 2 while they are
+    /// kept whole and shrink by 1 after a rejection.
     #[arg(long, env = "HEARTH_SPEC_TOKENS", default_value_t = hearth_engine::speculative::DEFAULT_DRAFT as u64,
           value_parser = clap::value_parser!(u64).range(1..=64))]
     pub spec_tokens: u64,

@@ -99,8 +99,11 @@ impl SpecConfig {
     }
 }
 
-/// `--spec-tokens`' default.
-pub const DEFAULT_DRAFT: usize = 8;
+/// `--spec-tokens`' default: the longest a row's draft grows.
+pub const DEFAULT_DRAFT: usize = 16;
+/// A row's first draft length (at most `--spec-tokens`), and the shortest it shrinks to.
+const START_K: usize = 8;
+const MIN_K: usize = 2;
 /// A prompt-lookup match at least this long drafts instead of the draft model (in `auto` mode): a long match in
 /// the row's own tokens is text being repeated, which lookup drafts for free.
 pub const STRONG_MATCH: usize = 5;
@@ -144,6 +147,9 @@ pub struct RowSpec {
     /// It asks the draft model where its other sources find no strong match.
     model: bool,
     max_k: usize,
+    /// This row's draft length now: it grows by 2 after a step that kept all of a full-length draft, and shrinks by
+    /// 1 after one that rejected some (between [`MIN_K`] and `max_k`).
+    k: usize,
     /// Where the output stands in the prediction (after the last drafted token it kept), and where the draft
     /// being verified starts in it (None: the draft is not the prediction's).
     cursor: usize,
@@ -172,6 +178,7 @@ impl RowSpec {
             ngram,
             model,
             max_k: cfg.max_draft,
+            k: cfg.max_draft.min(START_K),
             cursor: 0,
             from: None,
             gain: START_GAIN,
@@ -196,7 +203,7 @@ impl RowSpec {
     /// at most). None: no draft this step (no room, or the row pauses).
     pub fn proposal(&mut self, tokens: &[u32], generated: usize, room: usize) -> Option<Proposal> {
         self.from = None;
-        let k = self.max_k.min(room);
+        let k = self.k.min(room);
         if k == 0 {
             return None;
         }
@@ -246,6 +253,11 @@ impl RowSpec {
         }
         if let Some(from) = self.from.take() {
             self.cursor = from + kept;
+        }
+        if kept == drafted && drafted >= self.k {
+            self.k = (self.k + 2).min(self.max_k);
+        } else if kept < drafted {
+            self.k = self.k.saturating_sub(1).max(MIN_K.min(self.max_k));
         }
         self.gain = 0.7 * self.gain + 0.3 * kept as f32;
         if self.gain < MIN_GAIN {
@@ -299,5 +311,22 @@ mod tests {
         s.count(4, 3);
         s.count(2, 0);
         assert_eq!((s.drafted, s.accepted), (6, 3));
+    }
+
+    #[test]
+    fn a_draft_grows_while_it_is_all_kept_and_shrinks_after_a_rejection() {
+        let cfg = SpecConfig { mode: SpecMode::Prediction, max_draft: 12, ..Default::default() };
+        let mut s = RowSpec::new(&cfg, &SpecRequest { off: false, prediction: (100..200).collect() }).unwrap();
+        let len = |s: &mut RowSpec, out: usize| s.draft(&(100..100 + out as u32).collect::<Vec<_>>(), out, 64).len();
+        assert_eq!(len(&mut s, 1), START_K, "a row starts at {START_K}");
+        s.adapt(8, 8);
+        assert_eq!(len(&mut s, 10), 10, "all kept: 2 more");
+        s.adapt(10, 10);
+        s.adapt(12, 12);
+        assert_eq!(len(&mut s, 20), 12, "never past --spec-tokens");
+        s.adapt(12, 5);
+        assert_eq!(len(&mut s, 30), 11, "a rejection: 1 less");
+        assert_eq!(len(&mut s, 30), 11, "no step verified: unchanged");
+        assert_eq!(s.draft(&(100..195).collect::<Vec<_>>(), 95, 64).len(), 5, "the prediction's end");
     }
 }
