@@ -86,11 +86,6 @@ impl Drafter {
         Ok(Self { model, device, kv, block_size, free, rows: HashMap::new(), clock: 0, vocab })
     }
 
-    /// The draft model.
-    pub fn model(&self) -> &dyn Model {
-        self.model.as_ref()
-    }
-
     /// Forget every row (the engine started its block pool afresh).
     pub fn reset(&mut self) {
         for (_, r) in self.rows.drain() {

@@ -48,21 +48,19 @@ impl Compact for Q4Pack {
     /// on repacked weights at many activation rows.
     #[inline(always)]
     unsafe fn expand(&self, out: *mut __m256i, step: usize) {
-        let p = self;
         let slot = |v: usize| out.add(v * step);
         let mask = _mm256_set1_epi8(0x0f);
         for c in 0..8 {
             for h in 0..4 {
-                let v = p.q[c][h];
+                let v = self.q[c][h];
                 slot(8 * c + h).write(_mm256_and_si256(v, mask));
                 slot(8 * c + h + 4).write(_mm256_and_si256(_mm256_srli_epi16::<4>(v), mask));
             }
-            slot(SLOT_SC + 2 * c).write(lanes_u8(p.sc.as_ptr().add(8 * c)));
-            let m = lanes_u8(p.mn.as_ptr().add(8 * c));
-            slot(SLOT_OFF + c).write(_mm256_or_si256(m, _mm256_slli_epi32::<16>(m)));
+            slot(SLOT_SC + 2 * c).write(lanes_u8(self.sc.as_ptr().add(8 * c)));
+            slot(SLOT_OFF + c).write(self.offset(c));
         }
-        slot(SLOT_D).write(_mm256_castps_si256(p.d));
-        slot(SLOT_F).write(_mm256_castps_si256(p.f));
+        slot(SLOT_D).write(_mm256_castps_si256(self.d));
+        slot(SLOT_F).write(_mm256_castps_si256(self.f));
     }
 
     /// One super-block `p` (the b-th) of a group against MR activation rows (`ys`: their int8 values), added to `acc`.
@@ -74,42 +72,45 @@ impl Compact for Q4Pack {
         ys: &[*const i32; MR],
         acc: &mut [__m256; MR],
     ) {
-        let p = self;
         let mask = _mm256_set1_epi8(0x0f);
-        {
-            let mut isum = [_mm256_setzero_si256(); MR];
-            // Four independent chains of dot products per pair of chunks (each chunk's low and high nibbles), so
-            // that one activation row has enough in flight to hide `vpdpbusd`'s latency.
-            for pair in 0..4 {
-                let mut a = [[[_mm256_setzero_si256(); MR]; 2]; 2];
-                for (e, chains) in a.iter_mut().enumerate() {
-                    let c = 2 * pair + e;
-                    for h in 0..4 {
-                        let v = p.q[c][h];
-                        let lo = _mm256_and_si256(v, mask);
-                        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
-                        for r in 0..MR {
-                            let y_lo = _mm256_set1_epi32(std::ptr::read_unaligned(ys[r].add(8 * c + h)));
-                            let y_hi = _mm256_set1_epi32(std::ptr::read_unaligned(ys[r].add(8 * c + h + 4)));
-                            chains[0][r] = M::dot_us(chains[0][r], lo, y_lo);
-                            chains[1][r] = M::dot_us(chains[1][r], hi, y_hi);
-                        }
+        let mut isum = [_mm256_setzero_si256(); MR];
+        // Four independent chains of dot products per pair of chunks (each chunk's low and high nibbles), so
+        // that one activation row has enough in flight to hide `vpdpbusd`'s latency.
+        for pair in 0..4 {
+            let mut a = [[[_mm256_setzero_si256(); MR]; 2]; 2];
+            for (e, chains) in a.iter_mut().enumerate() {
+                let c = 2 * pair + e;
+                for h in 0..4 {
+                    let v = self.q[c][h];
+                    let lo = _mm256_and_si256(v, mask);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
+                    for r in 0..MR {
+                        let y_lo = _mm256_set1_epi32(std::ptr::read_unaligned(ys[r].add(8 * c + h)));
+                        let y_hi = _mm256_set1_epi32(std::ptr::read_unaligned(ys[r].add(8 * c + h + 4)));
+                        chains[0][r] = M::dot_us(chains[0][r], lo, y_lo);
+                        chains[1][r] = M::dot_us(chains[1][r], hi, y_hi);
                     }
                 }
-                let s0 = lanes_u8(p.sc.as_ptr().add(16 * pair));
-                let s1 = lanes_u8(p.sc.as_ptr().add(16 * pair + 8));
-                for r in 0..MR {
-                    let c0 = _mm256_add_epi32(a[0][0][r], a[0][1][r]);
-                    let c1 = _mm256_add_epi32(a[1][0][r], a[1][1][r]);
-                    let scaled = _mm256_add_epi32(_mm256_mullo_epi32(c0, s0), _mm256_mullo_epi32(c1, s1));
-                    isum[r] = _mm256_add_epi32(isum[r], scaled);
-                }
             }
-            let off: [__m256i; 8] = std::array::from_fn(|c| {
-                let m = lanes_u8(p.mn.as_ptr().add(8 * c));
-                _mm256_or_si256(m, _mm256_slli_epi32::<16>(m))
-            });
-            finish_parts(&off, p.d, p.f, b, xs, &isum, acc);
+            let s0 = lanes_u8(self.sc.as_ptr().add(16 * pair));
+            let s1 = lanes_u8(self.sc.as_ptr().add(16 * pair + 8));
+            for r in 0..MR {
+                let c0 = _mm256_add_epi32(a[0][0][r], a[0][1][r]);
+                let c1 = _mm256_add_epi32(a[1][0][r], a[1][1][r]);
+                let scaled = _mm256_add_epi32(_mm256_mullo_epi32(c0, s0), _mm256_mullo_epi32(c1, s1));
+                isum[r] = _mm256_add_epi32(isum[r], scaled);
+            }
         }
+        let off: [__m256i; 8] = std::array::from_fn(|c| self.offset(c));
+        finish_parts(&off, self.d, self.f, b, xs, &isum, acc);
+    }
+}
+
+impl Q4Pack {
+    /// The offset coefficients of chunk c's two 16-value sums (its min twice, an i16 pair).
+    #[inline(always)]
+    unsafe fn offset(&self, c: usize) -> __m256i {
+        let m = lanes_u8(self.mn.as_ptr().add(8 * c));
+        _mm256_or_si256(m, _mm256_slli_epi32::<16>(m))
     }
 }
