@@ -14,15 +14,7 @@ MODEL="${1:-qwen2.5-coder-1.5b}"
 THREADS="${2:-2}"
 ROUNDS="${3:-3}"
 WORKLOAD="${4:-edit}"
-MODELS="${HEARTH_MODELS:-$HOME/.cache/hearth/models}"
-gguf_of() {
-  case "$1" in
-    qwen2.5-coder-0.5b) echo "$MODELS/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" ;;
-    qwen2.5-coder-1.5b) echo "$MODELS/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" ;;
-    smollm2-135m) echo "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" ;;
-    *) echo "unknown model $1" >&2; exit 2 ;;
-  esac
-}
+source bench/gguf_of.sh
 GGUF="$(gguf_of "$MODEL")"
 SPEC="${SPEC:-auto}"
 DRAFT_ARGS=(); LLAMA_DEFAULT_SPEC="--spec-type ngram-simple"

@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
-# On the GPU machine (repo root, .gpu carried): speculative decoding's machinery on the 8B-shaped random checkpoint
-# (random weights make drafts meaningless, so the drafts are given): batch 1, the same greedy request with
-# speculation off, with its own greedy answer's token ids as `prediction` (drafts kept), and with a prediction of
-# unrelated text (drafts rejected), at --spec-tokens 4 and 8; then 32 streams with --speculative auto vs off; then
-# a 2-layer draft model of the same width (`--draft-model`, its drafts mostly rejected: the draft path's cost).
+# On the GPU machine (repo root, .gpu carried): speculative decoding's machinery on 8B-shaped random checkpoints
+# (random weights make drafts meaningless, so the drafts are given): batch 1 on the steady checkpoint
+# (make_llama8b.py --steady: a greedy path rounding cannot change), the same greedy request with speculation off,
+# with its own greedy answer's token ids as `prediction` (drafts kept), and with a prediction of unrelated text
+# (drafts rejected), at --spec-tokens 4 and 8; then, on the plain random checkpoint, 32 streams with --speculative
+# auto vs off, and a 2-layer draft model of the same width (`--draft-model`, its drafts mostly rejected: the draft
+# path's cost).
 #   bench/gpu/device_spec.sh OUT_DIR     (PARTS="batch1 streams draft" and KS="4 8" pick what runs; MODEL_DIR
-#   serves another checkpoint)
+#   serves another checkpoint in every part)
 set -uo pipefail
 OUT="$1"; mkdir -p "$OUT" /tmp/hbin
 [ -x /tmp/hbin/hearth ] || { xz -dc .gpu/hearth.xz > /tmp/hbin/hearth && chmod +x /tmp/hbin/hearth; }
-[ -f /tmp/llama8b/.complete ] || python3 bench/gpu/make_llama8b.py /tmp/llama8b > "$OUT/make.log" 2>&1
+PARTS="${PARTS:-batch1 streams draft}"
+has() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+if [ -z "${MODEL_DIR:-}" ]; then
+  has batch1 && { [ -f /tmp/llama8b-steady/.complete ] || python3 bench/gpu/make_llama8b.py /tmp/llama8b-steady --steady > "$OUT/make-steady.log" 2>&1; }
+  { has streams || has draft; } && { [ -f /tmp/llama8b/.complete ] || python3 bench/gpu/make_llama8b.py /tmp/llama8b > "$OUT/make.log" 2>&1; }
+fi
 PORT=18660
 serve() {
   local log; log="$OUT/serve$(echo "$*" | tr -c 'a-zA-Z0-9\n' '-').log"
-  /tmp/hbin/hearth serve -m "${MODEL_DIR:-/tmp/llama8b}" --device cuda --port $PORT --batch 64 "$@" > "$log" 2>&1 &
+  /tmp/hbin/hearth serve -m "${MODEL_DIR:-$CKPT}" --device cuda --port $PORT --batch 64 "$@" > "$log" 2>&1 &
   SP=$!
   for _ in $(seq 1 900); do curl -sf http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.2; done
   python3 bench/load.py --url http://127.0.0.1:$PORT --concurrency 1 --requests 1 --max-tokens 16 > /dev/null
 }
-PARTS="${PARTS:-batch1 streams draft}"
+CKPT=/tmp/llama8b-steady
 for k in ${KS:-4 8}; do
-  case " $PARTS " in *" batch1 "*) ;; *) break ;; esac
+  has batch1 || break
   serve --speculative ngram --spec-tokens $k
   python3 - "$PORT" "$k" <<'PY' | tee -a "$OUT/batch1.jsonl"
 import json, statistics, sys
@@ -54,13 +61,14 @@ for name, xs in rates.items():
 PY
   kill $SP; wait $SP 2>/dev/null
 done
+CKPT=/tmp/llama8b
 for mode in off auto; do
-  case " $PARTS " in *" streams "*) ;; *) break ;; esac
+  has streams || break
   serve --speculative $mode
   python3 bench/load.py --url http://127.0.0.1:$PORT --concurrency 32 --requests 64 --max-tokens 128 --label "32 streams $mode" | tee -a "$OUT/streams.jsonl"
   kill $SP; wait $SP 2>/dev/null
 done
-case " $PARTS " in *" draft "*) ;; *) exit 0 ;; esac
+has draft || exit 0
 [ -f /tmp/llama8b-draft/.complete ] || python3 bench/gpu/make_llama8b.py /tmp/llama8b-draft --layers 2 > "$OUT/make-draft.log" 2>&1
 for mode in off draft; do
   serve --speculative $mode --draft-model /tmp/llama8b-draft

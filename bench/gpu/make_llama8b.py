@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
 """Create a Llama-3.1-8B-shaped checkpoint with random bf16 weights (for speed measurements only).
 
-    python3 bench/gpu/make_llama8b.py OUT_DIR [--layers 32]
+    python3 bench/gpu/make_llama8b.py OUT_DIR [--layers 32] [--steady]
 
 Shape: hidden 4096, 32 layers, 32 heads, 8 KV heads, intermediate 14336, rope theta 500000; vocabulary and
 tokenizer from SmolLM2 (bench/gpu/smollm2-tokenizer, 49152 tokens) so that it tokenizes and chats. Weights are
 N(0, 0.02) (norms 1), drawn on the GPU with a fixed seed and written as sharded safetensors. Needs torch and
 safetensors (both on the lent H200 machine). Idempotent: an OUT_DIR that already holds the checkpoint is kept.
+
+--steady: the same shapes and cost, but a greedy path no rounding can change, for measuring speculation with
+drafts that are all kept. A plain random model is chaotic: its logits are near-ties, so a verification pass of k+1
+rows (another GEMM shape, other rounding) soon takes another path than the one-row steps that made the prediction.
+Here the embeddings are scaled by 50 and every layer's output projections (o_proj, down_proj) by 0.01, so the
+residual stream stays close to the input token's embedding, and the output head is the unscaled embedding table
+with its rows permuted: the next token after t is perm(t), ahead of the runner-up by a logit margin of ~80 against
+~6. Every layer still runs in full.
 """
 import argparse, json, os, shutil, sys, time
 
@@ -18,6 +26,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--shard-gb", type=float, default=4.0)
+    ap.add_argument("--steady", action="store_true")
     a = ap.parse_args()
     import torch
     from safetensors.torch import save_file
@@ -66,11 +75,22 @@ def main():
             shard, size = {}, 0
 
     total = 0
+    embed = None
     for name, shape in shapes:
         if len(shape) == 1:
             t = torch.ones(shape, dtype=torch.bfloat16)
+        elif a.steady and name == "lm_head.weight":
+            # row perm(t) of the head is embedding t: the token after t is perm(t)
+            perm = torch.randperm(v, generator=torch.Generator().manual_seed(99))
+            t = embed[torch.argsort(perm)].contiguous()
         else:
-            t = (torch.randn(shape, generator=g, device="cuda", dtype=torch.float32) * 0.02).to(torch.bfloat16).cpu()
+            t = torch.randn(shape, generator=g, device="cuda", dtype=torch.float32) * 0.02
+            if a.steady and name == "model.embed_tokens.weight":
+                embed = t.to(torch.bfloat16).cpu()
+                t = t * 50
+            elif a.steady and name.endswith(("o_proj.weight", "down_proj.weight")):
+                t = t * 0.01
+            t = t.to(torch.bfloat16).cpu()
         shard[name] = t
         size += t.numel() * 2
         total += t.numel()

@@ -2,7 +2,7 @@
 # On the GPU machine, after bench/gpu/device_spec.sh made /tmp/llama8b: where the greedy path of the 8B-shaped random
 # checkpoint diverges (token index, None: never) between a cold and a cached prompt, two cached ones, and a run given
 # the cached answer's ids as `prediction`; with the prompt cache on and off. MODEL_DIR picks the checkpoint (e.g. the
-# copy bench/gpu/peak_head.py makes).
+# steady one, /tmp/llama8b-steady, that make_llama8b.py --steady makes).
 #   bench/gpu/spec_paths.sh
 set -u
 [ -x /tmp/hbin/hearth ] || { mkdir -p /tmp/hbin && xz -dc .gpu/hearth.xz > /tmp/hbin/hearth && chmod +x /tmp/hbin/hearth; }

@@ -25,7 +25,11 @@ pub fn check(draft: Option<&str>, models: usize, mode: SpecMode) -> anyhow::Resu
 /// checked to tokenize as the model does.
 pub fn load(spec: Option<&str>, args: &ModelArgs, m: &LoadedModel) -> anyhow::Result<Option<Box<dyn Model>>> {
     let Some(spec) = spec else { return Ok(None) };
-    let opts = LoadOptions { dequantize: args.dequantize, dtype: hearth_engine::models::parse_dtype(&args.dtype)? };
+    let opts = LoadOptions {
+        dequantize: args.dequantize,
+        dtype: hearth_engine::models::parse_dtype(&args.dtype)?,
+        kv_cache: args.kv_cache()?,
+    };
     let d = hearth_engine::loader::load_with(spec, &m.device, None, &opts)
         .with_context(|| format!("loading the draft model {spec}"))?;
     hearth_engine::loader::check_same_vocabulary(&m.tokenizer, &d.tokenizer)

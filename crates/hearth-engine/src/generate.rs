@@ -108,9 +108,15 @@ const GENERATE_BLOCK: usize = 16;
 /// The KV store for one sequence of up to `tokens` tokens, as slot 0: paged with in-place attention on the CPU
 /// (`HEARTH_CPU_ATTN` on; in the model's KV dtype), contiguous otherwise.
 pub fn single_sequence_kv(m: &LoadedModel, tokens: usize) -> Result<Box<dyn KvStore>> {
+    single_sequence_kv_in(m, tokens, m.model.kv_encoding())
+}
+
+/// [`single_sequence_kv`] with the cache kept in `dtype` (an encoding only the paged store reads is an error
+/// where it would not be used).
+pub fn single_sequence_kv_in(m: &LoadedModel, tokens: usize, dtype: crate::kv::KvEncoding) -> Result<Box<dyn KvStore>> {
     let c = m.model.config();
-    let dtype = m.model.kv_dtype();
-    if !(crate::levers::get().cpu_attn && cpu_inplace::supports(dtype, &m.device)) {
+    let in_place = crate::levers::get().cpu_attn && cpu_inplace::supports(dtype.storage_dtype(), &m.device);
+    if !in_place && !dtype.is_quantized() {
         return Ok(Box::new(ContiguousKv::new(c.num_layers, tokens)));
     }
     let blocks = tokens.max(1).div_ceil(GENERATE_BLOCK);

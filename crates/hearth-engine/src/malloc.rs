@@ -37,6 +37,8 @@ pub unsafe trait ZeroBits: Copy {}
 unsafe impl ZeroBits for f32 {}
 // SAFETY: as above.
 unsafe impl ZeroBits for u16 {}
+// SAFETY: as above.
+unsafe impl ZeroBits for u8 {}
 
 /// Below this, a zeroed vector is simply written.
 const LAZY_MIN_BYTES: usize = 1 << 20;

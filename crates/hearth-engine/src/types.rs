@@ -344,6 +344,9 @@ pub struct EngineInfo {
     /// The KV cache's bytes (0 where there is no pool).
     #[serde(default)]
     pub kv_capacity_bytes: u64,
+    /// How the KV cache keeps its rows (`--kv-cache-dtype`: f32, f16, bf16, q8_0; empty where there is no pool).
+    #[serde(default)]
+    pub kv_cache_dtype: String,
     pub max_batch: usize,
     pub kv_block_size: usize,
     pub kv_blocks: usize,
@@ -361,6 +364,7 @@ impl EngineInfo {
             max_positions,
             kv_capacity_tokens: cfg.kv_blocks * bs,
             kv_capacity_bytes: 0,
+            kv_cache_dtype: String::new(),
             max_batch: cfg.max_batch,
             kv_block_size: bs,
             kv_blocks: cfg.kv_blocks,
@@ -375,6 +379,7 @@ impl EngineInfo {
             max_positions,
             kv_capacity_tokens: max_positions,
             kv_capacity_bytes: 0,
+            kv_cache_dtype: String::new(),
             max_batch: 1,
             kv_block_size: 1,
             kv_blocks: max_positions + 1,

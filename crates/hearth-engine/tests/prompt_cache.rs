@@ -1,10 +1,13 @@
 //! The prompt cache on the real model (SmolLM2): a hit (whole prompt, shared prefix, turn N+1 of a chat) gives
 //! the greedy tokens of a cold run; the SSD tier survives an engine restart, and corrupt files in it are
-//! quarantined while the answers stay right.
+//! quarantined while the answers stay right; a q8_0 cache's hits and SSD blocks do the same, under a fingerprint
+//! of their own.
 
 mod common;
 use common::*;
 use hearth_engine::engine::{start, CacheConfig, EngineConfig, EngineEvent, EngineHandle, EngineRequest, SsdSettings};
+use hearth_engine::kv::KvEncoding;
+use hearth_engine::models::LoadOptions;
 use hearth_engine::sampling::SamplingParams;
 use hearth_engine::tokenizer::Tokenizer;
 use std::path::Path;
@@ -17,7 +20,14 @@ fn long_prompt() -> String {
 }
 
 fn engine(cache: CacheConfig) -> (EngineHandle, Tokenizer) {
-    let m = real_model("smollm2-135m");
+    engine_in(cache, None)
+}
+
+/// [`engine`] with the KV cache kept in `kv` (None: auto).
+fn engine_in(cache: CacheConfig, kv: Option<KvEncoding>) -> (EngineHandle, Tokenizer) {
+    let opts = LoadOptions { kv_cache: kv, ..Default::default() };
+    let m = hearth_engine::loader::load_with("smollm2-135m", &candle_core::Device::Cpu, None, &opts)
+        .unwrap_or_else(|e| panic!("loading smollm2-135m: {e} (run scripts/fetch-models)"));
     let eos = m.tokenizer.eos_ids().to_vec();
     let cfg = EngineConfig {
         max_batch: 4,
@@ -176,4 +186,33 @@ fn the_ssd_tier_survives_a_restart_and_never_serves_a_bad_file() {
     assert!(ssd.quarantined as usize >= bad, "{ssd:?}");
     // Still serving.
     assert_eq!(run(&e, &a, 10).0, want);
+}
+
+/// A q8_0 cache: a prompt-cache hit and a prefix restored from the SSD tier give the cold run's tokens and logprob
+/// bits (blocks are bytes, and the kernels read them the same way whichever step wrote them); its SSD blocks live
+/// under their own fingerprint, so an f16 engine on the same directory restores none of them.
+#[test]
+fn a_q8_cache_hits_and_restores_like_its_cold_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let q8 = Some(KvEncoding::Q8_0);
+    let (cold, tok) = engine_in(CacheConfig::default(), q8);
+    let a = tok.encode(&long_prompt(), true).unwrap();
+    let want = run_logprobs(&cold, &a, 10);
+    drop(cold);
+    {
+        let (e, _) = engine_in(cache(Some(dir.path())), q8);
+        assert_eq!(run_logprobs(&e, &a, 10), want);
+        let hit = run_logprobs(&e, &a, 10);
+        assert_eq!((&hit.0, &hit.2), (&want.0, &want.2), "a hit changed the tokens or their logprobs");
+        assert!(hit.1 > 0, "the second request hits the prompt cache");
+        e.flush_cache().unwrap().expect("an SSD tier is configured").recv().unwrap();
+    }
+    let (f16, _) = engine_in(cache(Some(dir.path())), Some(KvEncoding::F16));
+    assert_eq!(run(&f16, &a, 10).1, 0, "an f16 engine restores no q8_0 block");
+    drop(f16);
+    let (e, _) = engine_in(cache(Some(dir.path())), q8);
+    let restored = run_logprobs(&e, &a, 10);
+    assert_eq!((&restored.0, &restored.2), (&want.0, &want.2), "a restored prefix changed the answer");
+    assert_eq!(restored.1, (a.len() - 1) / 16 * 16);
+    assert_eq!(e.stats().ssd_cache.unwrap().quarantined, 0);
 }

@@ -155,11 +155,12 @@ where
     }
     if let Some(r) = &loaded.ready {
         banner += &format!(
-            " | model {} | device {} | KV cache {} tokens ({}) | batch {}",
+            " | model {} | device {} | KV cache {} tokens ({}, {}) | batch {}",
             r.model_id,
             r.device,
             r.engine.info().kv_capacity_tokens,
             hearth_engine::sizing::gib(r.engine.info().kv_capacity_bytes),
+            r.engine.info().kv_cache_dtype,
             r.engine.info().max_batch
         );
     }

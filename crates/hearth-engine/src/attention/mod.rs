@@ -15,7 +15,7 @@ pub(crate) mod test_util;
 
 pub use context::{BatchContext, RowSpan};
 pub use contiguous_kv::ContiguousKv;
-pub use paged::{kv_dtype, PagedAttention};
+pub use paged::{kv_dtype, kv_encoding, PagedAttention};
 
 use crate::Result;
 use candle_core::Tensor;

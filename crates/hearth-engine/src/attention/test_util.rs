@@ -1,7 +1,7 @@
 //! Test helpers for the paged attention backends.
 
 use super::{AttnParams, BatchContext};
-use crate::kv::PagedKv;
+use crate::kv::{KvEncoding, PagedKv};
 use crate::Result;
 use candle_core::{DType, Device, Tensor};
 
@@ -21,10 +21,10 @@ pub fn run(f: Attend, qkv: [&Tensor; 3], pieces: &[(usize, usize)], p: &AttnPara
     run_kv(f, DType::F32, qkv, pieces, p, decoding)
 }
 
-/// [`run`] over a KV cache kept in `dtype`.
+/// [`run`] over a KV cache kept in `dtype` (a float dtype or an encoding).
 pub fn run_kv(
     f: Attend,
-    dtype: DType,
+    dtype: impl Into<KvEncoding>,
     qkv: [&Tensor; 3],
     pieces: &[(usize, usize)],
     p: &AttnParams,

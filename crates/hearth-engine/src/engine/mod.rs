@@ -27,14 +27,14 @@ use std::sync::{mpsc, Arc, Mutex};
 /// (model + tokenizer), the KV layout and dtype, so another model or KV scheme never reads them.
 fn open_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Arc<SsdStore> {
     let c = model.config();
-    let dtype = model.kv_dtype();
+    let enc = model.kv_encoding();
     let layout = BlockLayout {
         layers: c.num_layers,
         kv_heads: c.num_kv_heads,
         head_dim: c.head_dim,
         block_size: cfg.kv_block_size,
-        dtype: format!("{dtype:?}").to_lowercase(),
-        dtype_size: dtype.size_in_bytes(),
+        dtype: enc.name().into(),
+        dtype_size: enc.storage_dtype().size_in_bytes(),
     };
     let key = format!("{:032x}/{layout:?}", cfg.cache.namespace);
     let fingerprint = BlockHash::root(key.as_bytes()).0;
@@ -60,6 +60,7 @@ pub fn start_with_draft(
     let max_positions = model.max_positions();
     let info = EngineInfo {
         kv_capacity_bytes: crate::sizing::kv_bytes(model.as_ref(), cfg.kv_blocks, cfg.kv_block_size),
+        kv_cache_dtype: model.kv_encoding().name().into(),
         ..EngineInfo::new(model.config().vocab_size, max_positions, &cfg)
     };
     let cold = cfg.cache.ssd.as_ref().filter(|_| cfg.cache.max_blocks > 0).map(|s| open_ssd(model.as_ref(), &cfg, s));

@@ -69,7 +69,7 @@ pub struct ModelRunner {
 impl ModelRunner {
     pub fn new(model: Box<dyn Model>, device: Device, cfg: &EngineConfig, cold: Option<Arc<SsdStore>>) -> Result<Self> {
         let c = model.config();
-        let kv_dtype = model.kv_dtype();
+        let kv_dtype = model.kv_encoding();
         let kv = PagedAttention::new(
             c.num_layers,
             cfg.kv_blocks,

@@ -1,13 +1,16 @@
 //! Paged KV storage: per layer, one K and one V buffer of `blocks × block_size` token rows, and this step's block
 //! tables. A sequence (slot) has a block table; its position p lives in row `table[p / bs] * bs + p % bs`. The
 //! attention backends (`attention::paged`) read and write through it; the storage itself knows no attention.
+//! Rows are kept in a [`KvEncoding`]: a float dtype, or q8_0 bytes (a head row of D values is then D + D/32 bytes).
 
+use super::KvEncoding;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 
 pub struct PagedKv {
     block_size: usize,
+    encoding: KvEncoding,
     k: Vec<Tensor>,
     v: Vec<Tensor>,
     tables: HashMap<usize, Vec<u32>>,
@@ -20,29 +23,44 @@ impl PagedKv {
         block_size: usize,
         kv_heads: usize,
         head_dim: usize,
-        dtype: DType,
+        encoding: impl Into<KvEncoding>,
         device: &Device,
     ) -> Result<Self> {
+        let encoding = encoding.into();
+        if let Some(why) = encoding.unfit(head_dim) {
+            return Err(Error::Unsupported(why));
+        }
         let rows = num_blocks * block_size;
+        let shape = (rows, kv_heads, encoding.head_units(head_dim));
         let mut k = Vec::with_capacity(num_layers);
         let mut v = Vec::with_capacity(num_layers);
         for _ in 0..num_layers {
-            k.push(zeros((rows, kv_heads, head_dim), dtype, device)?);
-            v.push(zeros((rows, kv_heads, head_dim), dtype, device)?);
+            k.push(zeros(shape, encoding.storage_dtype(), device)?);
+            v.push(zeros(shape, encoding.storage_dtype(), device)?);
         }
-        Ok(Self { block_size, k, v, tables: HashMap::new() })
+        Ok(Self { block_size, encoding, k, v, tables: HashMap::new() })
     }
 
     /// Bytes one token takes in the KV cache across all layers.
-    pub fn bytes_per_token(num_layers: usize, kv_heads: usize, head_dim: usize, dtype: DType) -> usize {
-        2 * num_layers * kv_heads * head_dim * dtype.size_in_bytes()
+    pub fn bytes_per_token(
+        num_layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        encoding: impl Into<KvEncoding>,
+    ) -> usize {
+        2 * num_layers * kv_heads * encoding.into().head_bytes(head_dim)
+    }
+
+    /// How the rows are kept.
+    pub fn encoding(&self) -> KvEncoding {
+        self.encoding
     }
 
     pub fn block_size(&self) -> usize {
         self.block_size
     }
 
-    /// Layer `layer`'s K and V buffers, (blocks × block_size, KvH, D).
+    /// Layer `layer`'s K and V buffers, (blocks × block_size, KvH, head units: D, or a q8_0 row's bytes).
     pub fn layer(&self, layer: usize) -> Result<(&Tensor, &Tensor)> {
         match (self.k.get(layer), self.v.get(layer)) {
             (Some(k), Some(v)) => Ok((k, v)),
@@ -182,6 +200,7 @@ fn zeros(shape: (usize, usize, usize), dtype: DType, device: &Device) -> Result<
         DType::F32 => Tensor::from_vec(lazy_zeroed::<f32>(n), shape, device)?,
         DType::F16 => Tensor::from_vec(lazy_zeroed::<u16>(n).reinterpret_into::<half::f16>(), shape, device)?,
         DType::BF16 => Tensor::from_vec(lazy_zeroed::<u16>(n).reinterpret_into::<half::bf16>(), shape, device)?,
+        DType::U8 => Tensor::from_vec(lazy_zeroed::<u8>(n), shape, device)?,
         _ => Tensor::zeros(shape, dtype, device)?,
     })
 }
@@ -193,6 +212,7 @@ fn tensor_bytes(t: &Tensor, out: &mut Vec<u8>) -> Result<()> {
         DType::F32 => out.extend(flat.to_vec1::<f32>()?.iter().flat_map(|x| x.to_le_bytes())),
         DType::F16 => out.extend(flat.to_vec1::<half::f16>()?.iter().flat_map(|x| x.to_bits().to_le_bytes())),
         DType::BF16 => out.extend(flat.to_vec1::<half::bf16>()?.iter().flat_map(|x| x.to_bits().to_le_bytes())),
+        DType::U8 => out.extend(flat.to_vec1::<u8>()?),
         other => return Err(Error::Unsupported(format!("KV blocks of dtype {other:?} cannot be spilled"))),
     }
     Ok(())
@@ -236,5 +256,22 @@ mod tests {
         kv.write_block(1, &data).unwrap();
         assert_eq!(kv.read_block(1).unwrap(), data);
         assert_eq!(kv.layer(0).unwrap().0.dtype(), DType::F16);
+    }
+
+    /// A q8_0 cache: D + D/32 bytes per head row, zeroed at start, its blocks moved (SSD bytes, copy-on-write)
+    /// byte for byte; a head size it cannot hold is refused.
+    #[test]
+    fn a_q8_cache_sizes_its_rows_and_moves_blocks_byte_for_byte() {
+        let (layers, blocks, bs, kvh, d) = (2, 3, 4, 2, 64);
+        let mut kv = PagedKv::new(layers, blocks, bs, kvh, d, KvEncoding::Q8_0, &Device::Cpu).unwrap();
+        assert_eq!(kv.layer(1).unwrap().0.dims3().unwrap(), (blocks * bs, kvh, d + d / 32));
+        assert_eq!(PagedKv::bytes_per_token(layers, kvh, d, KvEncoding::Q8_0), 2 * layers * kvh * 66);
+        let n = 2 * layers * bs * kvh * (d + d / 32);
+        assert_eq!(kv.read_block(0).unwrap(), vec![0u8; n]);
+        let data: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+        kv.write_block(2, &data).unwrap();
+        kv.copy_block(2, 0).unwrap();
+        assert_eq!(kv.read_blocks(&[0, 2]).unwrap(), vec![data.clone(), data]);
+        assert!(PagedKv::new(1, 1, 4, 1, 96, KvEncoding::Q8_0, &Device::Cpu).is_err());
     }
 }

@@ -34,15 +34,24 @@ pub struct BlockLayout {
     pub kv_heads: usize,
     pub head_dim: usize,
     pub block_size: usize,
-    /// "f32" | "f16" | "bf16"
+    /// The KV cache's encoding: "f32" | "f16" | "bf16" | "q8_0"
     pub dtype: String,
+    /// Bytes of one element of its buffers (1 for q8_0's bytes).
     pub dtype_size: usize,
 }
 
 impl BlockLayout {
-    /// K and V of every layer: `2 * layers * block_size * kv_heads * head_dim * dtype_size`.
+    /// Buffer elements of one head row (q8_0: its values' bytes and its scales').
+    pub fn head_units(&self) -> usize {
+        match self.dtype.as_str() {
+            "q8_0" => super::KvEncoding::Q8_0.head_units(self.head_dim),
+            _ => self.head_dim,
+        }
+    }
+
+    /// K and V of every layer: `2 * layers * block_size * kv_heads * head_units * dtype_size`.
     pub fn data_bytes(&self) -> usize {
-        2 * self.layers * self.block_size * self.kv_heads * self.head_dim * self.dtype_size
+        2 * self.layers * self.block_size * self.kv_heads * self.head_units() * self.dtype_size
     }
 }
 
@@ -109,6 +118,7 @@ pub fn dtype_code(dtype: &str) -> Option<u8> {
         "f32" => Some(1),
         "f16" => Some(2),
         "bf16" => Some(3),
+        "q8_0" => Some(4),
         _ => None,
     }
 }
@@ -149,7 +159,7 @@ impl Format {
         if layout.block_size == 0 || layout.dtype_size == 0 {
             return Err("empty block layout".into());
         }
-        let data_len = [2, layout.layers, layout.block_size, layout.kv_heads, layout.head_dim, layout.dtype_size]
+        let data_len = [2, layout.layers, layout.block_size, layout.kv_heads, layout.head_units(), layout.dtype_size]
             .iter()
             .try_fold(1u64, |acc, &v| acc.checked_mul(v as u64))
             .ok_or("block data size overflows")?;
@@ -534,5 +544,13 @@ mod tests {
         let other = BlockLayout { head_dim: 8, ..layout() };
         assert!(Format::new(7, &other).unwrap().decode(&h).is_err());
         assert!(Format::new(7, &BlockLayout { dtype: "q4".into(), ..layout() }).is_err());
+        // a q8_0 block: D + D/32 bytes per head row, and a header of its own (another encoding never decodes it)
+        let q8 = BlockLayout { head_dim: 64, dtype: "q8_0".into(), dtype_size: 1, ..layout() };
+        let q8_fmt = Format::new(7, &q8).unwrap();
+        assert_eq!(q8_fmt.data_len(), (2 * 2 * 4 * 66) as u64);
+        assert_eq!(q8.data_bytes() as u64, q8_fmt.data_len());
+        let f16_64 = Format::new(7, &BlockLayout { head_dim: 64, ..layout() }).unwrap();
+        let f16_data = vec![3u8; f16_64.data_len() as usize];
+        assert!(q8_fmt.decode(&f16_64.encode(BlockHash(11), BlockHash(5), &[1, 2, 3, 4], &f16_data)).is_err());
     }
 }

@@ -85,7 +85,7 @@ pub struct Gemma3 {
     /// Activation dtype.
     dtype: DType,
     /// The paged KV cache's dtype.
-    kv_dtype: DType,
+    kv_encoding: crate::kv::KvEncoding,
     embed_tokens: EmbeddingTable,
     embed_scale: f64,
     layers: Vec<Block>,
@@ -121,7 +121,7 @@ impl Gemma3 {
         let rope_local = Rope::new(c.head_dim, local_base, &RopeScaling::None, max, c.rope_interleaved, l.device)?;
         Ok(Self {
             dtype: l.dtype,
-            kv_dtype: l.kv_dtype(),
+            kv_encoding: l.kv_encoding()?,
             cfg: c.clone(),
             embed_tokens,
             embed_scale: (c.hidden_size as f64).sqrt(),
@@ -144,8 +144,8 @@ impl Model for Gemma3 {
         self.dtype
     }
 
-    fn kv_dtype(&self) -> DType {
-        self.kv_dtype
+    fn kv_encoding(&self) -> crate::kv::KvEncoding {
+        self.kv_encoding
     }
 
     fn max_positions(&self) -> usize {

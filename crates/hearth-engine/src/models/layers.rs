@@ -18,13 +18,15 @@ pub struct Loader<'a> {
     pub dtype: DType,
     /// Dequantize quantized matrices to `dtype` at load (exact reference math, more memory).
     pub dequantize: bool,
+    /// `--kv-cache-dtype` (None: auto).
+    pub kv_cache: Option<crate::kv::KvEncoding>,
     /// The pool the model's CPU kernels run on, as the weights loaded so far decide ([`Loader::kernel_pool`]).
     pool: Cell<KernelPool>,
 }
 
 impl<'a> Loader<'a> {
     pub fn new(weights: &'a Weights, cfg: &'a ModelConfig, device: &'a Device, dtype: DType, dequantize: bool) -> Self {
-        Self { weights, cfg, device, dtype, dequantize, pool: Cell::new(KernelPool::default()) }
+        Self { weights, cfg, device, dtype, dequantize, kv_cache: None, pool: Cell::new(KernelPool::default()) }
     }
 
     /// The pool the model's CPU kernels run on: candle's when candle's kernels decode any of its weights (read
@@ -38,13 +40,13 @@ impl<'a> Loader<'a> {
         crate::cpu_matmul::note_weight(&self.pool, &w);
         Linear::new(w, b)
     }
-    /// The KV cache's dtype: the activations' under `dequantize` (exact reference math), else
-    /// [`crate::attention::kv_dtype`]'s choice for this device.
-    pub fn kv_dtype(&self) -> DType {
-        if self.dequantize {
-            self.dtype
-        } else {
-            crate::attention::kv_dtype(self.dtype, self.device)
+    /// The KV cache's encoding: `--kv-cache-dtype`'s (an error where this device or model cannot keep it), else
+    /// the activations' dtype under `dequantize` (exact reference math), else [`crate::attention::kv_dtype`]'s
+    /// choice for this device.
+    pub fn kv_encoding(&self) -> Result<crate::kv::KvEncoding> {
+        match self.kv_cache {
+            None if self.dequantize => Ok(self.dtype.into()),
+            choice => crate::attention::kv_encoding(choice, self.dtype, self.device, self.cfg.head_dim),
         }
     }
 

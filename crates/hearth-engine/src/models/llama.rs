@@ -124,7 +124,7 @@ pub struct Llama {
     /// Activation dtype.
     dtype: DType,
     /// The paged KV cache's dtype.
-    kv_dtype: DType,
+    kv_encoding: crate::kv::KvEncoding,
     embed_tokens: EmbeddingTable,
     layers: Vec<Block>,
     norm: RmsNorm,
@@ -160,7 +160,7 @@ impl Llama {
         Ok(Self {
             cfg: c.clone(),
             dtype: l.dtype,
-            kv_dtype: l.kv_dtype(),
+            kv_encoding: l.kv_encoding()?,
             embed_tokens,
             layers,
             norm: l.rms_norm("model.norm")?,
@@ -199,8 +199,8 @@ impl Model for Llama {
         self.dtype
     }
 
-    fn kv_dtype(&self) -> DType {
-        self.kv_dtype
+    fn kv_encoding(&self) -> crate::kv::KvEncoding {
+        self.kv_encoding
     }
 
     fn max_positions(&self) -> usize {

@@ -18,8 +18,9 @@ pub trait Model: Send + Sync {
     fn config(&self) -> &ModelConfig;
     /// The dtype activations use on this model's device.
     fn dtype(&self) -> DType;
-    /// The dtype the paged KV cache keeps ([`crate::attention::kv_dtype`]; the activations' with `dequantize`).
-    fn kv_dtype(&self) -> DType;
+    /// How the paged KV cache keeps its rows (`--kv-cache-dtype`, else [`crate::attention::kv_dtype`]'s choice;
+    /// the activations' dtype with `dequantize`).
+    fn kv_encoding(&self) -> crate::kv::KvEncoding;
     /// Positions the rotary tables cover.
     fn max_positions(&self) -> usize;
     /// The pool this model's parallel CPU kernels run on, decided at load (`crate::work_pool`); hearth's for a
@@ -61,6 +62,8 @@ pub struct LoadOptions {
     pub dequantize: bool,
     /// Activation/KV dtype; None: [`activation_dtype`]'s choice. The CPU computes in f32 only.
     pub dtype: Option<DType>,
+    /// The KV cache's encoding (`--kv-cache-dtype`); None: `auto`. One the device cannot read fails the load.
+    pub kv_cache: Option<crate::kv::KvEncoding>,
 }
 
 /// The activation dtype for these weights on this device: f32 on the CPU; on a GPU bf16 for dense (safetensors)
@@ -86,7 +89,8 @@ pub fn load_model(weights: &Weights, cfg: &ModelConfig, device: &Device, opts: &
             )))
         }
     };
-    let l = layers::Loader::new(weights, cfg, device, dtype, opts.dequantize);
+    let mut l = layers::Loader::new(weights, cfg, device, dtype, opts.dequantize);
+    l.kv_cache = opts.kv_cache;
     Ok(match cfg.family {
         Family::Llama => Box::new(llama::Llama::load(&l)?),
         Family::Gemma3 => Box::new(gemma3::Gemma3::load(&l)?),

@@ -79,7 +79,7 @@ impl Drafter {
             c.num_heads,
             c.num_kv_heads,
             c.head_dim,
-            model.kv_dtype(),
+            model.kv_encoding(),
             &device,
         )?;
         let free = (0..blocks as u32).rev().collect();

@@ -115,6 +115,9 @@ pub struct Stats {
     pub device: String,
     pub max_batch: usize,
     pub kv_capacity_tokens: usize,
+    /// The KV cache's bytes, and how it keeps its rows (`--kv-cache-dtype`).
+    pub kv_capacity_bytes: u64,
+    pub kv_cache_dtype: String,
     pub max_positions: usize,
     /// Every runtime lever's effective value (`hearth levers`), by variable name.
     pub levers: serde_json::Map<String, serde_json::Value>,

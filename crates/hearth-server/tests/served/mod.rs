@@ -128,8 +128,8 @@ where
         DType::F32
     }
 
-    fn kv_dtype(&self) -> DType {
-        DType::F32
+    fn kv_encoding(&self) -> hearth_engine::kv::KvEncoding {
+        hearth_engine::kv::KvEncoding::F32
     }
 
     fn max_positions(&self) -> usize {

@@ -8,8 +8,8 @@ pub mod cpu_inplace;
 pub mod gather;
 
 use super::{AttnParams, BatchContext, KvStore, RowSpan};
-use crate::kv::PagedKv;
-use crate::Result;
+use crate::kv::{KvEncoding, PagedKv};
+use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 
 /// The dtype the paged KV cache keeps for a model that computes in `dtype` on `device`: f16 on the CPU where the
@@ -38,7 +38,7 @@ pub struct PagedAttention {
 
 impl PagedAttention {
     /// Storage for `num_blocks` blocks of `block_size` tokens of a model with these heads, on `device`, kept in
-    /// `dtype` (see [`kv_dtype`]).
+    /// `encoding` (see [`kv_dtype`] and [`kv_encoding`]). An encoding no backend here reads is an error.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         num_layers: usize,
@@ -47,10 +47,12 @@ impl PagedAttention {
         heads: usize,
         kv_heads: usize,
         head_dim: usize,
-        dtype: DType,
+        encoding: impl Into<KvEncoding>,
         device: &Device,
     ) -> Result<Self> {
-        let kv = PagedKv::new(num_layers, num_blocks, block_size, kv_heads, head_dim, dtype, device)?;
+        let encoding = encoding.into();
+        let dtype = encoding.storage_dtype();
+        let kv = PagedKv::new(num_layers, num_blocks, block_size, kv_heads, head_dim, encoding, device)?;
         #[cfg(feature = "cuda")]
         let backend = match super::cuda::paged::CudaPaged::choose(device, heads, kv_heads, head_dim, dtype) {
             Some(c) => Backend::Cuda(c),
@@ -67,6 +69,12 @@ impl PagedAttention {
             }
             b => b,
         };
+        if encoding.is_quantized() && !matches!(backend, Backend::CpuInPlace) {
+            return Err(Error::Unsupported(format!(
+                "a {} KV cache is read only by the CPU's in-place attention (--device cpu, HEARTH_CPU_ATTN on)",
+                encoding.name()
+            )));
+        }
         Ok(Self { kv, backend })
     }
 
@@ -121,7 +129,56 @@ impl KvStore for PagedAttention {
     }
 }
 
-/// Write one row's new k/v (`k`/`v`: the step's packed (T, KvH, D)) into its blocks, one contiguous run per block.
+/// The encoding a model computing in `dtype` keeps its KV in on `device`: `choice` (`--kv-cache-dtype`), or
+/// [`kv_dtype`]'s for `auto` (None). A choice the device's attention cannot read, or the model's heads cannot
+/// hold, is an error that says why.
+pub fn kv_encoding(choice: Option<KvEncoding>, dtype: DType, device: &Device, head_dim: usize) -> Result<KvEncoding> {
+    let Some(enc) = choice else { return Ok(kv_dtype(dtype, device).into()) };
+    if let Some(why) = enc.unfit(head_dim) {
+        return Err(Error::Unsupported(why));
+    }
+    let cpu_inplace = device.is_cpu() && crate::levers::get().cpu_attn;
+    let fits = match enc {
+        KvEncoding::Q8_0 => cpu_inplace,
+        KvEncoding::F32 | KvEncoding::F16 if device.is_cpu() => true,
+        // the CUDA kernels keep the KV in the dtype the model computes in
+        e => e == KvEncoding::from(dtype),
+    };
+    if fits {
+        return Ok(enc);
+    }
+    let why = match enc {
+        KvEncoding::Q8_0 if device.is_cpu() => "the CPU's in-place attention reads it, and HEARTH_CPU_ATTN=0 is set",
+        KvEncoding::Q8_0 => "only the CPU's in-place attention reads encoded blocks so far",
+        _ if device.is_cpu() => "the CPU keeps f32 or f16 (or q8_0)",
+        _ => "this device keeps the KV in the dtype the model computes in",
+    };
+    Err(Error::Unsupported(format!(
+        "--kv-cache-dtype {} cannot be used here ({}): {why}",
+        enc.name(),
+        if device.is_cpu() { "cpu" } else { "cuda" }
+    )))
+}
+
+/// The step's packed k (`key`) or v rows ((T, KvH, D), the model's dtype) as the cache keeps them: cast to its
+/// dtype, or encoded (q8_0: (T, KvH, D + D/32) bytes, keys rotated first), once per token and layer.
+pub(super) fn encode_rows(kv: &PagedKv, x: &Tensor, key: bool) -> Result<Tensor> {
+    let enc = kv.encoding();
+    if !enc.is_quantized() {
+        return Ok(x.to_dtype(enc.storage_dtype())?);
+    }
+    let (t, h, d) = x.dims3()?;
+    let mut values = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    if key && enc.rotates_keys() {
+        values.chunks_exact_mut(d).for_each(crate::kv::encoding::rotate);
+    }
+    let mut bytes = Vec::new();
+    crate::kv::encoding::q8_encode(&values, d, &mut bytes);
+    Ok(Tensor::from_vec(bytes, (t, h, enc.head_units(d)), x.device())?)
+}
+
+/// Write one row's new k/v (`k`/`v`: the step's packed (T, KvH, D) as the cache keeps them) into its blocks, one
+/// contiguous run per block.
 fn write_row(kv: &PagedKv, layer: usize, k: &Tensor, v: &Tensor, row: &RowSpan) -> Result<()> {
     let (kbuf, vbuf) = kv.layer(layer)?;
     let bs = kv.block_size();
@@ -136,4 +193,23 @@ fn write_row(kv: &PagedKv, layer: usize, k: &Tensor, v: &Tensor, row: &RowSpan) 
         i += run;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--kv-cache-dtype` is resolved at load: auto follows the device, an encoding the CPU cannot keep or a head
+    /// size q8_0 cannot hold is an error that names the reason.
+    #[test]
+    fn a_cache_encoding_is_resolved_or_refused_with_its_reason() {
+        let cpu = Device::Cpu;
+        assert_eq!(kv_encoding(None, DType::F32, &cpu, 64).unwrap(), kv_dtype(DType::F32, &cpu).into());
+        assert_eq!(kv_encoding(Some(KvEncoding::Q8_0), DType::F32, &cpu, 128).unwrap(), KvEncoding::Q8_0);
+        assert_eq!(kv_encoding(Some(KvEncoding::F32), DType::F32, &cpu, 64).unwrap(), KvEncoding::F32);
+        let head = kv_encoding(Some(KvEncoding::Q8_0), DType::F32, &cpu, 96).unwrap_err().to_string();
+        assert!(head.contains("head size") && head.contains("96"), "{head}");
+        let bf16 = kv_encoding(Some(KvEncoding::BF16), DType::F32, &cpu, 64).unwrap_err().to_string();
+        assert!(bf16.contains("--kv-cache-dtype bf16") && bf16.contains("cpu"), "{bf16}");
+    }
 }

@@ -106,6 +106,8 @@ pub async fn stats(State(st): State<AppState>) -> ApiResult<Json<Stats>> {
         device: r.device.clone(),
         max_batch: info.max_batch,
         kv_capacity_tokens: info.kv_capacity_tokens,
+        kv_capacity_bytes: info.kv_capacity_bytes,
+        kv_cache_dtype: info.kv_cache_dtype.clone(),
         max_positions: info.max_positions,
         levers: hearth_engine::levers::get()
             .effective()

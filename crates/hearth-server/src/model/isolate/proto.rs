@@ -155,6 +155,7 @@ mod tests {
             max_positions: 2048,
             kv_capacity_tokens: 4096,
             kv_capacity_bytes: 1 << 20,
+            kv_cache_dtype: "f16".into(),
             max_batch: 8,
             kv_block_size: 16,
             kv_blocks: 256,

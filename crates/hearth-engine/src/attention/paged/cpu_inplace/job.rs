@@ -85,7 +85,7 @@ impl<E: KvElem> Job<'_, E> {
                 offsets.clear();
                 offsets.extend((lo..hi).map(|pos| {
                     let row = table[pos / s.block_size] as usize * s.block_size + pos % s.block_size;
-                    (row * s.kv_heads + g) * d
+                    (row * s.kv_heads + g) * E::units(d)
                 }));
                 // the queries that see some of it, with the keys each sees (indices into `offsets`)
                 queries.clear();

@@ -37,9 +37,9 @@ use candle_core::{CpuStorage, DType, Storage, Tensor};
 use elem::KvElem;
 use job::{Job, Shape, SharedOut};
 
-/// Whether this backend serves a KV cache of `dtype` on `device` (f32 or f16 on the CPU).
+/// Whether this backend serves a KV cache kept in `dtype` on `device` (f32, f16 or q8_0 bytes on the CPU).
 pub fn supports(dtype: DType, device: &candle_core::Device) -> bool {
-    device.is_cpu() && matches!(dtype, DType::F32 | DType::F16)
+    device.is_cpu() && matches!(dtype, DType::F32 | DType::F16 | DType::U8)
 }
 
 /// Tokens per tile: their queries share each chunk of keys and values loaded from memory.
@@ -65,8 +65,8 @@ pub fn attend(
     p: &AttnParams,
 ) -> Result<Tensor> {
     let (kbuf, vbuf) = kv.layer(layer)?;
-    // The cache may keep a narrower dtype than the model computes in (`HEARTH_CPU_KV_F16`).
-    let (k, v) = (k.to_dtype(kbuf.dtype())?, v.to_dtype(vbuf.dtype())?);
+    // The cache may keep a narrower dtype than the model computes in, or encoded rows.
+    let (k, v) = (super::encode_rows(kv, k, true)?, super::encode_rows(kv, v, false)?);
     for row in &ctx.rows {
         write_row(kv, layer, &k, &v, row)?;
     }
@@ -75,7 +75,11 @@ pub fn attend(
     if kvh == 0 || h % kvh != 0 {
         return Err(Error::InvalidRequest(format!("{h} query heads do not group over {kvh} kv heads")));
     }
-    let qf = q.to_dtype(DType::F32)?.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+    let mut qf = q.to_dtype(DType::F32)?.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+    if kv.encoding().rotates_keys() {
+        // the keys were rotated before they were stored: so is every query head that scores them
+        qf.chunks_exact_mut(d).for_each(crate::kv::encoding::rotate);
+    }
     let (ks, kl) = kbuf.storage_and_layout();
     let (vs, vl) = vbuf.storage_and_layout();
     let out = match (&*ks, &*vs) {
@@ -85,7 +89,14 @@ pub fn attend(
         (Storage::Cpu(CpuStorage::F16(kd)), Storage::Cpu(CpuStorage::F16(vd))) => {
             run(kv, &kd[kl.start_offset()..], &vd[vl.start_offset()..], &qf, (t, h, kvh, d), ctx, p)?
         }
-        _ => return Err(Error::Unsupported("in-place CPU attention needs an f32 or f16 KV cache on the CPU".into())),
+        (Storage::Cpu(CpuStorage::U8(kd)), Storage::Cpu(CpuStorage::U8(vd))) => {
+            run(kv, &kd[kl.start_offset()..], &vd[vl.start_offset()..], &qf, (t, h, kvh, d), ctx, p)?
+        }
+        _ => {
+            return Err(Error::Unsupported(
+                "in-place CPU attention needs an f32, f16 or q8_0 KV cache on the CPU".into(),
+            ))
+        }
     };
     drop((ks, vs));
     Ok(Tensor::from_vec(out, (t, h * d), q.device())?.to_dtype(q.dtype())?)
@@ -104,7 +115,7 @@ fn run<E: KvElem>(
     // Every token's block table and position, in packing order; each row's table checked once against its last
     // position and the buffers (the kernels then index without checks).
     let bs = kv.block_size();
-    let rows_held = kd.len().min(vd.len()) / (kvh * d);
+    let rows_held = kd.len().min(vd.len()) / (kvh * E::units(d));
     let mut tokens = Vec::with_capacity(t);
     for row in &ctx.rows {
         let table = kv.table(row.slot)?;

@@ -1,10 +1,18 @@
 use super::*;
 use crate::attention::paged::gather;
 use crate::attention::test_util::{self, rnd, Attend};
+use crate::kv::encoding::{q8_encode, q8_value, rotate};
+use crate::kv::KvEncoding;
 use candle_core::Device;
 
 /// Outputs of `f` over a cache kept in `dtype`, decode rows when every piece is one token.
-fn run_in(f: Attend, dtype: DType, qkv: [&Tensor; 3], pieces: &[(usize, usize)], p: &AttnParams) -> Vec<Vec<f32>> {
+fn run_in(
+    f: Attend,
+    dtype: impl Into<KvEncoding>,
+    qkv: [&Tensor; 3],
+    pieces: &[(usize, usize)],
+    p: &AttnParams,
+) -> Vec<Vec<f32>> {
     test_util::run_kv(f, dtype, qkv, pieces, p, pieces.iter().all(|&(_, l)| l == 1))
 }
 
@@ -63,6 +71,52 @@ fn an_f16_cache_rounds_its_keys_and_values() {
     let f16s = run_in(attend, DType::F16, [&q, &k, &v], &[(0, n)], &p);
     let worst = f32s.iter().flatten().zip(f16s.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(worst > 1e-6 && worst < 5e-3, "largest difference {worst}");
+}
+
+/// `t` ((n, heads, D)) with every head vector rotated.
+fn rotated(t: &Tensor) -> Tensor {
+    let (_, _, d) = t.dims3().unwrap();
+    let mut x = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    x.chunks_exact_mut(d).for_each(rotate);
+    Tensor::from_vec(x, t.shape(), &Device::Cpu).unwrap()
+}
+
+/// What a q8_0 cache keeps of `t` ((n, KvH, D)), decoded to f32.
+fn q8_kept(t: &Tensor) -> Tensor {
+    let (_, _, d) = t.dims3().unwrap();
+    let mut enc = Vec::new();
+    q8_encode(&t.flatten_all().unwrap().to_vec1::<f32>().unwrap(), d, &mut enc);
+    let units = KvEncoding::Q8_0.head_units(d);
+    let back: Vec<f32> = enc.chunks(units).flat_map(|row| (0..d).map(|i| q8_value(row, i, d))).collect();
+    Tensor::from_vec(back, t.shape(), &Device::Cpu).unwrap()
+}
+
+/// A q8_0 cache (rows encoded once on write, keys rotated first; read in place, queries rotated) gives the same
+/// bits as an f32 cache holding its decoded values read by the rotated queries — decoding is exact in f32 — for
+/// prompt pieces (keys widened per chunk) and decode rows (keys decoded as they are read), past one chunk, with a
+/// window and a soft cap; and its rounding is visible but small against the f32 cache of the exact values.
+#[test]
+fn a_q8_cache_reads_exactly_its_decoded_values() {
+    let (h, kvh) = (4, 2);
+    for d in [64, 128] {
+        let n = 2 * chunk_keys(d) + 30;
+        let (q, k, v) = (rnd((n, h, d), 0.1), rnd((n, kvh, d), 0.2), rnd((n, kvh, d), 0.3));
+        let (qr, kr, vr) = (rotated(&q), q8_kept(&rotated(&k)), q8_kept(&v));
+        for (window, softcap) in [(None, None), (Some(300), None), (None, Some(5.0))] {
+            let p = AttnParams { scale: 0.2, window, softcap };
+            let want = run_in(attend, DType::F32, [&qr, &kr, &vr], &[(0, n)], &p);
+            let got = run_in(attend, KvEncoding::Q8_0, [&q, &k, &v], &[(0, n)], &p);
+            assert_eq!(got, want, "d {d}, {window:?} {softcap:?}");
+            let mut pieces = vec![(0, n - 24)];
+            pieces.extend((n - 24..n).map(|i| (i, 1)));
+            assert_eq!(run_in(attend, KvEncoding::Q8_0, [&q, &k, &v], &pieces, &p), got, "d {d}, decoded");
+        }
+        let p = AttnParams { scale: 0.2, window: None, softcap: None };
+        let exact = run_in(attend, DType::F32, [&q, &k, &v], &[(0, n)], &p);
+        let q8 = run_in(attend, KvEncoding::Q8_0, [&q, &k, &v], &[(0, n)], &p);
+        let worst = exact.iter().flatten().zip(q8.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst > 1e-5 && worst < 0.05, "d {d}: largest difference {worst}");
+    }
 }
 
 /// Past one chunk of keys: the partials folded in chunk order match the gather backend, and a token gets the

@@ -8,7 +8,7 @@ pub(super) mod x86;
 use super::elem::KvElem;
 
 /// What the kernels need of a chunk: head size, the queries (offsets into `q`), the keys each sees (a range of
-/// `offs`, the key rows' offsets in position order) and the score transforms.
+/// `offs`, the key rows' offsets in position order, in the cache's elements) and the score transforms.
 pub(super) struct Chunk<'a> {
     pub(super) d: usize,
     pub(super) q: &'a [f32],
@@ -54,7 +54,7 @@ pub(super) fn portable<E: KvElem>(
         let q = &t.q[qo..qo + d];
         let row = &mut sc[k * n + a..k * n + b];
         for (x, &o) in row.iter_mut().zip(&t.offs[a..b]) {
-            *x = q.iter().zip(&kd[o..o + d]).map(|(x, y)| x * y.to_f32()).sum::<f32>() * t.scale;
+            *x = q.iter().enumerate().map(|(i, x)| x * E::get(&kd[o..], i, d)).sum::<f32>() * t.scale;
             if let Some(cap) = t.softcap {
                 *x = (*x / cap).tanh() * cap;
             }
@@ -68,8 +68,8 @@ pub(super) fn portable<E: KvElem>(
         let o = &mut acc[k * d..(k + 1) * d];
         o.iter_mut().for_each(|x| *x = 0.0);
         for (&w, &off) in row.iter().zip(&t.offs[a..b]) {
-            for (x, y) in o.iter_mut().zip(&vd[off..off + d]) {
-                *x += w * y.to_f32();
+            for (i, x) in o.iter_mut().enumerate() {
+                *x += w * E::get(&vd[off..], i, d);
             }
         }
         res[k] = (max, sum);
