@@ -111,7 +111,7 @@ pub fn rotate(x: &mut [f32]) {
     hadamard(x);
 }
 
-/// Negate the values at a fixed pseudo-random half of the indices (bit 7 of a multiplicative hash).
+/// Negate the values at a fixed pseudo-random half of the indices (bit 25 of a multiplicative hash).
 fn flip_signs(x: &mut [f32]) {
     for (i, v) in x.iter_mut().enumerate() {
         if (i as u32).wrapping_mul(0x9E37_79B9).rotate_left(7) & 1 == 1 {

@@ -137,26 +137,21 @@ pub fn kv_encoding(choice: Option<KvEncoding>, dtype: DType, device: &Device, he
     if let Some(why) = enc.unfit(head_dim) {
         return Err(Error::Unsupported(why));
     }
-    let cpu_inplace = device.is_cpu() && crate::levers::get().cpu_attn;
-    let fits = match enc {
-        KvEncoding::Q8_0 => cpu_inplace,
-        KvEncoding::F32 | KvEncoding::F16 if device.is_cpu() => true,
-        // the CUDA kernels keep the KV in the dtype the model computes in
-        e => e == KvEncoding::from(dtype),
-    };
-    if fits {
-        return Ok(enc);
-    }
+    let cpu = device.is_cpu();
     let why = match enc {
-        KvEncoding::Q8_0 if device.is_cpu() => "the CPU's in-place attention reads it, and HEARTH_CPU_ATTN=0 is set",
+        KvEncoding::Q8_0 if cpu && crate::levers::get().cpu_attn => return Ok(enc),
+        KvEncoding::Q8_0 if cpu => "the CPU's in-place attention reads it, and HEARTH_CPU_ATTN=0 is set",
         KvEncoding::Q8_0 => "only the CPU's in-place attention reads encoded blocks so far",
-        _ if device.is_cpu() => "the CPU keeps f32 or f16 (or q8_0)",
+        KvEncoding::F32 | KvEncoding::F16 if cpu => return Ok(enc),
+        _ if cpu => "the CPU keeps f32 or f16 (or q8_0)",
+        // the CUDA kernels keep the KV in the dtype the model computes in
+        e if e == KvEncoding::from(dtype) => return Ok(enc),
         _ => "this device keeps the KV in the dtype the model computes in",
     };
     Err(Error::Unsupported(format!(
         "--kv-cache-dtype {} cannot be used here ({}): {why}",
         enc.name(),
-        if device.is_cpu() { "cpu" } else { "cuda" }
+        if cpu { "cpu" } else { "cuda" }
     )))
 }
 

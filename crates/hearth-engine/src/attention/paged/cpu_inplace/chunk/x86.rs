@@ -196,20 +196,15 @@ unsafe fn values<const W: usize, E: KvElem>(
     o: *mut f32,
 ) {
     let mut acc: [__m256; W] = std::array::from_fn(|x| _mm256_loadu_ps(o.add(8 * x)));
-    // the 8·W columns lie in one run of a q8_0 row (64 values, c a multiple of 64 when W = 8)
-    let one_run = E::RUN >= 8 * W && c % E::RUN.min(d) + 8 * W <= E::RUN.min(d);
+    // The 8·W columns lie in one run under one scale: a float row is one run; a q8_0 row's head size is a multiple
+    // of its 64-value runs (`KvEncoding::unfit`), so it is walked with W = 8 from multiples of 64.
+    debug_assert!(c % E::RUN.min(d) + 8 * W <= E::RUN.min(d));
     for (&w, &off) in w.iter().zip(offs) {
         let wv = _mm256_set1_ps(w);
         let vr = vp.add(off);
-        if one_run {
-            let s = E::scale8(vr, c, d);
-            for (x, acc) in acc.iter_mut().enumerate() {
-                *acc = _mm256_fmadd_ps(wv, E::load8_scaled(vr, c + 8 * x, s), *acc);
-            }
-        } else {
-            for (x, acc) in acc.iter_mut().enumerate() {
-                *acc = _mm256_fmadd_ps(wv, E::load8(vr, c + 8 * x, d), *acc);
-            }
+        let s = E::scale8(vr, c, d);
+        for (x, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(wv, E::load8_scaled(vr, c + 8 * x, s), *acc);
         }
     }
     for (x, a) in acc.iter().enumerate() {
