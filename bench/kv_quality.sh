@@ -6,7 +6,8 @@
 # documents of real text), the first CTX (512) tokens of each, ENCODINGS (f16,q8_0) against the f32 cache; then
 # the same with the weights as stored (8-bit activations in the matmuls, as llama.cpp runs). llama.cpp:
 # `llama-perplexity --kl-divergence` on the files concatenated, as many chunks of CTX tokens as there are files,
-# with -ctk/-ctv q8_0 against its f16 cache. SKIP_HEARTH=1 or SKIP_LLAMA=1 leaves a side out.
+# with -ctk/-ctv of each of LLAMA_KV (q8_0 q4_0) against its f16 cache. SKIP_HEARTH=1 or SKIP_LLAMA=1 leaves a side
+# out.
 # Needs: scripts/fetch-models, cargo build --release -p hearth-cli, bench/setup-llama-cpp.sh (for llama.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,8 @@ LP=bench/.build/llama.cpp/build/bin/llama-perplexity
 TEXT=$(mktemp); BASE=$(mktemp); trap 'rm -f "$TEXT" "$BASE"' EXIT
 cat "${FILES[@]}" > "$TEXT"
 "$LP" -m "$GGUF" -f "$TEXT" -c "$CTX" --chunks ${#FILES[@]} -t "$THREADS" -ctk f16 -ctv f16 --kl-divergence-base "$BASE" >/dev/null 2>&1
-echo "# llama.cpp $MODEL, -ctk/-ctv q8_0 against f16, ${#FILES[@]} chunks of $CTX (second halves scored)"
-"$LP" -m "$GGUF" -f "$TEXT" -c "$CTX" --chunks ${#FILES[@]} -t "$THREADS" -ctk q8_0 -ctv q8_0 --kl-divergence --kl-divergence-base "$BASE" 2>&1 \
-  | grep -E "Mean    KLD|99.0%   KLD|Maximum KLD|Same top p|Mean PPL\(Q\)  "
+for kv in ${LLAMA_KV:-q8_0 q4_0}; do
+  echo "# llama.cpp $MODEL, -ctk/-ctv $kv against f16, ${#FILES[@]} chunks of $CTX (second halves scored)"
+  "$LP" -m "$GGUF" -f "$TEXT" -c "$CTX" --chunks ${#FILES[@]} -t "$THREADS" -ctk $kv -ctv $kv --kl-divergence --kl-divergence-base "$BASE" 2>&1 \
+    | grep -E "Mean    KLD|99.0%   KLD|Maximum KLD|Same top p|Mean PPL\(Q\)  "
+done

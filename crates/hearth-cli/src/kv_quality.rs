@@ -17,7 +17,7 @@ pub struct KvQualityArgs {
     /// Text files, one document each.
     #[arg(required = true)]
     pub docs: Vec<PathBuf>,
-    /// Encodings scored against the f32 cache, comma-separated (f16, bf16, q8_0).
+    /// Encodings scored against the f32 cache, comma-separated (f16, bf16, q8_0, q4_0, turbo:kXvY).
     #[arg(long, default_value = "f16,q8_0", value_delimiter = ',')]
     pub encodings: Vec<String>,
     /// Tokens of each document scored (its first ones; all of a shorter one).

@@ -44,7 +44,8 @@ pub struct ModelArgs {
     #[arg(long, env = "HEARTH_DTYPE", default_value = "auto")]
     pub dtype: String,
     /// How the KV cache keeps keys and values: auto (f16 on the CPU, the model's dtype on a GPU), f32, f16, bf16
-    /// (GPU), q8_0 (CPU: int8 with an f16 scale per 64 values, 1.94x the tokens of f16 in the same memory).
+    /// (GPU); on the CPU also q8_0 (int8, 1.94x the tokens of f16 in the same memory), q4_0 (4-bit, 3.56x) or
+    /// turbo:kXvY (X-bit keys, Y-bit values, rotated: 8 is q8_0, 4/3/2 a Lloyd-Max codebook; turbo:k8v3 2.81x).
     #[arg(long, env = "HEARTH_KV_CACHE_DTYPE", default_value = "auto")]
     pub kv_cache_dtype: String,
 }

@@ -74,6 +74,7 @@ fn run_logprobs(e: &EngineHandle, prompt: &[u32], max_tokens: usize) -> (Vec<u32
             }
             EngineEvent::Finished { usage, .. } => return (ids, usage.cached_tokens, bits),
             EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
+            EngineEvent::PromptLogprobs { .. } => {}
         }
     }
 }
@@ -188,31 +189,34 @@ fn the_ssd_tier_survives_a_restart_and_never_serves_a_bad_file() {
     assert_eq!(run(&e, &a, 10).0, want);
 }
 
-/// A q8_0 cache: a prompt-cache hit and a prefix restored from the SSD tier give the cold run's tokens and logprob
-/// bits (blocks are bytes, and the kernels read them the same way whichever step wrote them); its SSD blocks live
-/// under their own fingerprint, so an f16 engine on the same directory restores none of them.
+/// An encoded cache (q8_0, and turbo:k4v3 with its rotated 4-bit keys and 3-bit values): a prompt-cache hit and
+/// a prefix restored from the SSD tier give the cold run's tokens and logprob bits (blocks are bytes, and the
+/// kernels read them the same way whichever step wrote them); its SSD blocks live under their own fingerprint, so
+/// an f16 engine on the same directory restores none of them.
 #[test]
-fn a_q8_cache_hits_and_restores_like_its_cold_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let q8 = Some(KvEncoding::Q8_0);
-    let (cold, tok) = engine_in(CacheConfig::default(), q8);
-    let a = tok.encode(&long_prompt(), true).unwrap();
-    let want = run_logprobs(&cold, &a, 10);
-    drop(cold);
-    {
-        let (e, _) = engine_in(cache(Some(dir.path())), q8);
-        assert_eq!(run_logprobs(&e, &a, 10), want);
-        let hit = run_logprobs(&e, &a, 10);
-        assert_eq!((&hit.0, &hit.2), (&want.0, &want.2), "a hit changed the tokens or their logprobs");
-        assert!(hit.1 > 0, "the second request hits the prompt cache");
-        e.flush_cache().unwrap().expect("an SSD tier is configured").recv().unwrap();
+fn an_encoded_cache_hits_and_restores_like_its_cold_run() {
+    for enc in [KvEncoding::Q8_0, KvEncoding::turbo(4, 3).unwrap()] {
+        let name = enc.name();
+        let dir = tempfile::tempdir().unwrap();
+        let (cold, tok) = engine_in(CacheConfig::default(), Some(enc));
+        let a = tok.encode(&long_prompt(), true).unwrap();
+        let want = run_logprobs(&cold, &a, 10);
+        drop(cold);
+        {
+            let (e, _) = engine_in(cache(Some(dir.path())), Some(enc));
+            assert_eq!(run_logprobs(&e, &a, 10), want, "{name}");
+            let hit = run_logprobs(&e, &a, 10);
+            assert_eq!((&hit.0, &hit.2), (&want.0, &want.2), "{name}: a hit changed the tokens or their logprobs");
+            assert!(hit.1 > 0, "{name}: the second request hits the prompt cache");
+            e.flush_cache().unwrap().expect("an SSD tier is configured").recv().unwrap();
+        }
+        let (f16, _) = engine_in(cache(Some(dir.path())), Some(KvEncoding::F16));
+        assert_eq!(run(&f16, &a, 10).1, 0, "an f16 engine restores no {name} block");
+        drop(f16);
+        let (e, _) = engine_in(cache(Some(dir.path())), Some(enc));
+        let restored = run_logprobs(&e, &a, 10);
+        assert_eq!((&restored.0, &restored.2), (&want.0, &want.2), "{name}: a restored prefix changed the answer");
+        assert_eq!(restored.1, (a.len() - 1) / 16 * 16);
+        assert_eq!(e.stats().ssd_cache.unwrap().quarantined, 0);
     }
-    let (f16, _) = engine_in(cache(Some(dir.path())), Some(KvEncoding::F16));
-    assert_eq!(run(&f16, &a, 10).1, 0, "an f16 engine restores no q8_0 block");
-    drop(f16);
-    let (e, _) = engine_in(cache(Some(dir.path())), q8);
-    let restored = run_logprobs(&e, &a, 10);
-    assert_eq!((&restored.0, &restored.2), (&want.0, &want.2), "a restored prefix changed the answer");
-    assert_eq!(restored.1, (a.len() - 1) / 16 * 16);
-    assert_eq!(e.stats().ssd_cache.unwrap().quarantined, 0);
 }

@@ -1,93 +1,163 @@
-//! How the paged KV cache stores a head's row of K or V (`--kv-cache-dtype`): a float dtype, or `q8_0`, int8 values
-//! with one f16 scale per [`Q8_BLOCK`] values. A q8_0 head row of D values is D int8 values then D / 64 f16
-//! scales (little-endian), D + D/32 bytes: 1.94× the tokens of an f16 cache in the same bytes. A value is
-//! `q · scale`, exact in f32, so a kernel that widens on load computes what it would over those values in f32.
+//! How the paged KV cache stores a head's row of K and of V (`--kv-cache-dtype`): a float dtype for both, or a
+//! quantized [`RowCode`] for each (the row layouts and their arithmetic are in [`super::codec`]).
 //!
-//! q8_0 keys are rotated before they are quantized ([`rotate`]: fixed random signs, then a normalized
-//! Walsh–Hadamard transform, per head), and so is every query that reads them: the rotation is orthogonal, so
-//! scores are unchanged, but a key's few huge channels (Qwen2's key biases reach hundreds where the rest are units)
-//! are spread over all of them, and a block's scale no longer drowns its small values. Values are not rotated.
+//! - `q8_0`: int8 values and an f16 scale per 64: D + D/32 bytes a row, 1.94× the tokens of an f16 cache.
+//! - `q4_0`: 4-bit values and an f16 scale per 32 (llama.cpp's q4_0 rounding): D/2 + D/16 bytes, 3.56×.
+//! - `turbo:kXvY` (TurboQuant): keys of X bits (8, 4 or 3) and values of Y bits (8, 4, 3 or 2); 8 bits is q8_0,
+//!   fewer are codes of a Lloyd–Max codebook with one f16 scale a row (D·b/8 + 2 bytes). `turbo:k8v3`: 2.81×
+//!   at D = 128.
+//!
+//! Every quantized key is rotated before it is encoded ([`super::codec::rotate`]: fixed random signs, then a
+//! normalized Walsh–Hadamard transform, per head), and so is every query that reads it: the rotation is
+//! orthogonal, so scores are unchanged, but a key's few huge channels (Qwen2's key biases reach hundreds where the
+//! rest are units) are spread over all of them, and a block's scale no longer drowns its small values. Values
+//! below 8 bits are rotated too (their codebooks assume the near-Gaussian coordinates a rotation gives), and the
+//! attention output is rotated back once per head. q8_0 values are not rotated (it measured no better).
 
 use candle_core::DType;
-use half::f16;
 
-/// Values per q8_0 scale.
-pub const Q8_BLOCK: usize = 64;
-
-/// The encoding of the KV cache's rows.
+/// How one buffer (K or V) keeps a head row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum KvEncoding {
+pub enum RowCode {
     F32,
     F16,
     BF16,
-    /// int8 values, an f16 scale per [`Q8_BLOCK`] values.
+    /// int8 values, an f16 scale per 64.
     Q8_0,
+    /// 4-bit values, an f16 scale per 32.
+    Q4_0,
+    /// 2-, 3- or 4-bit codes of a Lloyd–Max codebook, an f16 scale per row.
+    LloydMax(u8),
+}
+
+impl RowCode {
+    /// Whether the rows are quantized (not a float dtype).
+    pub fn is_quantized(&self) -> bool {
+        !matches!(self, Self::F32 | Self::F16 | Self::BF16)
+    }
+
+    /// Bits of one stored value (scales not counted).
+    pub fn bits(&self) -> usize {
+        match self {
+            Self::F32 => 32,
+            Self::F16 | Self::BF16 => 16,
+            Self::Q8_0 => 8,
+            Self::Q4_0 => 4,
+            Self::LloydMax(b) => *b as usize,
+        }
+    }
+
+    /// Buffer elements of one head row of `d` values (bytes for a quantized code).
+    pub fn units(&self, d: usize) -> usize {
+        match self {
+            Self::F32 | Self::F16 | Self::BF16 => d,
+            Self::Q8_0 => d + 2 * d.div_ceil(super::codec::Q8_BLOCK),
+            Self::Q4_0 => d / 2 + 2 * d.div_ceil(super::codec::Q4_BLOCK),
+            Self::LloydMax(b) => d * *b as usize / 8 + 2,
+        }
+    }
+
+    /// Whether rows are rotated before they are encoded, as a key (`key`) or a value.
+    pub fn rotated(&self, key: bool) -> bool {
+        match self {
+            Self::Q8_0 => key,
+            c => c.is_quantized(),
+        }
+    }
+}
+
+/// The encoding of the KV cache's rows: one code for the keys, one for the values (both float, or both
+/// quantized).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KvEncoding {
+    pub key: RowCode,
+    pub value: RowCode,
 }
 
 impl KvEncoding {
+    pub const F32: Self = Self::both(RowCode::F32);
+    pub const F16: Self = Self::both(RowCode::F16);
+    pub const BF16: Self = Self::both(RowCode::BF16);
+    pub const Q8_0: Self = Self::both(RowCode::Q8_0);
+    pub const Q4_0: Self = Self::both(RowCode::Q4_0);
+
+    const fn both(code: RowCode) -> Self {
+        Self { key: code, value: code }
+    }
+
+    /// `turbo:kXvY`: keys of `k` bits (8: q8_0; 4 or 3: Lloyd–Max) and values of `v` bits (8, or 4, 3 or 2).
+    pub fn turbo(k: u8, v: u8) -> Option<Self> {
+        let code = |b, least| match b {
+            8 => Some(RowCode::Q8_0),
+            b if (least..=4).contains(&b) => Some(RowCode::LloydMax(b)),
+            _ => None,
+        };
+        Some(Self { key: code(k, 3)?, value: code(v, 2)? })
+    }
+
     /// `--kv-cache-dtype`'s value: None for `auto` (the model's dtype on this device).
     pub fn parse(s: &str) -> Result<Option<Self>, String> {
-        Ok(Some(match s.trim().to_ascii_lowercase().as_str() {
+        const KNOWN: &str = "auto, f32, f16, bf16, q8_0, q4_0 or turbo:kXvY with X 8, 4 or 3 and Y 8, 4, 3 or 2";
+        let s = s.trim().to_ascii_lowercase();
+        Ok(Some(match s.as_str() {
             "auto" => return Ok(None),
             "f32" => Self::F32,
             "f16" => Self::F16,
             "bf16" => Self::BF16,
             "q8_0" | "q8" => Self::Q8_0,
-            other => return Err(format!("unknown KV cache dtype {other:?} (auto, f32, f16, bf16 or q8_0)")),
+            "q4_0" | "q4" => Self::Q4_0,
+            other => {
+                let bits = other.strip_prefix("turbo:k").and_then(|r| r.split_once('v'));
+                let parsed = bits.and_then(|(k, v)| Self::turbo(k.parse().ok()?, v.parse().ok()?));
+                return parsed.map(Some).ok_or_else(|| format!("unknown KV cache dtype {other:?} ({KNOWN})"));
+            }
         }))
     }
 
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::F32 => "f32",
-            Self::F16 => "f16",
-            Self::BF16 => "bf16",
-            Self::Q8_0 => "q8_0",
+    /// The name `--kv-cache-dtype` takes (`parse(name())` gives it back).
+    pub fn name(&self) -> String {
+        let float = |c: RowCode| match c {
+            RowCode::F32 => Some("f32"),
+            RowCode::F16 => Some("f16"),
+            RowCode::BF16 => Some("bf16"),
+            _ => None,
+        };
+        match (self.key, self.value) {
+            (k, v) if k == v && float(k).is_some() => float(k).unwrap_or_default().into(),
+            (RowCode::Q8_0, RowCode::Q8_0) => "q8_0".into(),
+            (RowCode::Q4_0, RowCode::Q4_0) => "q4_0".into(),
+            (k, v) => format!("turbo:k{}v{}", k.bits(), v.bits()),
         }
     }
 
     /// The element type of the buffers that hold it (bytes for an encoded cache).
     pub fn storage_dtype(&self) -> DType {
-        match self {
-            Self::F32 => DType::F32,
-            Self::F16 => DType::F16,
-            Self::BF16 => DType::BF16,
-            Self::Q8_0 => DType::U8,
+        match self.key {
+            RowCode::F32 => DType::F32,
+            RowCode::F16 => DType::F16,
+            RowCode::BF16 => DType::BF16,
+            _ => DType::U8,
         }
     }
 
     /// Whether the rows are quantized (not a float dtype).
     pub fn is_quantized(&self) -> bool {
-        matches!(self, Self::Q8_0)
+        self.key.is_quantized()
     }
 
-    /// Whether keys (and the queries that read them) are rotated ([`rotate`]) before they are stored.
-    pub fn rotates_keys(&self) -> bool {
-        matches!(self, Self::Q8_0)
-    }
-
-    /// Buffer elements of one head row of `head_dim` values.
-    pub fn head_units(&self, head_dim: usize) -> usize {
-        match self {
-            Self::Q8_0 => head_dim + 2 * head_dim.div_ceil(Q8_BLOCK),
-            _ => head_dim,
-        }
-    }
-
-    /// Bytes of one head row of `head_dim` values.
+    /// Bytes of one head row of K and one of V, of `head_dim` values each.
     pub fn head_bytes(&self, head_dim: usize) -> usize {
-        self.head_units(head_dim) * self.storage_dtype().size_in_bytes()
+        (self.key.units(head_dim) + self.value.units(head_dim)) * self.storage_dtype().size_in_bytes()
     }
 
     /// Why a model with heads of `head_dim` values cannot keep its KV in this encoding (None: it can).
     pub fn unfit(&self, head_dim: usize) -> Option<String> {
-        match self {
-            Self::Q8_0 if !head_dim.is_multiple_of(Q8_BLOCK) || !head_dim.is_power_of_two() => Some(format!(
-                "a q8_0 KV cache needs a head size that is a power of two and at least {Q8_BLOCK}; this model's is \
-                 {head_dim}"
-            )),
-            _ => None,
-        }
+        (self.is_quantized() && (head_dim < 64 || !head_dim.is_power_of_two())).then(|| {
+            format!(
+                "a {} KV cache needs a head size that is a power of two and at least 64; this model's is {head_dim}",
+                self.name()
+            )
+        })
     }
 }
 
@@ -102,71 +172,32 @@ impl From<DType> for KvEncoding {
     }
 }
 
-/// Rotate one head vector in place (its length a power of two): multiply by fixed pseudo-random signs, then by the
-/// Walsh–Hadamard matrix scaled by 1/√len — an orthogonal map, the same for every head, layer and model, so
-/// `rotate(q) · rotate(k) = q · k` up to rounding. A fixed sequence of f32 operations: the same input gives the
-/// same bits anywhere.
-pub fn rotate(x: &mut [f32]) {
-    flip_signs(x);
-    hadamard(x);
-}
-
-/// Negate the values at a fixed pseudo-random half of the indices (bit 25 of a multiplicative hash).
-fn flip_signs(x: &mut [f32]) {
-    for (i, v) in x.iter_mut().enumerate() {
-        if (i as u32).wrapping_mul(0x9E37_79B9).rotate_left(7) & 1 == 1 {
-            *v = -*v;
-        }
-    }
-}
-
-/// The Walsh–Hadamard transform scaled by 1/√len (its own inverse), in place.
-fn hadamard(x: &mut [f32]) {
-    let n = x.len();
-    debug_assert!(n.is_power_of_two());
-    let mut h = 1;
-    while h < n {
-        for block in x.chunks_exact_mut(2 * h) {
-            let (a, b) = block.split_at_mut(h);
-            for (u, w) in a.iter_mut().zip(b.iter_mut()) {
-                let (s, t) = (*u + *w, *u - *w);
-                *u = s;
-                *w = t;
-            }
-        }
-        h *= 2;
-    }
-    let scale = 1.0 / (n as f32).sqrt();
-    x.iter_mut().for_each(|v| *v *= scale);
-}
-
-/// Encode `rows` (each `d` values) as q8_0 head rows into `out` (`rows.len() / d` rows of `d + d/32` bytes).
-/// Per block of [`Q8_BLOCK`] values: scale = max |x| / 127 (stored as f16), q = round(x / scale).
-pub fn q8_encode(rows: &[f32], d: usize, out: &mut Vec<u8>) {
-    let units = KvEncoding::Q8_0.head_units(d);
+/// Encode `rows` (each `d` values, already rotated where the code rotates) with `code` into `out`
+/// (`rows.len() / d` rows of `code.units(d)` bytes).
+pub fn encode(code: RowCode, rows: &[f32], d: usize, out: &mut Vec<u8>) {
+    use super::codec::*;
+    let units = code.units(d);
     out.clear();
     out.resize(rows.len() / d.max(1) * units, 0);
     for (x, o) in rows.chunks_exact(d).zip(out.chunks_exact_mut(units)) {
-        let (qs, scales) = o.split_at_mut(d);
-        for (b, (xb, qb)) in x.chunks(Q8_BLOCK).zip(qs.chunks_mut(Q8_BLOCK)).enumerate() {
-            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let scale = f16::from_f32(amax / 127.0);
-            let s = scale.to_f32();
-            let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
-            for (q, &v) in qb.iter_mut().zip(xb) {
-                *q = (v * inv).round().clamp(-127.0, 127.0) as i8 as u8;
-            }
-            scales[2 * b..2 * b + 2].copy_from_slice(&scale.to_bits().to_le_bytes());
+        match code {
+            RowCode::Q8_0 => q8_encode_row(x, o),
+            RowCode::Q4_0 => q4_encode_row(x, o),
+            RowCode::LloydMax(b) => lm_encode_row(x, b as usize, o),
+            RowCode::F32 | RowCode::F16 | RowCode::BF16 => {}
         }
     }
 }
 
-/// Value `i` of a q8_0 head row of `d` values.
-#[inline(always)]
-pub fn q8_value(row: &[u8], i: usize, d: usize) -> f32 {
-    let b = d + 2 * (i / Q8_BLOCK);
-    let scale = f16::from_bits(u16::from_le_bytes([row[b], row[b + 1]])).to_f32();
-    (row[i] as i8) as f32 * scale
+/// Value `i` of a head row of `d` values kept in the quantized `code` (0 for a float code).
+pub fn decode_value(code: RowCode, row: &[u8], i: usize, d: usize) -> f32 {
+    use super::codec::*;
+    match code {
+        RowCode::Q8_0 => q8_value(row, i, d),
+        RowCode::Q4_0 => q4_value(row, i, d),
+        RowCode::LloydMax(b) => lm_value(row, i, d, b as usize),
+        RowCode::F32 | RowCode::F16 | RowCode::BF16 => 0.0,
+    }
 }
 
 #[cfg(test)]
@@ -174,57 +205,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn q8_rows_round_trip_within_half_a_step_of_their_block_scale() {
-        let d = 128;
-        let rows: Vec<f32> = (0..3 * d).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013 * (1 + i / d) as f32).collect();
-        let mut enc = Vec::new();
-        q8_encode(&rows, d, &mut enc);
-        let units = KvEncoding::Q8_0.head_units(d);
-        assert_eq!((units, enc.len()), (d + d / 32, 3 * units));
-        for (r, x) in rows.chunks(d).enumerate() {
-            let row = &enc[r * units..(r + 1) * units];
-            for (b, xb) in x.chunks(Q8_BLOCK).enumerate() {
-                let step = xb.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
-                for (j, &v) in xb.iter().enumerate() {
-                    let got = q8_value(row, b * Q8_BLOCK + j, d);
-                    assert!((got - v).abs() <= 0.5 * step * 1.01, "row {r} value {j}: {got} vs {v}");
-                }
-            }
-        }
-        // a block of zeros stays zeros (no division by a zero scale)
-        q8_encode(&[0.0; 64], 64, &mut enc);
-        assert!((0..64).all(|i| q8_value(&enc, i, 64) == 0.0));
-    }
-
-    /// The rotation is orthogonal (dot products and norms kept), its own inverse up to the signs, and spreads one
-    /// huge channel over every channel.
-    #[test]
-    fn the_rotation_keeps_dot_products_and_spreads_an_outlier() {
-        let d = 128;
-        let q: Vec<f32> = (0..d).map(|i| ((i * 13 % 29) as f32 - 14.0) * 0.1).collect();
-        let mut k: Vec<f32> = (0..d).map(|i| ((i * 7 % 17) as f32 - 8.0) * 0.2).collect();
-        k[5] = 300.0;
-        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
-        let (mut rq, mut rk) = (q.clone(), k.clone());
-        rotate(&mut rq);
-        rotate(&mut rk);
-        assert!((dot(&rq, &rk) - dot(&q, &k)).abs() < 1e-3 * dot(&q, &k).abs().max(1.0));
-        assert!((dot(&rk, &rk) - dot(&k, &k)).abs() < 1e-3 * dot(&k, &k));
-        let peak = rk.iter().fold(0f32, |m, v| m.max(v.abs()));
-        assert!(peak < 40.0, "the outlier's 300 is spread: largest channel {peak}");
-    }
-
-    #[test]
-    fn encodings_parse_size_and_refuse_heads_they_cannot_hold() {
+    fn encodings_parse_name_size_and_refuse_heads_they_cannot_hold() {
         assert_eq!(KvEncoding::parse("auto"), Ok(None));
         assert_eq!(KvEncoding::parse("Q8_0"), Ok(Some(KvEncoding::Q8_0)));
         assert!(KvEncoding::parse("q3").is_err());
-        assert_eq!(KvEncoding::F16.head_bytes(64), 128);
-        assert_eq!(KvEncoding::Q8_0.head_bytes(64), 66);
+        for bad in ["turbo:k5v3", "turbo:k8", "turbo:kv", "turbo:k8v1", "turbo:k16v4", "turbo:k2v3"] {
+            assert!(KvEncoding::parse(bad).is_err(), "{bad}");
+        }
+        for name in
+            ["f32", "f16", "bf16", "q8_0", "q4_0", "turbo:k8v4", "turbo:k8v3", "turbo:k4v3", "turbo:k3v2", "turbo:k4v8"]
+        {
+            let enc = KvEncoding::parse(name).unwrap().unwrap();
+            assert_eq!(enc.name(), name);
+        }
+        // turbo:k8v8 is q8_0 by another name
+        assert_eq!(KvEncoding::parse("turbo:k8v8").unwrap().unwrap().name(), "q8_0");
+        // bytes of a K row and a V row
+        assert_eq!(KvEncoding::F16.head_bytes(64), 256);
+        assert_eq!(KvEncoding::Q8_0.head_bytes(64), 132);
+        assert_eq!(KvEncoding::Q4_0.head_bytes(128), 2 * 72);
+        let k8v3 = KvEncoding::turbo(8, 3).unwrap();
+        assert_eq!(k8v3.head_bytes(128), 132 + 50);
         assert!(KvEncoding::Q8_0.unfit(96).is_some());
-        assert!(KvEncoding::Q8_0.unfit(192).is_some());
-        assert!(KvEncoding::Q8_0.unfit(128).is_none());
-        // tokens per byte against f16: at least 1.9x
-        assert!(KvEncoding::F16.head_bytes(128) as f64 / KvEncoding::Q8_0.head_bytes(128) as f64 >= 1.9);
+        assert!(k8v3.unfit(192).is_some());
+        assert!(KvEncoding::Q4_0.unfit(128).is_none());
+        assert!(KvEncoding::F16.unfit(96).is_none());
+        // tokens per byte against f16: q8_0 at least 1.9x, turbo:k8v3 at least 2.5x
+        let ratio = |e: KvEncoding, d| KvEncoding::F16.head_bytes(d) as f64 / e.head_bytes(d) as f64;
+        assert!(ratio(KvEncoding::Q8_0, 128) >= 1.9 && ratio(k8v3, 128) >= 2.5 && ratio(k8v3, 64) >= 2.5);
     }
 }

@@ -47,6 +47,11 @@ pub struct Hit {
 }
 
 impl Hit {
+    /// Nothing found: a row that computes its whole prompt (one that scores its prompt tokens).
+    pub fn miss() -> Self {
+        Hit { ram: Vec::new(), cold: Vec::new(), hashes: Vec::new(), partial: None }
+    }
+
     fn blocks(&self) -> usize {
         self.ram.len() + self.cold.len()
     }
@@ -153,9 +158,8 @@ impl KvCacheManager {
     /// Look up the longest cached prefix of a waiting row's `tokens` (taking references on RAM hits; the cold tier
     /// unless `skip_cold`).
     pub fn lookup(&mut self, tokens: &[u32], skip_cold: bool) -> Hit {
-        let none = Hit { ram: Vec::new(), cold: Vec::new(), hashes: Vec::new(), partial: None };
         if !self.pool.caching() || tokens.len() < 2 {
-            return none;
+            return Hit::miss();
         }
         let bs = self.pool.block_size();
         let limit = (tokens.len() - 1) / bs * bs;

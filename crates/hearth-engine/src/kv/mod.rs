@@ -6,6 +6,7 @@
 //! the background by [`restorer`]). Attention over the storage lives in `attention::paged`.
 
 pub mod block_pool;
+pub mod codec;
 pub mod encoding;
 mod inflight;
 pub mod manager;
@@ -20,7 +21,7 @@ pub mod ssd_file;
 pub mod transfer;
 
 pub use block_pool::{BlockPool, CachedBlock, Evicted};
-pub use encoding::KvEncoding;
+pub use encoding::{KvEncoding, RowCode};
 pub use inflight::RowRestores;
 pub use manager::{ForkError, Hit, KvCacheManager, RowKv};
 pub use paged::PagedKv;

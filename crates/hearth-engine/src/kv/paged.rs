@@ -1,7 +1,8 @@
 //! Paged KV storage: per layer, one K and one V buffer of `blocks × block_size` token rows, and this step's block
 //! tables. A sequence (slot) has a block table; its position p lives in row `table[p / bs] * bs + p % bs`. The
 //! attention backends (`attention::paged`) read and write through it; the storage itself knows no attention.
-//! Rows are kept in a [`KvEncoding`]: a float dtype, or q8_0 bytes (a head row of D values is then D + D/32 bytes).
+//! Rows are kept in a [`KvEncoding`]: a float dtype, or bytes of a quantized code per buffer (K and V rows may
+//! then differ in length).
 
 use super::KvEncoding;
 use crate::{Error, Result};
@@ -10,6 +11,7 @@ use std::collections::HashMap;
 
 pub struct PagedKv {
     block_size: usize,
+    head_dim: usize,
     encoding: KvEncoding,
     k: Vec<Tensor>,
     v: Vec<Tensor>,
@@ -31,14 +33,14 @@ impl PagedKv {
             return Err(Error::Unsupported(why));
         }
         let rows = num_blocks * block_size;
-        let shape = (rows, kv_heads, encoding.head_units(head_dim));
+        let shape = |code: super::RowCode| (rows, kv_heads, code.units(head_dim));
         let mut k = Vec::with_capacity(num_layers);
         let mut v = Vec::with_capacity(num_layers);
         for _ in 0..num_layers {
-            k.push(zeros(shape, encoding.storage_dtype(), device)?);
-            v.push(zeros(shape, encoding.storage_dtype(), device)?);
+            k.push(zeros(shape(encoding.key), encoding.storage_dtype(), device)?);
+            v.push(zeros(shape(encoding.value), encoding.storage_dtype(), device)?);
         }
-        Ok(Self { block_size, encoding, k, v, tables: HashMap::new() })
+        Ok(Self { block_size, head_dim, encoding, k, v, tables: HashMap::new() })
     }
 
     /// Bytes one token takes in the KV cache across all layers.
@@ -48,7 +50,7 @@ impl PagedKv {
         head_dim: usize,
         encoding: impl Into<KvEncoding>,
     ) -> usize {
-        2 * num_layers * kv_heads * encoding.into().head_bytes(head_dim)
+        num_layers * kv_heads * encoding.into().head_bytes(head_dim)
     }
 
     /// How the rows are kept.
@@ -60,7 +62,7 @@ impl PagedKv {
         self.block_size
     }
 
-    /// Layer `layer`'s K and V buffers, (blocks × block_size, KvH, head units: D, or a q8_0 row's bytes).
+    /// Layer `layer`'s K and V buffers, (blocks × block_size, KvH, head units: D, or an encoded row's bytes).
     pub fn layer(&self, layer: usize) -> Result<(&Tensor, &Tensor)> {
         match (self.k.get(layer), self.v.get(layer)) {
             (Some(k), Some(v)) => Ok((k, v)),
@@ -150,28 +152,29 @@ impl PagedKv {
         if blocks.is_empty() {
             return Ok(());
         }
-        let (_, heads, dim) = first.dims3()?;
+        let (_, heads, _) = first.dims3()?;
         let dtype = first.dtype();
-        let part = bs * heads * dim * dtype.size_in_bytes();
-        if let Some((_, bad)) = blocks.iter().find(|(_, d)| d.len() != part * 2 * self.k.len()) {
-            return Err(Error::InvalidRequest(format!(
-                "a KV block holds {} bytes, got {}",
-                part * 2 * self.k.len(),
-                bad.len()
-            )));
+        // bytes of one block of one layer's K, and of its V
+        let parts = [self.encoding.key, self.encoding.value]
+            .map(|c| bs * heads * c.units(self.head_dim) * dtype.size_in_bytes());
+        let whole = (parts[0] + parts[1]) * self.k.len();
+        if let Some((_, bad)) = blocks.iter().find(|(_, d)| d.len() != whole) {
+            return Err(Error::InvalidRequest(format!("a KV block holds {whole} bytes, got {}", bad.len())));
         }
-        let mut staged = Vec::with_capacity(part * blocks.len());
-        for (i, (k, v)) in self.k.iter().zip(&self.v).enumerate() {
-            for (j, buf) in [k, v].into_iter().enumerate() {
-                let at = (2 * i + j) * part;
+        let mut staged = Vec::with_capacity(parts[0].max(parts[1]) * blocks.len());
+        let mut at = 0;
+        for (k, v) in self.k.iter().zip(&self.v) {
+            for (buf, part) in [(k, parts[0]), (v, parts[1])] {
                 staged.clear();
                 for (_, data) in blocks {
                     staged.extend_from_slice(&data[at..at + part]);
                 }
-                let t = Tensor::from_raw_buffer(&staged, dtype, &[blocks.len() * bs, heads, dim], buf.device())?;
+                let units = buf.dim(2)?;
+                let t = Tensor::from_raw_buffer(&staged, dtype, &[blocks.len() * bs, heads, units], buf.device())?;
                 for (n, (b, _)) in blocks.iter().enumerate() {
                     buf.slice_set(&t.narrow(0, n * bs, bs)?, 0, *b as usize * bs)?;
                 }
+                at += part;
             }
         }
         Ok(())

@@ -34,24 +34,25 @@ pub struct BlockLayout {
     pub kv_heads: usize,
     pub head_dim: usize,
     pub block_size: usize,
-    /// The KV cache's encoding: "f32" | "f16" | "bf16" | "q8_0"
+    /// The KV cache's encoding, as `--kv-cache-dtype` names it: "f32" | "f16" | "bf16" | "q8_0" | "q4_0" |
+    /// "turbo:kXvY"
     pub dtype: String,
-    /// Bytes of one element of its buffers (1 for q8_0's bytes).
+    /// Bytes of one element of its buffers (1 for an encoded cache's bytes).
     pub dtype_size: usize,
 }
 
 impl BlockLayout {
-    /// Buffer elements of one head row (q8_0: its values' bytes and its scales').
+    /// Buffer elements of one head row of K plus one of V (an encoded row: its codes' bytes and its scales').
     pub fn head_units(&self) -> usize {
-        match self.dtype.as_str() {
-            "q8_0" => super::KvEncoding::Q8_0.head_units(self.head_dim),
-            _ => self.head_dim,
+        match super::KvEncoding::parse(&self.dtype) {
+            Ok(Some(e)) => e.key.units(self.head_dim) + e.value.units(self.head_dim),
+            _ => 2 * self.head_dim,
         }
     }
 
-    /// K and V of every layer: `2 * layers * block_size * kv_heads * head_units * dtype_size`.
+    /// K and V of every layer: `layers * block_size * kv_heads * head_units * dtype_size`.
     pub fn data_bytes(&self) -> usize {
-        2 * self.layers * self.block_size * self.kv_heads * self.head_units() * self.dtype_size
+        self.layers * self.block_size * self.kv_heads * self.head_units() * self.dtype_size
     }
 }
 
@@ -111,15 +112,18 @@ impl From<io::Error> for FileError {
     }
 }
 
-/// The dtype as stored. Only the three dtypes the engine keeps KV in; anything else disables the tier rather
-/// than being written under an ambiguous code.
+/// The encoding as stored: one code per encoding the engine keeps KV in (`turbo:kXvY`: 100 + 10·X + Y);
+/// anything else disables the tier rather than being written under an ambiguous code.
 pub fn dtype_code(dtype: &str) -> Option<u8> {
-    match dtype {
-        "f32" => Some(1),
-        "f16" => Some(2),
-        "bf16" => Some(3),
-        "q8_0" => Some(4),
-        _ => None,
+    use super::RowCode;
+    let enc = super::KvEncoding::parse(dtype).ok().flatten()?;
+    match (enc.key, enc.value) {
+        (RowCode::F32, RowCode::F32) => Some(1),
+        (RowCode::F16, RowCode::F16) => Some(2),
+        (RowCode::BF16, RowCode::BF16) => Some(3),
+        (RowCode::Q8_0, RowCode::Q8_0) => Some(4),
+        (RowCode::Q4_0, RowCode::Q4_0) => Some(5),
+        (k, v) => Some(100 + 10 * k.bits() as u8 + v.bits() as u8),
     }
 }
 
@@ -159,7 +163,7 @@ impl Format {
         if layout.block_size == 0 || layout.dtype_size == 0 {
             return Err("empty block layout".into());
         }
-        let data_len = [2, layout.layers, layout.block_size, layout.kv_heads, layout.head_units(), layout.dtype_size]
+        let data_len = [layout.layers, layout.block_size, layout.kv_heads, layout.head_units(), layout.dtype_size]
             .iter()
             .try_fold(1u64, |acc, &v| acc.checked_mul(v as u64))
             .ok_or("block data size overflows")?;
@@ -543,7 +547,7 @@ mod tests {
         assert!(matches!(Format::new(8, &layout()).unwrap().decode(&h), Err(FileError::Fingerprint(7))));
         let other = BlockLayout { head_dim: 8, ..layout() };
         assert!(Format::new(7, &other).unwrap().decode(&h).is_err());
-        assert!(Format::new(7, &BlockLayout { dtype: "q4".into(), ..layout() }).is_err());
+        assert!(Format::new(7, &BlockLayout { dtype: "q3".into(), ..layout() }).is_err());
         // a q8_0 block: D + D/32 bytes per head row, and a header of its own (another encoding never decodes it)
         let q8 = BlockLayout { head_dim: 64, dtype: "q8_0".into(), dtype_size: 1, ..layout() };
         let q8_fmt = Format::new(7, &q8).unwrap();
@@ -552,5 +556,13 @@ mod tests {
         let f16_64 = Format::new(7, &BlockLayout { head_dim: 64, ..layout() }).unwrap();
         let f16_data = vec![3u8; f16_64.data_len() as usize];
         assert!(q8_fmt.decode(&f16_64.encode(BlockHash(11), BlockHash(5), &[1, 2, 3, 4], &f16_data)).is_err());
+        // turbo:k8v3: K rows of 66 bytes, V rows of 26; a code of its own
+        let k8v3 = BlockLayout { head_dim: 64, dtype: "turbo:k8v3".into(), dtype_size: 1, ..layout() };
+        assert_eq!(Format::new(7, &k8v3).unwrap().data_len(), (2 * 4 * (66 + 26)) as u64);
+        let codes: Vec<_> = ["f32", "f16", "bf16", "q8_0", "q4_0", "turbo:k8v3", "turbo:k4v3", "turbo:k3v4"]
+            .iter()
+            .map(|d| dtype_code(d).unwrap())
+            .collect();
+        assert!(codes.iter().enumerate().all(|(i, c)| !codes[..i].contains(c)), "codes {codes:?}");
     }
 }

@@ -139,11 +139,11 @@ pub fn kv_encoding(choice: Option<KvEncoding>, dtype: DType, device: &Device, he
     }
     let cpu = device.is_cpu();
     let why = match enc {
-        KvEncoding::Q8_0 if cpu && crate::levers::get().cpu_attn => return Ok(enc),
-        KvEncoding::Q8_0 if cpu => "the CPU's in-place attention reads it, and HEARTH_CPU_ATTN=0 is set",
-        KvEncoding::Q8_0 => "only the CPU's in-place attention reads encoded blocks so far",
+        e if e.is_quantized() && cpu && crate::levers::get().cpu_attn => return Ok(enc),
+        e if e.is_quantized() && cpu => "the CPU's in-place attention reads it, and HEARTH_CPU_ATTN=0 is set",
+        e if e.is_quantized() => "only the CPU's in-place attention reads encoded blocks so far",
         KvEncoding::F32 | KvEncoding::F16 if cpu => return Ok(enc),
-        _ if cpu => "the CPU keeps f32 or f16 (or q8_0)",
+        _ if cpu => "the CPU keeps f32 or f16 (or an encoding: q8_0, q4_0, turbo:kXvY)",
         // the CUDA kernels keep the KV in the dtype the model computes in
         e if e == KvEncoding::from(dtype) => return Ok(enc),
         _ => "this device keeps the KV in the dtype the model computes in",
@@ -156,20 +156,21 @@ pub fn kv_encoding(choice: Option<KvEncoding>, dtype: DType, device: &Device, he
 }
 
 /// The step's packed k (`key`) or v rows ((T, KvH, D), the model's dtype) as the cache keeps them: cast to its
-/// dtype, or encoded (q8_0: (T, KvH, D + D/32) bytes, keys rotated first), once per token and layer.
+/// dtype, or encoded ((T, KvH, row bytes), rotated first where the code rotates), once per token and layer.
 pub(super) fn encode_rows(kv: &PagedKv, x: &Tensor, key: bool) -> Result<Tensor> {
     let enc = kv.encoding();
     if !enc.is_quantized() {
         return Ok(x.to_dtype(enc.storage_dtype())?);
     }
+    let code = if key { enc.key } else { enc.value };
     let (t, h, d) = x.dims3()?;
     let mut values = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    if key && enc.rotates_keys() {
-        values.chunks_exact_mut(d).for_each(crate::kv::encoding::rotate);
+    if code.rotated(key) {
+        values.chunks_exact_mut(d).for_each(crate::kv::codec::rotate);
     }
     let mut bytes = Vec::new();
-    crate::kv::encoding::q8_encode(&values, d, &mut bytes);
-    Ok(Tensor::from_vec(bytes, (t, h, enc.head_units(d)), x.device())?)
+    crate::kv::encoding::encode(code, &values, d, &mut bytes);
+    Ok(Tensor::from_vec(bytes, (t, h, code.units(d)), x.device())?)
 }
 
 /// Write one row's new k/v (`k`/`v`: the step's packed (T, KvH, D) as the cache keeps them) into its blocks, one

@@ -21,12 +21,12 @@ pub(super) struct Shape {
 }
 
 /// One call's inputs, shared by the work units.
-pub(super) struct Job<'a, E> {
+pub(super) struct Job<'a, K, V> {
     pub(super) shape: Shape,
     /// Queries, (T, H, D).
     pub(super) q: &'a [f32],
-    pub(super) kd: &'a [E],
-    pub(super) vd: &'a [E],
+    pub(super) kd: &'a [K],
+    pub(super) vd: &'a [V],
     /// Each packed token's block table and position.
     pub(super) tokens: &'a [(&'a [u32], usize)],
     pub(super) p: &'a AttnParams,
@@ -41,7 +41,7 @@ pub(super) struct Partial<'a> {
     pub(super) acc: &'a [f32],
 }
 
-impl<E: KvElem> Job<'_, E> {
+impl<K: KvElem, V: KvElem> Job<'_, K, V> {
     /// Visible key positions lo..hi of the token at packed index `ti`.
     fn span(&self, ti: usize) -> (usize, usize) {
         let pos = self.tokens[ti].1;
@@ -85,7 +85,7 @@ impl<E: KvElem> Job<'_, E> {
                 offsets.clear();
                 offsets.extend((lo..hi).map(|pos| {
                     let row = table[pos / s.block_size] as usize * s.block_size + pos % s.block_size;
-                    (row * s.kv_heads + g) * E::units(d)
+                    row * s.kv_heads + g
                 }));
                 // the queries that see some of it, with the keys each sees (indices into `offsets`)
                 queries.clear();

@@ -37,7 +37,8 @@ use candle_core::{CpuStorage, DType, Storage, Tensor};
 use elem::KvElem;
 use job::{Job, Shape, SharedOut};
 
-/// Whether this backend serves a KV cache kept in `dtype` on `device` (f32, f16 or q8_0 bytes on the CPU).
+/// Whether this backend serves a KV cache kept in `dtype` on `device` (f32, f16 or an encoding's bytes on the
+/// CPU).
 pub fn supports(dtype: DType, device: &candle_core::Device) -> bool {
     device.is_cpu() && matches!(dtype, DType::F32 | DType::F16 | DType::U8)
 }
@@ -76,37 +77,79 @@ pub fn attend(
         return Err(Error::InvalidRequest(format!("{h} query heads do not group over {kvh} kv heads")));
     }
     let mut qf = q.to_dtype(DType::F32)?.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-    if kv.encoding().rotates_keys() {
+    let enc = kv.encoding();
+    if enc.key.rotated(true) {
         // the keys were rotated before they were stored: so is every query head that scores them
-        qf.chunks_exact_mut(d).for_each(crate::kv::encoding::rotate);
+        qf.chunks_exact_mut(d).for_each(crate::kv::codec::rotate);
     }
+    let shape = (t, h, kvh, d);
     let (ks, kl) = kbuf.storage_and_layout();
     let (vs, vl) = vbuf.storage_and_layout();
-    let out = match (&*ks, &*vs) {
+    let mut out = match (&*ks, &*vs) {
         (Storage::Cpu(CpuStorage::F32(kd)), Storage::Cpu(CpuStorage::F32(vd))) => {
-            run(kv, &kd[kl.start_offset()..], &vd[vl.start_offset()..], &qf, (t, h, kvh, d), ctx, p)?
+            run(kv, &kd[kl.start_offset()..], &vd[vl.start_offset()..], &qf, shape, ctx, p)?
         }
         (Storage::Cpu(CpuStorage::F16(kd)), Storage::Cpu(CpuStorage::F16(vd))) => {
-            run(kv, &kd[kl.start_offset()..], &vd[vl.start_offset()..], &qf, (t, h, kvh, d), ctx, p)?
+            run(kv, &kd[kl.start_offset()..], &vd[vl.start_offset()..], &qf, shape, ctx, p)?
         }
         (Storage::Cpu(CpuStorage::U8(kd)), Storage::Cpu(CpuStorage::U8(vd))) => {
-            run(kv, &kd[kl.start_offset()..], &vd[vl.start_offset()..], &qf, (t, h, kvh, d), ctx, p)?
+            coded(kv, &kd[kl.start_offset()..], &vd[vl.start_offset()..], &qf, shape, ctx, p)?
         }
         _ => {
             return Err(Error::Unsupported(
-                "in-place CPU attention needs an f32, f16 or q8_0 KV cache on the CPU".into(),
+                "in-place CPU attention needs an f32, f16 or encoded KV cache on the CPU".into(),
             ))
         }
     };
     drop((ks, vs));
+    if enc.value.rotated(false) {
+        // the values were rotated before they were stored: their weighted sums are rotated back, per head
+        out.chunks_exact_mut(d).for_each(crate::kv::codec::unrotate);
+    }
     Ok(Tensor::from_vec(out, (t, h * d), q.device())?.to_dtype(q.dtype())?)
 }
 
-/// Attend every token of `ctx` over the cache's `kd`/`vd` (already holding this step's rows): (T, H·D) values.
-fn run<E: KvElem>(
+/// [`run`] over encoded rows: the kernels for the cache's key and value codes.
+fn coded(
     kv: &PagedKv,
-    kd: &[E],
-    vd: &[E],
+    kd: &[u8],
+    vd: &[u8],
+    qf: &[f32],
+    shape: (usize, usize, usize, usize),
+    ctx: &BatchContext,
+    p: &AttnParams,
+) -> Result<Vec<f32>> {
+    use crate::kv::RowCode::{LloydMax as L, Q4_0, Q8_0};
+    use elem::{units_of as u, Lm, Q4, Q8};
+    macro_rules! codes {
+        ($($k:pat, $v:pat => $K:ty, $V:ty;)*) => {
+            match (kv.encoding().key, kv.encoding().value) {
+                $(($k, $v) => run(kv, u::<$K>(kd), u::<$V>(vd), qf, shape, ctx, p),)*
+                _ => Err(Error::Unsupported(format!("no CPU attention kernel reads a {} KV cache", kv.encoding().name()))),
+            }
+        };
+    }
+    codes! {
+        Q8_0, Q8_0 => Q8, Q8;
+        Q4_0, Q4_0 => Q4, Q4;
+        Q8_0, L(4) => Q8, Lm<4>;
+        Q8_0, L(3) => Q8, Lm<3>;
+        Q8_0, L(2) => Q8, Lm<2>;
+        L(4), L(4) => Lm<4>, Lm<4>;
+        L(4), L(3) => Lm<4>, Lm<3>;
+        L(4), L(2) => Lm<4>, Lm<2>;
+        L(3), L(3) => Lm<3>, Lm<3>;
+        L(3), L(2) => Lm<3>, Lm<2>;
+        L(4), Q8_0 => Lm<4>, Q8;
+        L(3), Q8_0 => Lm<3>, Q8;
+    }
+}
+
+/// Attend every token of `ctx` over the cache's `kd`/`vd` (already holding this step's rows): (T, H·D) values.
+fn run<K: KvElem, V: KvElem>(
+    kv: &PagedKv,
+    kd: &[K],
+    vd: &[V],
     qf: &[f32],
     (t, h, kvh, d): (usize, usize, usize, usize),
     ctx: &BatchContext,
@@ -115,7 +158,7 @@ fn run<E: KvElem>(
     // Every token's block table and position, in packing order; each row's table checked once against its last
     // position and the buffers (the kernels then index without checks).
     let bs = kv.block_size();
-    let rows_held = kd.len().min(vd.len()) / (kvh * E::units(d));
+    let rows_held = (kd.len() / K::units(d)).min(vd.len() / V::units(d)) / kvh;
     let mut tokens = Vec::with_capacity(t);
     for row in &ctx.rows {
         let table = kv.table(row.slot)?;

@@ -6,7 +6,7 @@ use super::job::{Fold, Job, Partial, SharedOut};
 use super::UNITS_PER_THREAD;
 use crate::work_pool::par_chunks;
 
-impl<E: KvElem> Job<'_, E> {
+impl<K: KvElem, V: KvElem> Job<'_, K, V> {
     /// Few units: split each tile's chunks over threads, store every partial, then fold them in chunk order.
     pub(super) fn split(&self, tiles: &[(usize, usize)], threads: usize, out: SharedOut) {
         let (d, kvh, groups) = (self.shape.dim, self.shape.kv_heads, self.shape.groups);

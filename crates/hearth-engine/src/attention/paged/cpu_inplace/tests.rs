@@ -1,8 +1,9 @@
 use super::*;
 use crate::attention::paged::gather;
 use crate::attention::test_util::{self, rnd, Attend};
-use crate::kv::encoding::{q8_encode, q8_value, rotate};
-use crate::kv::KvEncoding;
+use crate::kv::codec::{rotate, unrotate};
+use crate::kv::encoding::{decode_value, encode};
+use crate::kv::{KvEncoding, RowCode};
 use candle_core::Device;
 
 /// Outputs of `f` over a cache kept in `dtype`, decode rows when every piece is one token.
@@ -81,41 +82,72 @@ fn rotated(t: &Tensor) -> Tensor {
     Tensor::from_vec(x, t.shape(), &Device::Cpu).unwrap()
 }
 
-/// What a q8_0 cache keeps of `t` ((n, KvH, D)), decoded to f32.
-fn q8_kept(t: &Tensor) -> Tensor {
+/// What a cache keeping `t` ((n, KvH, D)) as `code` holds, decoded to f32 (rotated values where it rotates).
+fn kept_as(code: RowCode, key: bool, t: &Tensor) -> Tensor {
     let (_, _, d) = t.dims3().unwrap();
+    let t = if code.rotated(key) { rotated(t) } else { t.clone() };
     let mut enc = Vec::new();
-    q8_encode(&t.flatten_all().unwrap().to_vec1::<f32>().unwrap(), d, &mut enc);
-    let units = KvEncoding::Q8_0.head_units(d);
-    let back: Vec<f32> = enc.chunks(units).flat_map(|row| (0..d).map(|i| q8_value(row, i, d))).collect();
+    encode(code, &t.flatten_all().unwrap().to_vec1::<f32>().unwrap(), d, &mut enc);
+    let back: Vec<f32> =
+        enc.chunks(code.units(d)).flat_map(|row| (0..d).map(|i| decode_value(code, row, i, d))).collect();
     Tensor::from_vec(back, t.shape(), &Device::Cpu).unwrap()
 }
 
-/// A q8_0 cache (rows encoded once on write, keys rotated first; read in place, queries rotated) gives the same
-/// bits as an f32 cache holding its decoded values read by the rotated queries — decoding is exact in f32 — for
-/// prompt pieces (keys widened per chunk) and decode rows (keys decoded as they are read), past one chunk, with a
-/// window and a soft cap; and its rounding is visible but small against the f32 cache of the exact values.
+/// The encodings the tests read: every code as a key and as a value.
+fn encodings() -> Vec<KvEncoding> {
+    let mut all = vec![KvEncoding::Q8_0, KvEncoding::Q4_0];
+    all.extend([(8, 4), (8, 3), (8, 2), (4, 4), (3, 2), (4, 8)].map(|(k, v)| KvEncoding::turbo(k, v).unwrap()));
+    all
+}
+
+/// An encoded cache (rows encoded once on write, rotated first where the code rotates; read in place, queries
+/// rotated, outputs rotated back where values were) gives the same bits as an f32 cache holding its decoded
+/// values read the same way — decoding is exact in f32 — for prompt pieces (rows widened per chunk) and decode
+/// rows (rows decoded as they are read), past one chunk, with a window and a soft cap; and its rounding is visible
+/// against the f32 cache of the exact values, by about what its bits allow.
 #[test]
-fn a_q8_cache_reads_exactly_its_decoded_values() {
+fn an_encoded_cache_reads_exactly_its_decoded_values() {
     let (h, kvh) = (4, 2);
-    for d in [64, 128] {
-        let n = 2 * chunk_keys(d) + 30;
-        let (q, k, v) = (rnd((n, h, d), 0.1), rnd((n, kvh, d), 0.2), rnd((n, kvh, d), 0.3));
-        let (qr, kr, vr) = (rotated(&q), q8_kept(&rotated(&k)), q8_kept(&v));
-        for (window, softcap) in [(None, None), (Some(300), None), (None, Some(5.0))] {
-            let p = AttnParams { scale: 0.2, window, softcap };
-            let want = run_in(attend, DType::F32, [&qr, &kr, &vr], &[(0, n)], &p);
-            let got = run_in(attend, KvEncoding::Q8_0, [&q, &k, &v], &[(0, n)], &p);
-            assert_eq!(got, want, "d {d}, {window:?} {softcap:?}");
-            let mut pieces = vec![(0, n - 24)];
-            pieces.extend((n - 24..n).map(|i| (i, 1)));
-            assert_eq!(run_in(attend, KvEncoding::Q8_0, [&q, &k, &v], &pieces, &p), got, "d {d}, decoded");
+    let mut errors = Vec::new();
+    for enc in encodings() {
+        for d in [64, 128] {
+            let n = 2 * chunk_keys(d) + 30;
+            let (q, k, v) = (rnd((n, h, d), 0.1), rnd((n, kvh, d), 0.2), rnd((n, kvh, d), 0.3));
+            let qr = if enc.key.rotated(true) { rotated(&q) } else { q.clone() };
+            let (kr, vr) = (kept_as(enc.key, true, &k), kept_as(enc.value, false, &v));
+            let back = |mut out: Vec<Vec<f32>>| {
+                if enc.value.rotated(false) {
+                    out.iter_mut().for_each(|o| o.chunks_exact_mut(d).for_each(unrotate));
+                }
+                out
+            };
+            for (window, softcap) in [(None, None), (Some(300), None), (None, Some(5.0))] {
+                let p = AttnParams { scale: 0.2, window, softcap };
+                let want = back(run_in(attend, DType::F32, [&qr, &kr, &vr], &[(0, n)], &p));
+                let got = run_in(attend, enc, [&q, &k, &v], &[(0, n)], &p);
+                let name = enc.name();
+                assert_eq!(got, want, "{name} d {d}, {window:?} {softcap:?}");
+                let mut pieces = vec![(0, n - 24)];
+                pieces.extend((n - 24..n).map(|i| (i, 1)));
+                assert_eq!(run_in(attend, enc, [&q, &k, &v], &pieces, &p), got, "{name} d {d}, decoded");
+            }
+            let p = AttnParams { scale: 0.2, window: None, softcap: None };
+            let exact = run_in(attend, DType::F32, [&q, &k, &v], &[(0, n)], &p);
+            let coded = run_in(attend, enc, [&q, &k, &v], &[(0, n)], &p);
+            let diffs = || exact.iter().flatten().zip(coded.iter().flatten()).map(|(a, b)| (a - b).abs());
+            let worst = diffs().fold(0f32, f32::max);
+            let mean = diffs().sum::<f32>() / (n * h * d) as f32;
+            errors.push((enc, d, mean));
+            assert!(worst > 1e-5, "{} d {d}: largest difference {worst}", enc.name());
+            if enc == KvEncoding::Q8_0 {
+                assert!(worst < 0.05, "q8_0 d {d}: largest difference {worst}");
+            }
         }
-        let p = AttnParams { scale: 0.2, window: None, softcap: None };
-        let exact = run_in(attend, DType::F32, [&q, &k, &v], &[(0, n)], &p);
-        let q8 = run_in(attend, KvEncoding::Q8_0, [&q, &k, &v], &[(0, n)], &p);
-        let worst = exact.iter().flatten().zip(q8.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(worst > 1e-5 && worst < 0.05, "d {d}: largest difference {worst}");
+    }
+    // fewer value bits under the same keys err more, on average
+    let mean = |k, v, d| errors.iter().find(|e| e.0 == KvEncoding::turbo(k, v).unwrap() && e.1 == d).unwrap().2;
+    for d in [64, 128] {
+        assert!(mean(8, 8, d) < mean(8, 4, d) && mean(8, 4, d) < mean(8, 3, d) && mean(8, 3, d) < mean(8, 2, d));
     }
 }
 

@@ -8,7 +8,8 @@ pub(super) mod x86;
 use super::elem::KvElem;
 
 /// What the kernels need of a chunk: head size, the queries (offsets into `q`), the keys each sees (a range of
-/// `offs`, the key rows' offsets in position order, in the cache's elements) and the score transforms.
+/// `offs`, the key and value head rows in position order: a row's offset is its index times the code's units
+/// per head row) and the score transforms.
 pub(super) struct Chunk<'a> {
     pub(super) d: usize,
     pub(super) q: &'a [f32],
@@ -41,20 +42,21 @@ pub(super) fn fast() -> bool {
 }
 
 /// The plain-loop version of [`x86::chunk`] (any CPU, any head size).
-pub(super) fn portable<E: KvElem>(
+pub(super) fn portable<K: KvElem, V: KvElem>(
     t: &Chunk,
-    kd: &[E],
-    vd: &[E],
+    kd: &[K],
+    vd: &[V],
     sc: &mut [f32],
     acc: &mut [f32],
     res: &mut [(f32, f32)],
 ) {
     let (d, n) = (t.d, t.offs.len());
+    let (ku, vu) = (K::units(d), V::units(d));
     for (k, (&(_, qo), &(a, b))) in t.queries.iter().zip(t.spans).enumerate() {
         let q = &t.q[qo..qo + d];
         let row = &mut sc[k * n + a..k * n + b];
         for (x, &o) in row.iter_mut().zip(&t.offs[a..b]) {
-            *x = q.iter().enumerate().map(|(i, x)| x * E::get(&kd[o..], i, d)).sum::<f32>() * t.scale;
+            *x = q.iter().enumerate().map(|(i, x)| x * K::get(&kd[o * ku..], i, d)).sum::<f32>() * t.scale;
             if let Some(cap) = t.softcap {
                 *x = (*x / cap).tanh() * cap;
             }
@@ -69,7 +71,7 @@ pub(super) fn portable<E: KvElem>(
         o.iter_mut().for_each(|x| *x = 0.0);
         for (&w, &off) in row.iter().zip(&t.offs[a..b]) {
             for (i, x) in o.iter_mut().enumerate() {
-                *x += w * E::get(&vd[off..], i, d);
+                *x += w * V::get(&vd[off * vu..], i, d);
             }
         }
         res[k] = (max, sum);

@@ -70,18 +70,20 @@ thread_local! {
 /// [`chunk_rows`] on the chunk's keys and values, widened first to f32 where the cache keeps a narrower type and
 /// enough queries share the chunk.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn chunk<E: KvElem>(
+pub unsafe fn chunk<K: KvElem, V: KvElem>(
     t: &super::Chunk,
-    kd: &[E],
-    vd: &[E],
+    kd: &[K],
+    vd: &[V],
     sc: &mut [f32],
     acc: &mut [f32],
     res: &mut [(f32, f32)],
 ) {
-    if std::mem::size_of::<E>() == std::mem::size_of::<f32>() || t.queries.len() < WIDEN_MIN_QUERIES {
+    let float = |size: usize| size == std::mem::size_of::<f32>();
+    if (float(std::mem::size_of::<K>()) && float(std::mem::size_of::<V>())) || t.queries.len() < WIDEN_MIN_QUERIES {
         return chunk_rows(t, kd, vd, sc, acc, res);
     }
     let (d, n) = (t.d, t.offs.len());
+    let (ku, vu) = (K::units(d), V::units(d));
     let taken = WIDE.with(|cell| std::mem::take(&mut *cell.borrow_mut()));
     let (mut wide, mut offs) = taken;
     wide.resize(2 * n * d, 0.0);
@@ -90,15 +92,15 @@ pub unsafe fn chunk<E: KvElem>(
     for (i, &o) in t.offs.iter().enumerate() {
         let mut c = 0;
         while c < d {
-            _mm256_storeu_ps(wp.add(i * d + c), E::load8(kp.add(o), c, d));
-            _mm256_storeu_ps(wp.add((n + i) * d + c), E::load8(vp.add(o), c, d));
+            _mm256_storeu_ps(wp.add(i * d + c), K::load8(kp.add(o * ku), c, d));
+            _mm256_storeu_ps(wp.add((n + i) * d + c), V::load8(vp.add(o * vu), c, d));
             c += 8;
         }
-        offs.push(i * d);
+        offs.push(i);
     }
     let (wk, wv) = wide.split_at(n * d);
     let widened = super::Chunk { offs: &offs, ..*t };
-    chunk_rows::<f32>(&widened, wk, wv, sc, acc, res);
+    chunk_rows::<f32, f32>(&widened, wk, wv, sc, acc, res);
     WIDE.with(|cell| *cell.borrow_mut() = (wide, offs));
 }
 
@@ -108,15 +110,16 @@ pub unsafe fn chunk<E: KvElem>(
 /// sub-block, each query's accumulators loaded, fed in key order and stored back: 64 columns in eight
 /// registers at a time, then 8). Every query's arithmetic is the same whichever queries share the chunk.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn chunk_rows<E: KvElem>(
+unsafe fn chunk_rows<K: KvElem, V: KvElem>(
     t: &super::Chunk,
-    kd: &[E],
-    vd: &[E],
+    kd: &[K],
+    vd: &[V],
     sc: &mut [f32],
     acc: &mut [f32],
     res: &mut [(f32, f32)],
 ) {
     let (d, n, nq) = (t.d, t.offs.len(), t.queries.len());
+    let (ku, vu) = (K::units(d), V::units(d));
     let (kp, vp, qp) = (kd.as_ptr(), vd.as_ptr(), t.q.as_ptr());
     let sb = super::sub_block(d);
     let scale = _mm_set1_ps(t.scale);
@@ -135,7 +138,7 @@ unsafe fn chunk_rows<E: KvElem>(
             let q0 = qp.add(t.queries[k].1);
             let mut j = s0;
             while j < s1 {
-                let at = |x: usize| kp.add(t.offs[(j + x).min(n - 1)]);
+                let at = |x: usize| kp.add(t.offs[(j + x).min(n - 1)] * ku);
                 let keys = [at(0), at(1), at(2), at(3)];
                 if k + 1 < nq {
                     let [v0, v1] = dot2x4([q0, qp.add(t.queries[k + 1].1)], keys, d);
@@ -173,11 +176,11 @@ unsafe fn chunk_rows<E: KvElem>(
             let o = acc.as_mut_ptr().add(k * d);
             let mut c = 0;
             while c + 64 <= d {
-                values::<8, E>(w, offs, vp, (c, d), o.add(c));
+                values::<8, V>(w, offs, vp, (c, d, vu), o.add(c));
                 c += 64;
             }
             while c < d {
-                values::<1, E>(w, offs, vp, (c, d), o.add(c));
+                values::<1, V>(w, offs, vp, (c, d, vu), o.add(c));
                 c += 8;
             }
         }
@@ -185,25 +188,29 @@ unsafe fn chunk_rows<E: KvElem>(
     }
 }
 
-/// `o[..8·W] += Σ_j w_j · v_j` over 8·W columns from column `c` of the value rows (at `vp` + each key's row
-/// offset, `d` values a row), in key order, W accumulators kept in registers between the load and the store of `o`.
+/// `o[..8·W] += Σ_j w_j · v_j` over 8·W columns from column `c` of the value rows (row j at `vp` + its index
+/// times `units`, `d` values a row), in key order, W accumulators kept in registers between the load and the store
+/// of `o`.
 #[inline(always)]
 unsafe fn values<const W: usize, E: KvElem>(
     w: &[f32],
     offs: &[usize],
     vp: *const E,
-    (c, d): (usize, usize),
+    (c, d, units): (usize, usize, usize),
     o: *mut f32,
 ) {
     let mut acc: [__m256; W] = std::array::from_fn(|x| _mm256_loadu_ps(o.add(8 * x)));
-    // The 8·W columns lie in one run under one scale: a float row is one run; a q8_0 row's head size is a multiple
-    // of its 64-value runs (`KvEncoding::unfit`), so it is walked with W = 8 from multiples of 64.
-    debug_assert!(c % E::RUN.min(d) + 8 * W <= E::RUN.min(d));
+    // The 8·W columns lie in one run under one scale, or (runs shorter than 8·W: q4_0's 32) each group of 8 in
+    // one: a float row is one run, and a quantized row's head size is a multiple of its runs
+    // (`KvEncoding::unfit`), walked with W = 8 from multiples of 64.
+    let one_run = E::RUN >= 8 * W;
+    debug_assert!(!one_run || c % E::RUN.min(d) + 8 * W <= E::RUN.min(d));
     for (&w, &off) in w.iter().zip(offs) {
         let wv = _mm256_set1_ps(w);
-        let vr = vp.add(off);
+        let vr = vp.add(off * units);
         let s = E::scale8(vr, c, d);
         for (x, acc) in acc.iter_mut().enumerate() {
+            let s = if one_run { s } else { E::scale8(vr, c + 8 * x, d) };
             *acc = _mm256_fmadd_ps(wv, E::load8_scaled(vr, c + 8 * x, s), *acc);
         }
     }
