@@ -170,6 +170,38 @@ fn completions_prompt_shapes_echo_and_logprobs() {
     let joined: String = lp["tokens"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
     assert_eq!(joined, v["choices"][0]["text"].as_str().unwrap_or(""));
 
+    // echo with logprobs: every prompt token scored first (the first one null), then the same generated entries.
+    let plain = lp.clone();
+    let body = json!({"prompt": prompt, "max_tokens": 4, "ignore_eos": true, "logprobs": 2, "echo": true});
+    let v = ok(s.post("/v1/completions", &body));
+    let lp = &v["choices"][0]["logprobs"];
+    let p = ids.as_array().map(Vec::len).unwrap_or(0);
+    assert_eq!(lp["tokens"].as_array().map(Vec::len), Some(p + 4), "{lp}");
+    assert!(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null(), "{lp}");
+    for i in 1..p + 4 {
+        assert!(lp["token_logprobs"][i].as_f64().is_some_and(|x| x <= 0.0), "{i}: {lp}");
+        assert_eq!(lp["top_logprobs"][i].as_object().map(|o| o.len()), Some(2), "{i}: {lp}");
+    }
+    for i in 0..4 {
+        let (a, b) = (lp["token_logprobs"][p + i].as_f64(), plain["token_logprobs"][i].as_f64());
+        assert!(a.zip(b).is_some_and(|(a, b)| (a - b).abs() < 1e-3), "generated token {i}: {a:?} vs {b:?}");
+        assert_eq!(lp["tokens"][p + i], plain["tokens"][i]);
+    }
+    assert_eq!(lp["text_offset"][p].as_u64(), Some(prompt.chars().count() as u64), "{lp}");
+    assert_eq!(v["choices"][0]["text"], format!("{prompt}{text}").as_str());
+    // Streamed: the echo comes in one chunk with the prompt's entries, before the generated tokens.
+    let r = s.post(
+        "/v1/completions",
+        &json!({"stream": true, "prompt": prompt, "max_tokens": 2, "ignore_eos": true,
+        "logprobs": 1, "echo": true}),
+    );
+    let chunks = r.sse_json();
+    assert_eq!(chunks[0]["choices"][0]["text"], prompt, "{chunks:?}");
+    let first = &chunks[0]["choices"][0]["logprobs"];
+    assert_eq!(first["tokens"].as_array().map(Vec::len), Some(p), "{first}");
+    assert!(first["token_logprobs"][0].is_null() && first["token_logprobs"][1].as_f64().is_some(), "{first}");
+    assert_eq!(chunks[1]["choices"][0]["logprobs"]["text_offset"][0].as_u64(), Some(prompt.chars().count() as u64));
+
     // n choices.
     let v = ok(
         s.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 3, "n": 2, "temperature": 0.8, "seed": 1}))

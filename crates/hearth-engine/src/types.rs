@@ -69,6 +69,9 @@ pub struct Usage {
 pub enum EngineEvent {
     /// One generated token of choice `choice`.
     Token { choice: usize, id: u32, logprob: Option<f32>, top: Vec<TopLogprob> },
+    /// The log-probability of each prompt token after the first under the tokens before it, with the top
+    /// alternatives asked for (`SamplingParams::prompt_logprobs`): sent once per request, before its first token.
+    PromptLogprobs { logprobs: Vec<f32>, top: Vec<Vec<TopLogprob>> },
     /// Choice `choice` ended (the stop token, if any, was not emitted as a Token).
     Finished { choice: usize, reason: FinishReason, usage: Usage },
     /// The request failed inside the engine; no more events follow.

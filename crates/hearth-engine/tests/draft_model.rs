@@ -113,6 +113,7 @@ fn finish(eng: &EngineHandle, r: EngineRequest) -> (Vec<u32>, Usage) {
                 return (ids, usage);
             }
             EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
+            EngineEvent::PromptLogprobs { .. } => {}
         }
     }
 }

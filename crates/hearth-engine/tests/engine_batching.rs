@@ -129,6 +129,7 @@ fn n_choices_share_prompt_blocks_and_rejections_are_clear() {
         match s.blocking_next().unwrap() {
             EngineEvent::Finished { choice, usage, .. } => finished.push((choice, usage)),
             EngineEvent::Error { message, .. } => panic!("{message}"),
+            EngineEvent::PromptLogprobs { .. } => {}
             _ => {}
         }
     }

@@ -64,6 +64,7 @@ fn run(e: &EngineHandle, tok: &Tokenizer, r: EngineRequest) -> Vec<(String, Fini
             EngineEvent::Token { choice, id, .. } => ids[choice].push(id),
             EngineEvent::Finished { choice, reason, .. } => done[choice] = Some(reason),
             EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
+            EngineEvent::PromptLogprobs { .. } => {}
         }
     }
     ids.iter().zip(done).map(|(i, d)| (tok.decode(i, true), d.unwrap())).collect()
@@ -118,6 +119,7 @@ fn constrained_rows_follow_their_grammar_beside_free_rows() {
                 EngineEvent::Token { id, .. } => ids.push(id),
                 EngineEvent::Finished { reason, .. } => break reason,
                 EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
+                EngineEvent::PromptLogprobs { .. } => {}
             }
         };
         out.push((tok.decode(&ids, true), reason));

@@ -39,6 +39,7 @@ fn run(eng: &EngineHandle, r: EngineRequest) -> (Vec<u32>, FinishReason, Usage) 
             EngineEvent::Token { id, .. } => ids.push(id),
             EngineEvent::Finished { reason, usage, .. } => return (ids, reason, usage),
             EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
+            EngineEvent::PromptLogprobs { .. } => {}
         }
     }
 }

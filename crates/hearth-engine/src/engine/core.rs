@@ -54,6 +54,7 @@ fn emit(updates: impl Iterator<Item = Update>) {
             Outcome::Token { choice, sampled } => {
                 EngineEvent::Token { choice, id: sampled.id, logprob: sampled.logprob, top: sampled.top }
             }
+            Outcome::PromptLogprobs { logprobs, top } => EngineEvent::PromptLogprobs { logprobs, top },
             Outcome::Finished { choice, reason, usage } => EngineEvent::Finished { choice, reason, usage },
             Outcome::Failed { kind, message } => EngineEvent::Error { kind, message },
         };

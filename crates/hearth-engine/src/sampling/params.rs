@@ -29,6 +29,10 @@ pub struct SamplingParams {
     pub seed: Option<u64>,
     /// Return log-probabilities with this many top alternatives (0 = only the chosen token's).
     pub logprobs: Option<usize>,
+    /// Return every prompt token's log-probability (after the first) with this many top alternatives: the prompt
+    /// is computed in full (no prompt-cache hit) with logits at every position.
+    #[serde(default)]
+    pub prompt_logprobs: Option<usize>,
 }
 
 impl Default for SamplingParams {
@@ -47,6 +51,7 @@ impl Default for SamplingParams {
             xtc_threshold: 0.1,
             seed: None,
             logprobs: None,
+            prompt_logprobs: None,
         }
     }
 }
@@ -103,6 +108,9 @@ impl SamplingParams {
         }
         if self.logprobs.is_some_and(|n| n > MAX_TOP_LOGPROBS) {
             return bad(format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}"));
+        }
+        if self.prompt_logprobs.is_some_and(|n| n > MAX_TOP_LOGPROBS) {
+            return bad(format!("prompt logprobs may list at most {MAX_TOP_LOGPROBS} alternatives"));
         }
         Ok(())
     }

@@ -36,6 +36,26 @@ pub fn argmax(xs: &[f32]) -> usize {
     best
 }
 
+/// The log-probability of `id` under `logits` (raw: before any sampling transform) and the `k` most likely
+/// tokens with theirs, best first (ties by id).
+pub fn scored(logits: &[f32], id: u32, k: usize) -> (f32, Vec<TopLogprob>) {
+    let lp = log_softmax(logits);
+    (lp.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY), top_of(&lp, k))
+}
+
+/// The `k` best entries of log-probabilities `lp`, best first (ties by id).
+fn top_of(lp: &[f32], k: usize) -> Vec<TopLogprob> {
+    let mut idx: Vec<usize> = (0..lp.len()).collect();
+    let k = k.min(lp.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    idx.select_nth_unstable_by(k - 1, |&a, &b| lp[b].total_cmp(&lp[a]).then(a.cmp(&b)));
+    idx.truncate(k);
+    idx.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]).then(a.cmp(&b)));
+    idx.into_iter().map(|i| TopLogprob { id: i as u32, logprob: lp[i] }).collect()
+}
+
 fn log_softmax(xs: &[f32]) -> Vec<f32> {
     let m = xs.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
     let lse = m + xs.iter().map(|&x| ((x - m) as f64).exp()).sum::<f64>().ln() as f32;
@@ -67,16 +87,7 @@ impl Sampler {
         let (logprob, top) = match self.params.logprobs {
             Some(k) => {
                 let lp = log_softmax(logits);
-                let mut idx: Vec<usize> = (0..lp.len()).collect();
-                let k = k.min(lp.len());
-                if k > 0 {
-                    idx.select_nth_unstable_by(k - 1, |&a, &b| lp[b].total_cmp(&lp[a]).then(a.cmp(&b)));
-                    idx.truncate(k);
-                    idx.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]).then(a.cmp(&b)));
-                } else {
-                    idx.clear();
-                }
-                let top = idx.into_iter().map(|i| TopLogprob { id: i as u32, logprob: lp[i] }).collect();
+                let top = top_of(&lp, k);
                 (Some(lp), top)
             }
             None => (None, Vec::new()),

@@ -33,6 +33,7 @@ fn run_one(c: &mut EngineCore<FakeRunner>, next: &mut usize, req: &EngineRequest
             EngineEvent::Token { id, .. } => tokens.push(id),
             EngineEvent::Finished { usage, .. } => cached = Some(usage.cached_tokens),
             EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
+            EngineEvent::PromptLogprobs { .. } => {}
         }
     }
     (tokens, cached.expect("the request finished"))

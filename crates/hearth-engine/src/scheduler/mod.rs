@@ -134,7 +134,7 @@ impl Scheduler {
         self.drop_cancelled();
         self.kv.demote_idle();
         self.admit();
-        for s in &mut self.running {
+        for s in self.running.iter_mut().filter(|s| s.prompt_scores.is_none()) {
             self.kv.extend_hit(&mut s.kv, &s.tokens, s.prompt_len);
         }
         let pieces = self.plan_pieces();
@@ -156,16 +156,20 @@ impl Scheduler {
                 let own = n - s.draft.len();
                 let mut tokens = s.tokens[computed..computed + own].to_vec();
                 tokens.extend_from_slice(&s.draft);
+                let decoding = computed >= s.prompt_len;
+                // A row scoring its prompt wants every prompt position's logits.
+                let prompt_logits = s.prompt_scores.is_some() && !decoding;
                 Some(PlannedRow {
                     slot,
                     pos0: computed,
                     tokens,
                     blocks: s.kv.blocks.clone(),
                     samples: computed + own >= s.tokens.len(),
-                    greedy,
-                    masked,
-                    decoding: computed >= s.prompt_len,
-                    logits: 1 + s.draft.len(),
+                    greedy: greedy && !prompt_logits,
+                    masked: masked && !prompt_logits,
+                    decoding,
+                    logits: if prompt_logits { own } else { 1 + s.draft.len() },
+                    scores_prompt: prompt_logits,
                 })
             })
             .collect();
@@ -229,7 +233,11 @@ impl Scheduler {
                 self.fail(s, "the request can never fit in the KV cache");
                 continue;
             }
-            let hit = self.kv.lookup(&s.tokens, s.kv.skip_cold);
+            // A row that scores its prompt computes all of it: no cached prefix.
+            let hit = match s.prompt_scores {
+                Some(_) => crate::kv::Hit::miss(),
+                None => self.kv.lookup(&s.tokens, s.kv.skip_cold),
+            };
             if hit.room(total) > self.kv.num_free().saturating_sub(promised) {
                 self.kv.release_hit(hit);
                 self.waiting.push_front(s);
@@ -256,6 +264,11 @@ impl Scheduler {
     fn requeue(&mut self, mut s: Sequence) {
         self.kv.reset_row(s.slot, &mut s.kv);
         s.draft.clear();
+        // prompt scores not yet sent are scored again as the prompt is recomputed
+        if let Some(p) = s.prompt_scores.as_mut() {
+            p.logprobs.clear();
+            p.top.clear();
+        }
         let pos = self.waiting.iter().position(|w| w.arrival > s.arrival).unwrap_or(self.waiting.len());
         self.waiting.insert(pos, s);
     }

@@ -11,6 +11,8 @@ use tokio::sync::mpsc::UnboundedSender;
 pub enum Outcome {
     /// It generated a token.
     Token { choice: usize, sampled: Sampled },
+    /// Its request's prompt log-probabilities (one per prompt token after the first).
+    PromptLogprobs { logprobs: Vec<f32>, top: Vec<Vec<crate::sampling::TopLogprob>> },
     /// It ended.
     Finished { choice: usize, reason: FinishReason, usage: Usage },
     /// The request failed (`kind`: whose fault, which decides what the client is told).
@@ -27,6 +29,11 @@ pub struct Update {
 impl Update {
     pub fn token(s: &Sequence, sampled: Sampled) -> Self {
         Self { to: s.tx.clone(), outcome: Outcome::Token { choice: s.choice, sampled } }
+    }
+
+    /// The request's prompt log-probabilities.
+    pub fn prompt_logprobs(s: &Sequence, p: super::sequence::PromptScores) -> Self {
+        Self { to: s.tx.clone(), outcome: Outcome::PromptLogprobs { logprobs: p.logprobs, top: p.top } }
     }
 
     /// The row ended for `reason`, with its usage so far.

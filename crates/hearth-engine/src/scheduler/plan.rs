@@ -24,9 +24,12 @@ pub struct PlannedRow {
     pub masked: bool,
     /// The row's prompt was already computed before this step (it decodes one token, and its draft if any).
     pub decoding: bool,
-    /// The trailing positions whose logits the step returns: 1, or 1 + the drafted tokens a speculating row
-    /// verifies (its last `logits - 1` tokens are the draft).
+    /// The trailing positions whose logits the step returns: 1, 1 + the drafted tokens a speculating row
+    /// verifies (its last `logits - 1` tokens are the draft), or every token of a prompt piece of a row that
+    /// scores its prompt.
     pub logits: usize,
+    /// A prompt piece of a row that scores its prompt: its logits go to the host (not `greedy`, not `masked`).
+    pub scores_prompt: bool,
 }
 
 /// A step: block transfers first (planned by the KV cache manager), then the rows, packed in this order.
@@ -54,12 +57,12 @@ impl StepPlan {
 
     /// Every row whose output is sampled samples plain greedy (so the device may choose the tokens).
     pub fn greedy_only(&self) -> bool {
-        self.rows.iter().all(|r| !r.samples || r.greedy)
+        self.rows.iter().all(|r| (!r.samples || r.greedy) && !r.scores_prompt)
     }
 
     /// Every row whose output is sampled picks greedily, plainly or under a grammar's mask.
     pub fn greedy_or_masked(&self) -> bool {
-        self.rows.iter().all(|r| !r.samples || r.greedy || r.masked)
+        self.rows.iter().all(|r| (!r.samples || r.greedy || r.masked) && !r.scores_prompt)
     }
 
     /// (slot, pos0, new tokens) per row, in packing order.

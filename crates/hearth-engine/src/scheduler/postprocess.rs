@@ -41,8 +41,14 @@ impl Scheduler {
             let Some(i) = self.index_of(row.slot) else { continue };
             let mut s = self.running.remove(i);
             let (prompt, before) = (s.prompt_len, s.kv.computed);
+            if row.scores_prompt {
+                if let Err(why) = score_prompt(&mut s, row, out, r) {
+                    self.fail(s, why);
+                    continue;
+                }
+            }
             // A speculating row's drafted tokens count once verification keeps them.
-            s.kv.computed += row.tokens.len() - (row.logits - 1);
+            s.kv.computed += row.tokens.len() - s.draft.len();
             self.stats.prompt_tokens_processed_total += (s.kv.computed.min(prompt) - before.min(prompt)) as u64;
             self.kv.register_computed(&mut s.kv, &s.tokens);
             if s.pending() > 0 {
@@ -57,7 +63,11 @@ impl Scheduler {
                 }
                 continue;
             }
-            let Some(pick) = out.row(r) else {
+            if let Some(p) = s.prompt_scores.take() {
+                self.updates.push(Update::prompt_logprobs(&s, p));
+            }
+            // its sample is at its last output (a row scoring its prompt has one per prompt position)
+            let Some(pick) = out.row(r + row.logits - 1) else {
                 self.fail(s, "the step returned no output for a row");
                 continue;
             };
@@ -184,4 +194,22 @@ impl Scheduler {
             note_mask(&mut self.stats, t);
         }
     }
+}
+
+/// Score a prompt piece's tokens: output `r + j` is the distribution after position `pos0 + j`, so it scores the
+/// prompt token at `pos0 + j + 1` (the last output of the final piece is the first sample, scoring nothing).
+fn score_prompt(s: &mut Sequence, row: &super::plan::PlannedRow, out: &StepOutput, r: usize) -> Result<(), String> {
+    let Some(scores) = s.prompt_scores.as_mut() else { return Ok(()) };
+    let StepOutput::Logits(logits) = out else { return Err("the step returned no logits to score the prompt".into()) };
+    for j in 0..row.logits {
+        let target = row.pos0 + j + 1;
+        if target >= s.prompt_len {
+            break;
+        }
+        let l = logits.get(r + j).ok_or("the step returned too few outputs to score the prompt")?;
+        let (lp, top) = crate::sampling::sampler::scored(l, s.tokens[target], scores.top_k);
+        scores.logprobs.push(lp);
+        scores.top.push(top);
+    }
+    Ok(())
 }

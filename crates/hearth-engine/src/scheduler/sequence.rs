@@ -36,6 +36,18 @@ pub struct Sequence {
     pub spec: Option<RowSpec>,
     /// The drafted tokens this step verifies (empty when it does not speculate this step).
     pub draft: Vec<u32>,
+    /// While the request's prompt log-probabilities are owed (choice 0 only): those scored so far, one per prompt
+    /// position after the first. Such a row computes its whole prompt, with logits at every position.
+    pub prompt_scores: Option<PromptScores>,
+}
+
+/// Prompt log-probabilities as they are scored: one entry per prompt token after the first.
+#[derive(Debug, Default)]
+pub struct PromptScores {
+    /// Alternatives wanted per position.
+    pub top_k: usize,
+    pub logprobs: Vec<f32>,
+    pub top: Vec<Vec<crate::sampling::TopLogprob>>,
 }
 
 impl Sequence {
@@ -77,6 +89,11 @@ impl Sequence {
                     cancel: flag.clone(),
                     spec: RowSpec::new(spec, &req.spec),
                     draft: Vec::new(),
+                    prompt_scores: req
+                        .sampling
+                        .prompt_logprobs
+                        .filter(|_| choice == 0)
+                        .map(|top_k| PromptScores { top_k, ..Default::default() }),
                 }
             })
             .collect();

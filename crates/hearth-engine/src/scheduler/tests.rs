@@ -172,6 +172,7 @@ pub(super) fn drain(s: &mut RequestStream, n: usize) -> Vec<(Vec<u32>, Option<Fi
             EngineEvent::Token { choice, id, .. } => out[choice].0.push(id),
             EngineEvent::Finished { choice, reason, .. } => out[choice].1 = Some(reason),
             EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
+            EngineEvent::PromptLogprobs { .. } => {}
         }
     }
     out

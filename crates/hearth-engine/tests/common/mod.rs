@@ -38,6 +38,7 @@ pub fn collect(mut s: hearth_engine::engine::RequestStream) -> (Vec<u32>, hearth
             EngineEvent::Token { id, .. } => ids.push(id),
             EngineEvent::Finished { reason, .. } => return (ids, reason),
             EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
+            EngineEvent::PromptLogprobs { .. } => {}
         }
     }
 }

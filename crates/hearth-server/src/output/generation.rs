@@ -45,8 +45,19 @@ pub enum Event {
     /// `choice` ended; `text` is what was still held. `reason` is `stop` or `length`; `stop_sequence` is the stop
     /// string that ended it, if one did.
     Finish { choice: usize, text: String, reason: &'static str, stop_sequence: Option<String> },
+    /// The prompt's log-probabilities (asked for with `SamplingParams::prompt_logprobs`), for the choices
+    /// `choices` of its prompt: one per prompt token after the first, with the top alternatives. Before their
+    /// first token.
+    Prompt { choices: std::ops::Range<usize>, scores: PromptScores },
     /// The engine failed; nothing more follows.
     Error(ApiError),
+}
+
+/// A prompt's scores: each prompt token's log-probability after the first, and its top alternatives.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PromptScores {
+    pub logprobs: Vec<f32>,
+    pub top: Vec<Vec<TopLogprob>>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -224,6 +235,10 @@ impl<'a> Generation<'a> {
                 let choice = job.first_choice + choice;
                 self.pending.push_back(Event::Finish { choice, text: out.text, reason, stop_sequence });
             }
+            Some(EngineEvent::PromptLogprobs { logprobs, top }) => {
+                let choices = job.first_choice..job.first_choice + job.choices.len();
+                self.pending.push_back(Event::Prompt { choices, scores: PromptScores { logprobs, top } });
+            }
             Some(EngineEvent::Error { kind, message }) => {
                 self.failed = true;
                 self.pending.push_back(Event::Error(ApiError::engine(kind, message)));
@@ -272,6 +287,8 @@ pub struct ChoiceResult {
     pub finish_reason: &'static str,
     /// The stop string that ended it, if one did.
     pub stop_sequence: Option<String>,
+    /// Its prompt's scores, when asked for.
+    pub prompt: Option<PromptScores>,
 }
 
 /// Run to the end and collect every choice (non-streaming). `Err` carries the engine's message.
@@ -290,6 +307,11 @@ pub async fn collect(mut g: Generation<'_>) -> Result<(Vec<ChoiceResult>, UsageT
                     c.text.push_str(&text);
                     c.finish_reason = reason;
                     c.stop_sequence = stop_sequence;
+                }
+            }
+            Event::Prompt { choices, scores } => {
+                for c in out.iter_mut().take(choices.end).skip(choices.start) {
+                    c.prompt = Some(scores.clone());
                 }
             }
             Event::Error(e) => return Err(e),

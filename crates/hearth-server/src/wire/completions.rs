@@ -108,14 +108,25 @@ pub struct CompletionChoice {
     pub token_ids: Option<Vec<u32>>,
 }
 
-/// Completions' log-probabilities: parallel lists, one entry per generated token.
+/// Completions' log-probabilities: parallel lists, one entry per token (an echoed prompt's tokens first: the
+/// first of them has no log-probability, `null`).
 #[derive(Debug, Default, Serialize)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
-    pub token_logprobs: Vec<f32>,
-    pub top_logprobs: Vec<TopLogprobs>,
+    pub token_logprobs: Vec<Option<f32>>,
+    pub top_logprobs: Vec<Option<TopLogprobs>>,
     /// Character offset in the choice's `text` where each token's text was released.
     pub text_offset: Vec<usize>,
+}
+
+impl CompletionLogprobs {
+    /// `self`'s entries followed by `more`'s.
+    pub fn append(&mut self, more: CompletionLogprobs) {
+        self.tokens.extend(more.tokens);
+        self.token_logprobs.extend(more.token_logprobs);
+        self.top_logprobs.extend(more.top_logprobs);
+        self.text_offset.extend(more.text_offset);
+    }
 }
 
 /// `{"token": logprob, ...}` in rank order; a token text seen twice keeps its first (higher) value.

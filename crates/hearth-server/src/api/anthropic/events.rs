@@ -141,7 +141,7 @@ impl ChunkFormat for MessageEvents {
                 self.stop_sequence = stop_sequence;
                 out
             }
-            Event::Error(_) => Vec::new(),
+            Event::Error(_) | Event::Prompt { .. } => Vec::new(),
         }
     }
 

@@ -197,7 +197,7 @@ impl ChunkFormat for ChatChunks {
                 out.push(self.chunk(done));
                 out
             }
-            Event::Error(_) => Vec::new(),
+            Event::Error(_) | Event::Prompt { .. } => Vec::new(),
         }
     }
 

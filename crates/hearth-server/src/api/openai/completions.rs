@@ -78,11 +78,10 @@ async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Resp
     // The ids come with each token's log-probability.
     g.sampling.logprobs = if token_ids { want.or(Some(0)) } else { want };
     let echo = o.echo.unwrap_or(false);
-    if echo && want.is_some() {
-        return Err(ApiError::param(
-            "echo",
-            "`echo` with `logprobs` is not supported (prompt log-probabilities are not computed)",
-        ));
+    // `echo` with `logprobs`: the prompt's tokens are scored too (computed in full, no prompt-cache hit).
+    let score_prompt = echo && want.is_some();
+    if score_prompt {
+        g.sampling.prompt_logprobs = want;
     }
     if o.suffix.is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::param("suffix", "`suffix` (insertion) is not supported"));
@@ -105,15 +104,19 @@ async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Resp
     .await?;
     let (reqs, texts): (Vec<_>, Vec<_>) = prepared.into_iter().unzip();
     let prompt_tokens: Vec<usize> = reqs.iter().map(|r| r.prompt.len()).collect();
+    let prompt_ids: Vec<Vec<u32>> =
+        reqs.iter().map(|r| if score_prompt { r.prompt.clone() } else { Vec::new() }).collect();
     // Every prompt is queued, or none.
     let streams = ready.engine.submit_all(reqs).await.map_err(|e| g.submit_error(e))?;
     let mut jobs = Vec::with_capacity(streams.len());
     let mut echoes = Vec::with_capacity(streams.len() * g.n);
-    for ((stream, prompt_tokens), text) in streams.into_iter().zip(prompt_tokens).zip(texts) {
+    for (((stream, prompt_tokens), text), ids) in streams.into_iter().zip(prompt_tokens).zip(texts).zip(prompt_ids) {
         tracing::info!(prompt_tokens, n = g.n, stream = g.stream, "accepted");
         jobs.push(Job { stream, prompt_tokens, n: g.n });
         for _ in 0..g.n {
-            echoes.push(if echo { text.clone() } else { String::new() });
+            let text = if echo { text.clone() } else { String::new() };
+            let ids = if score_prompt { ids.clone() } else { Vec::new() };
+            echoes.push(Echo { chars: text.chars().count(), text, ids });
         }
     }
     let text = g.text_options(false);
@@ -129,23 +132,42 @@ async fn run(st: AppState, req: CompletionRequest, id: String) -> ApiResult<Resp
         .into_iter()
         .zip(echoes)
         .enumerate()
-        .map(|(index, (c, echo))| CompletionChoice {
-            index,
-            logprobs: want.map(|_| logprobs::completion(&tok, &c.logprobs, 0)),
-            text: echo + &c.text,
-            finish_reason: Some(c.finish_reason),
-            token_ids: token_ids.then(|| c.logprobs.iter().map(|t| t.id).collect()),
+        .map(|(index, (c, echo))| {
+            let logprobs = want.map(|_| {
+                let mut lp = match &c.prompt {
+                    Some(scores) => logprobs::prompt(&tok, &echo.ids, scores),
+                    None => Default::default(),
+                };
+                lp.append(logprobs::completion(&tok, &c.logprobs, echo.chars));
+                lp
+            });
+            CompletionChoice {
+                index,
+                logprobs,
+                text: echo.text + &c.text,
+                finish_reason: Some(c.finish_reason),
+                token_ids: token_ids.then(|| c.logprobs.iter().map(|t| t.id).collect()),
+            }
         })
         .collect();
     tracing::info!(completion_tokens = usage.completion_tokens, "done");
     Ok(Json(crate::wire::Response::new(&meta, OBJECT, choices, usage.into())).into_response())
 }
 
+/// What a choice echoes of its prompt: its text (`echo`; else empty) and, when the prompt is scored (`echo` with
+/// `logprobs`), its token ids (else empty).
+struct Echo {
+    text: String,
+    ids: Vec<u32>,
+    /// Characters of the echoed text: where the generated text's offsets start.
+    chars: usize,
+}
+
 /// `text_completion` stream chunks.
 struct CompletionChunks {
     meta: ResponseMeta,
-    /// Per choice: the prompt text to send first (`echo`), else empty.
-    echoes: Vec<String>,
+    /// Per choice: what it echoes. An echo is sent first, or with its prompt's scores when they are wanted.
+    echoes: Vec<Echo>,
     include_usage: bool,
 }
 
@@ -170,13 +192,11 @@ impl ChunkFormat for CompletionChunks {
     type Chunk<'a> = Chunk<'a, CompletionChoice>;
 
     fn start(&mut self) -> Vec<Self::Chunk<'_>> {
-        let echoes = std::mem::take(&mut self.echoes);
-        echoes
-            .into_iter()
-            .enumerate()
-            .filter(|(_, e)| !e.is_empty())
-            .map(|(i, e)| self.chunk(i, e, None, None))
-            .collect()
+        let texts: Vec<(usize, String)> = (self.echoes.iter_mut().enumerate())
+            .filter(|(_, e)| !e.text.is_empty() && e.ids.is_empty())
+            .map(|(i, e)| (i, std::mem::take(&mut e.text)))
+            .collect();
+        texts.into_iter().map(|(i, text)| self.chunk(i, text, None, None)).collect()
     }
 
     fn event(&mut self, tok: &Tokenizer, ev: Event) -> Vec<Self::Chunk<'_>> {
@@ -185,10 +205,20 @@ impl ChunkFormat for CompletionChunks {
                 if text.is_empty() && logprob.is_none() {
                     return Vec::new();
                 }
-                let lp = logprob.map(|l| logprobs::completion(tok, std::slice::from_ref(&l), 0));
+                let shift = self.echoes.get(choice).map_or(0, |e| e.chars);
+                let lp = logprob.map(|l| logprobs::completion(tok, std::slice::from_ref(&l), shift));
                 vec![self.chunk(choice, text, lp, None)]
             }
             Event::Finish { choice, text, reason, .. } => vec![self.chunk(choice, text, None, Some(reason))],
+            Event::Prompt { choices, scores } => {
+                let mut out = Vec::new();
+                for i in choices {
+                    let Some(e) = self.echoes.get_mut(i) else { continue };
+                    let (text, ids) = (std::mem::take(&mut e.text), std::mem::take(&mut e.ids));
+                    out.push((i, text, logprobs::prompt(tok, &ids, &scores)));
+                }
+                out.into_iter().map(|(i, text, lp)| self.chunk(i, text, Some(lp), None)).collect()
+            }
             Event::Error(_) => Vec::new(),
         }
     }

@@ -205,7 +205,7 @@ impl ChunkFormat for ResponseEvents {
                 self.finish_reason = reason;
                 out
             }
-            Event::Error(_) => Vec::new(),
+            Event::Error(_) | Event::Prompt { .. } => Vec::new(),
         }
     }
 

@@ -107,7 +107,7 @@ async fn forward(
                         finished >= choices
                     }
                     EngineEvent::Error { .. } => true,
-                    EngineEvent::Token { .. } => false,
+                    EngineEvent::Token { .. } | EngineEvent::PromptLogprobs { .. } => false,
                 };
                 if out.send(ToParent::Event { id, event }).is_err() || last {
                     break;

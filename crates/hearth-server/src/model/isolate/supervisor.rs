@@ -393,7 +393,7 @@ async fn route(rd: &mut tokio::net::unix::OwnedReadHalf, table: &Mutex<Table>) -
                         p.choices_left == 0
                     }
                     EngineEvent::Error { .. } => true,
-                    EngineEvent::Token { .. } => false,
+                    EngineEvent::Token { .. } | EngineEvent::PromptLogprobs { .. } => false,
                 };
                 let _ = p.events.send(event);
                 if last {
