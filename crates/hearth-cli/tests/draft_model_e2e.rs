@@ -1,7 +1,7 @@
 //! `hearth serve --draft-model`: SmolLM2 drafting for itself serves the same answers as without speculation and
 //! reports the drafts it kept; a prediction given as token ids (with the ids from `return_token_ids`) is kept;
 //! a draft model with another tokenizer, or `--speculative draft` without one, stops the server at start with a
-//! clear message.
+//! clear message; an encoded KV cache speculates the same way in an isolated engine.
 
 mod support;
 
@@ -52,6 +52,27 @@ fn a_draft_model_drafts_and_a_prediction_may_be_token_ids() {
         assert_eq!(r.status, 400, "{}", r.text());
         assert_eq!(error_of(&r)["param"], param, "{}", r.text());
     }
+}
+
+/// An encoded KV cache (turbo:k8v3, for the target and the draft model) in an isolated engine: speculation keeps
+/// nearly every drafted token and answers as the same engine does without it; `/stats` names the encoding.
+#[test]
+fn an_encoded_cache_speculates_in_an_isolated_engine() {
+    let s = Server::start(
+        &["--draft-model", "smollm2-135m", "--speculative", "draft", "--kv-cache-dtype", "turbo:k8v3", "--isolate"],
+        &[],
+    );
+    let ask = |spec: bool| {
+        let body = json!({"prompt": "Once upon a time, in a small village,", "max_tokens": 40, "temperature": 0,
+            "ignore_eos": true, "speculative": spec});
+        ok(s.post("/v1/completions", &body))
+    };
+    let (plain, drafted) = (ask(false), ask(true));
+    assert_eq!(drafted["choices"][0]["text"], plain["choices"][0]["text"]);
+    let (kept, rejected) = details(&drafted);
+    assert!(kept >= 20 && kept >= 4 * rejected, "{}", drafted["usage"]);
+    let stats = ok(s.get("/stats"));
+    assert_eq!(stats["kv_cache_dtype"], "turbo:k8v3", "{stats}");
 }
 
 #[test]

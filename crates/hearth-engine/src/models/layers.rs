@@ -43,11 +43,21 @@ impl<'a> Loader<'a> {
     /// The KV cache's encoding: `--kv-cache-dtype`'s (an error where this device or model cannot keep it), else
     /// the activations' dtype under `dequantize` (exact reference math), else [`crate::attention::kv_dtype`]'s
     /// choice for this device.
+    /// A model whose attention has biases (Qwen2) gets a warning with keys of fewer than 8 bits: its keys carry
+    /// channels in the hundreds that 4-bit rounding cannot keep apart (docs/benchmarks.md, "KV cache encodings").
     pub fn kv_encoding(&self) -> Result<crate::kv::KvEncoding> {
-        match self.kv_cache {
-            None if self.dequantize => Ok(self.dtype.into()),
-            choice => crate::attention::kv_encoding(choice, self.dtype, self.device, self.cfg.head_dim),
+        let enc = match self.kv_cache {
+            None if self.dequantize => self.dtype.into(),
+            choice => crate::attention::kv_encoding(choice, self.dtype, self.device, self.cfg.head_dim)?,
+        };
+        if enc.key.is_quantized() && enc.key.bits() < 8 && self.cfg.attention_bias {
+            tracing::warn!(
+                "--kv-cache-dtype {}: this model's attention has biases, and keys of fewer than 8 bits lose it \
+                 (its answers degrade badly); q8_0, turbo:k8v4 or turbo:k8v3 keep 8-bit keys",
+                enc.name()
+            );
         }
+        Ok(enc)
     }
 
     pub fn linear(&self, prefix: &str, bias: bool) -> Result<Linear> {
