@@ -42,9 +42,7 @@ impl<'a> Loader<'a> {
     }
     /// The KV cache's encoding: `--kv-cache-dtype`'s (an error where this device or model cannot keep it), else
     /// the activations' dtype under `dequantize` (exact reference math), else [`crate::attention::kv_dtype`]'s
-    /// choice for this device.
-    /// A model whose attention has biases (Qwen2) gets a warning with keys of fewer than 8 bits: its keys carry
-    /// channels in the hundreds that 4-bit rounding cannot keep apart (docs/benchmarks.md, "KV cache encodings").
+    /// choice for this device. Keys under 8 bits on a model with attention biases (Qwen2) get a warning.
     pub fn kv_encoding(&self) -> Result<crate::kv::KvEncoding> {
         let enc = match self.kv_cache {
             None if self.dequantize => self.dtype.into(),
