@@ -33,7 +33,7 @@ fn open_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Arc<SsdSt
         kv_heads: c.num_kv_heads,
         head_dim: c.head_dim,
         block_size: cfg.kv_block_size,
-        dtype: enc.name().into(),
+        dtype: enc.name(),
         dtype_size: enc.storage_dtype().size_in_bytes(),
     };
     let key = format!("{:032x}/{layout:?}", cfg.cache.namespace);
@@ -60,7 +60,7 @@ pub fn start_with_draft(
     let max_positions = model.max_positions();
     let info = EngineInfo {
         kv_capacity_bytes: crate::sizing::kv_bytes(model.as_ref(), cfg.kv_blocks, cfg.kv_block_size),
-        kv_cache_dtype: model.kv_encoding().name().into(),
+        kv_cache_dtype: model.kv_encoding().name(),
         ..EngineInfo::new(model.config().vocab_size, max_positions, &cfg)
     };
     let cold = cfg.cache.ssd.as_ref().filter(|_| cfg.cache.max_blocks > 0).map(|s| open_ssd(model.as_ref(), &cfg, s));
