@@ -171,7 +171,7 @@ fn completions_prompt_shapes_echo_and_logprobs() {
     assert_eq!(joined, v["choices"][0]["text"].as_str().unwrap_or(""));
 
     // echo with logprobs: every prompt token scored first (the first one null), then the same generated entries.
-    let plain = lp.clone();
+    let (plain, plain_text) = (lp.clone(), v["choices"][0]["text"].as_str().unwrap_or("").to_string());
     let body = json!({"prompt": prompt, "max_tokens": 4, "ignore_eos": true, "logprobs": 2, "echo": true});
     let v = ok(s.post("/v1/completions", &body));
     let lp = &v["choices"][0]["logprobs"];
@@ -188,7 +188,7 @@ fn completions_prompt_shapes_echo_and_logprobs() {
         assert_eq!(lp["tokens"][p + i], plain["tokens"][i]);
     }
     assert_eq!(lp["text_offset"][p].as_u64(), Some(prompt.chars().count() as u64), "{lp}");
-    assert_eq!(v["choices"][0]["text"], format!("{prompt}{text}").as_str());
+    assert_eq!(v["choices"][0]["text"], format!("{prompt}{plain_text}").as_str());
     // Streamed: the echo comes in one chunk with the prompt's entries, before the generated tokens.
     let r = s.post(
         "/v1/completions",
