@@ -116,14 +116,10 @@ impl KvEncoding {
 
     /// The name `--kv-cache-dtype` takes (`parse(name())` gives it back).
     pub fn name(&self) -> String {
-        let float = |c: RowCode| match c {
-            RowCode::F32 => Some("f32"),
-            RowCode::F16 => Some("f16"),
-            RowCode::BF16 => Some("bf16"),
-            _ => None,
-        };
         match (self.key, self.value) {
-            (k, v) if k == v && float(k).is_some() => float(k).unwrap_or_default().into(),
+            (RowCode::F32, RowCode::F32) => "f32".into(),
+            (RowCode::F16, RowCode::F16) => "f16".into(),
+            (RowCode::BF16, RowCode::BF16) => "bf16".into(),
             (RowCode::Q8_0, RowCode::Q8_0) => "q8_0".into(),
             (RowCode::Q4_0, RowCode::Q4_0) => "q4_0".into(),
             (k, v) => format!("turbo:k{}v{}", k.bits(), v.bits()),

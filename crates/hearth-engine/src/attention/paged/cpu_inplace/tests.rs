@@ -151,6 +151,23 @@ fn an_encoded_cache_reads_exactly_its_decoded_values() {
     }
 }
 
+/// Every encoding `--kv-cache-dtype` accepts has a kernel (one missing would fail requests, not the start): each
+/// attends, and differs from the f32 cache by its rounding.
+#[test]
+fn every_encoding_that_parses_attends() {
+    let (h, kvh, d, n) = (4, 2, 64, 40);
+    let (q, k, v) = (rnd((n, h, d), 0.1), rnd((n, kvh, d), 0.2), rnd((n, kvh, d), 0.3));
+    let p = AttnParams { scale: 0.2, window: None, softcap: None };
+    let exact = run_in(attend, DType::F32, [&q, &k, &v], &[(0, n)], &p);
+    let mut names = vec!["q8_0".to_string(), "q4_0".to_string()];
+    names.extend([8, 4, 3, 2].iter().flat_map(|k| [8, 4, 3, 2].map(|v| format!("turbo:k{k}v{v}"))));
+    for name in names {
+        let Ok(Some(enc)) = KvEncoding::parse(&name) else { continue };
+        let got = run_in(attend, enc, [&q, &k, &v], &[(0, n)], &p);
+        assert!(got != exact && got.iter().flatten().all(|x| x.is_finite()), "{name}");
+    }
+}
+
 /// Past one chunk of keys: the partials folded in chunk order match the gather backend, and a token gets the
 /// same bits whether its chunks were folded by one unit (a prompt piece) or split over threads and folded
 /// afterwards (a row decoded alone), with and without a window that starts mid-chunk.
