@@ -1,5 +1,6 @@
 //! With the `cuda` feature: compile hearth's CUDA kernels (src/attention/cuda/{paged_attention,prefill_tc,decode_cluster}.cu, src/gpu/fused.cu,
-//! src/gpu/gemv.cu, src/gpu/argmax.cu) to PTX with the CUDA toolchain's nvcc
+//! src/gpu/gemv.cu, src/gpu/argmax.cu, and src/attention/cuda/paged_encoded.cu once per encoded-cache module) to PTX
+//! with the CUDA toolchain's nvcc
 //! (`$CUDA_HOME/bin/nvcc`, else `nvcc` on PATH) for `CUDA_COMPUTE_CAP` (default 90). scripts/build-cuda sets both.
 use std::path::PathBuf;
 use std::process::Command;
@@ -13,6 +14,8 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     println!("cargo:rerun-if-changed=src/gpu/common.cuh");
     println!("cargo:rerun-if-changed=src/attention/cuda/attn_common.cuh");
+    println!("cargo:rerun-if-changed=src/attention/cuda/kv_codes.cuh");
+    println!("cargo:rerun-if-changed=src/attention/cuda/prefill_tc.cuh");
     // The compute capability the PTX targets: gpu/launch.rs enables PDL only when the kernels' griddepcontrol
     // instructions are compiled in (sm_90+), whatever GPU the binary later runs on.
     println!("cargo:rustc-env=HEARTH_PTX_CAP={}", std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "90".into()));
@@ -24,13 +27,39 @@ fn main() {
         "src/gpu/gemv.cu",
         "src/gpu/argmax.cu",
     ] {
-        ptx(src);
+        ptx(src, None, &[]);
+    }
+    // The encoded-cache modules (attention/cuda/encoded.rs lists the same), one per (key code, value code) — the
+    // codes of kv_codes.cuh — and model dtype. Two nvcc processes at a time.
+    const ENCODED: [(&str, u8, u8); 5] =
+        [("q8_q8", 1, 1), ("q8_lm4", 1, 3), ("q8_lm3", 1, 4), ("q8_lm2", 1, 5), ("q4_q4", 2, 2)];
+    let src = "src/attention/cuda/paged_encoded.cu";
+    let all: Vec<(String, Vec<String>)> = ENCODED
+        .iter()
+        .flat_map(|(name, k, v)| {
+            ["bf16", "f16"].map(|t| {
+                let mut defs = vec![format!("-DKC={k}"), format!("-DVC={v}")];
+                if t == "f16" {
+                    defs.push("-DENC_F16".into());
+                }
+                (format!("paged_encoded_{name}_{t}"), defs)
+            })
+        })
+        .collect();
+    for pair in all.chunks(2) {
+        std::thread::scope(|s| {
+            for (name, defs) in pair {
+                s.spawn(move || ptx(src, Some(name), defs));
+            }
+        });
     }
 }
 
-fn ptx(src: &str) {
+/// Compile `src` to `$OUT_DIR/<name>.ptx` (name: the file's stem unless given), with extra nvcc arguments.
+fn ptx(src: &str, name: Option<&str>, extra: &[String]) {
     println!("cargo:rerun-if-changed={src}");
-    let name = std::path::Path::new(src).file_stem().expect("a file name").to_string_lossy().to_string();
+    let stem = std::path::Path::new(src).file_stem().expect("a file name").to_string_lossy().to_string();
+    let name = name.map_or(stem, str::to_string);
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join(format!("{name}.ptx"));
     let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "90".into());
     let nvcc = match std::env::var_os("CUDA_HOME") {
@@ -38,7 +67,9 @@ fn ptx(src: &str) {
         None => PathBuf::from("nvcc"),
     };
     let status = Command::new(&nvcc)
-        .args(["--ptx", &format!("-arch=sm_{cap}"), "-O3", "-std=c++17", "-o"])
+        .args(["--ptx", &format!("-arch=sm_{cap}"), "-O3", "-std=c++17"])
+        .args(extra)
+        .arg("-o")
         .arg(&out)
         .arg(src)
         .status();

@@ -67,21 +67,9 @@ fn kernel_case_steps(
     let bs = 16;
     // Scattered tables: block ids taken from a fixed permutation of the pool.
     let need: Vec<usize> = lens.iter().zip(next).map(|(l, extra)| (l + extra).div_ceil(bs)).collect();
-    let total: usize = need.iter().sum::<usize>() + 3;
-    let mut ids: Vec<u32> = (0..total as u32).collect();
-    for i in (1..ids.len()).rev() {
-        ids.swap(i, (i * 7919 + 13) % (i + 1));
-    }
+    let (total, tables) = scattered_tables(&need, 3);
     let mut kv = PagedKv::new(2, total, bs, kvh, d, dtype, &dev).unwrap();
     let mut cuda = backend(&dev, h, kvh, d, dtype);
-    let mut at = 0;
-    let tables: Vec<Vec<u32>> = need
-        .iter()
-        .map(|&n| {
-            at += n;
-            ids[at - n..at].to_vec()
-        })
-        .collect();
     kv.set_tables(tables.iter().enumerate().map(|(slot, t)| (slot, t.as_slice())));
     let mut hist_k: Vec<Vec<f32>> = vec![Vec::new(); 3];
     let mut hist_v: Vec<Vec<f32>> = vec![Vec::new(); 3];

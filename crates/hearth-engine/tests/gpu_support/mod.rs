@@ -10,8 +10,27 @@ pub fn gpu() -> Device {
 
 /// The CUDA paged backend for these heads (the tests call it directly: no fallback to the portable path).
 pub fn backend(dev: &Device, h: usize, kvh: usize, d: usize, dtype: DType) -> CudaPaged {
-    CudaPaged::choose(dev, h, kvh, d, dtype)
+    CudaPaged::choose(dev, h, kvh, d, dtype.into())
         .expect("the CUDA paged backend serves this shape (and HEARTH_CUDA_PAGED_ATTN is not 0)")
+}
+
+/// Block tables of `need[i]` blocks for sequence i, scattered over a pool of their sum plus `spare` blocks (ids from
+/// a fixed permutation). Returns the pool size and the tables.
+pub fn scattered_tables(need: &[usize], spare: usize) -> (usize, Vec<Vec<u32>>) {
+    let total: usize = need.iter().sum::<usize>() + spare;
+    let mut ids: Vec<u32> = (0..total as u32).collect();
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, (i * 7919 + 13) % (i + 1));
+    }
+    let mut at = 0;
+    let tables = need
+        .iter()
+        .map(|&n| {
+            at += n;
+            ids[at - n..at].to_vec()
+        })
+        .collect();
+    (total, tables)
 }
 
 /// Deterministic pseudo-random values in [-1, 1).

@@ -6,6 +6,7 @@
 #define NWARPS 8
 #define MAX_GD 1024  // G * D values of one block's queries / accumulators
 #define PV_BATCH 8   // value rows loaded ahead in the batched PV loop
+#define MAX_Z 256    // splits the merge handles (the launchers keep z <= MAX_Z)
 
 // Blocks of NWARPS * 32 threads a multiprocessor should fit (the register budget of __launch_bounds__): 16-bit
 // caches 4 for GM * D <= 256 and 3 for <= 512 (bf16, D 128, G 4: 80 registers, 3 blocks, where 89 unbounded gave
@@ -38,6 +39,26 @@ __device__ __forceinline__ void load8(const __half *p, float *o) {
 
 // N consecutive values loaded as one (or, past 16 bytes, a few) vector loads.
 template <typename T, int N> struct alignas(sizeof(T) * N) Pack { T v[N]; };
+
+// A float cache's head rows (T values).
+template <typename T, int D>
+struct PlainRows {
+  using E = T;
+  static constexpr bool CODED = false;
+  static constexpr int UNITS = D;
+  static constexpr int P = D / 32;
+  struct Raw {
+    Pack<T, P> v;
+  };
+  __device__ __forceinline__ void key8(const E *row, int d0, float (&o)[8]) const { load8(row + d0, o); }
+  __device__ __forceinline__ Raw lane_raw(const E *row, int lane) const {
+    return Raw{*reinterpret_cast<const Pack<T, P> *>(row + lane * P)};
+  }
+  __device__ __forceinline__ void decode(const Raw &r, float (&o)[P]) const {
+#pragma unroll
+    for (int e = 0; e < P; e++) o[e] = to_f(r.v.v[e]);
+  }
+};
 
 // A decode block's keys: its token's position p, the first visible position `start`, its block-table row, and
 // the key offsets [k_lo, n_keys) of its split (flash-decoding: block z takes [z * split_keys, (z + 1) *
@@ -83,13 +104,11 @@ __device__ __forceinline__ void softmax_tile(float (&s)[GMAX], float (&m)[GMAX],
   }
 }
 
-// acc[h] += p(key kk) * this lane's slice of key kk's value row, for the G heads (p from lane kk's s[h]).
-template <typename T, int GMAX, int PER_LANE>
-__device__ __forceinline__ void pv_row(float (&acc)[GMAX][PER_LANE], const float (&s)[GMAX],
-                                       const Pack<T, PER_LANE> &pk, int kk, int G) {
-  float vv[PER_LANE];
-#pragma unroll
-  for (int e = 0; e < PER_LANE; e++) vv[e] = to_f(pk.v[e]);
+// acc[h] += p(key kk) * this lane's slice of key kk's value row (vv, decoded), for the G heads (p from lane kk's
+// s[h]).
+template <int GMAX, int PER_LANE>
+__device__ __forceinline__ void pv_row(float (&acc)[GMAX][PER_LANE], const float (&s)[GMAX], const float (&vv)[PER_LANE],
+                                       int kk, int G) {
 #pragma unroll
   for (int h = 0; h < GMAX; h++) {
     if (h >= G) break;
@@ -115,11 +134,12 @@ __device__ __forceinline__ uint32_t tile_table_entry(const uint32_t *__restrict_
 // first tile. PVB: value rows per PV batch (PV_BATCH, or 32 for a whole tile in one memory latency where registers
 // allow; visiting more zero-probability keys adds exact zeros, so the bits do not depend on it). Leaves the warp's
 // state in m, l (lane-partial sums) and acc.
-template <typename T, int D, int GMAX, int PVB = PV_BATCH>
-__device__ __forceinline__ void attend_tiles(const float *qs, const T *kc, const T *vc, const uint32_t *__restrict__ table,
-                                             int start, int k_lo, int n_keys, int bs, size_t row_stride, int g, int G,
-                                             float softcap, int pv_batched, uint32_t blk_next, float (&m)[GMAX],
-                                             float (&l)[GMAX], float (&acc)[GMAX][D / 32]) {
+template <typename KR, typename VR, int D, int GMAX, int PVB = PV_BATCH>
+__device__ __forceinline__ void attend_tiles(const float *qs, const KR &kr, const typename KR::E *kc, const VR &vr,
+                                             const typename VR::E *vc, const uint32_t *__restrict__ table, int start,
+                                             int k_lo, int n_keys, int bs, int KvH, int g, int G, float softcap,
+                                             int pv_batched, uint32_t blk_next, float (&m)[GMAX], float (&l)[GMAX],
+                                             float (&acc)[GMAX][D / 32]) {
   constexpr int PER_LANE = D / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
@@ -134,18 +154,19 @@ __device__ __forceinline__ void attend_tiles(const float *qs, const T *kc, const
     const bool valid = tile * 32 + lane < n_keys;
     const uint32_t blk = blk_next;
     blk_next = tile_table_entry(table, start, n_keys, bs, tile + NWARPS, lane);
-    unsigned long long krow = 0;
-    if (valid) krow = ((size_t)blk * bs + j % bs) * row_stride + (size_t)g * D;
+    // The key's head row (cache row * KvH + g): its K and V rows start at that times their row sizes.
+    unsigned long long hrow = 0;
+    if (valid) hrow = ((size_t)blk * bs + j % bs) * KvH + g;
     float s[GMAX];
 #pragma unroll
     for (int h = 0; h < GMAX; h++) s[h] = 0.f;
     if (valid) {
-      const T *kp = kc + krow;
+      const typename KR::E *kp = kc + hrow * KR::UNITS;
       // Fully unrolled: the row's loads are independent of the FMAs, so they are all issued up front.
 #pragma unroll
       for (int d0 = 0; d0 < D; d0 += 8) {
         float kv[8];
-        load8(kp + d0, kv);
+        kr.key8(kp, d0, kv);
 #pragma unroll
         for (int h = 0; h < GMAX; h++) {
           if (h >= G) break;
@@ -158,21 +179,26 @@ __device__ __forceinline__ void attend_tiles(const float *qs, const T *kc, const
     const int tile_keys = min(32, n_keys - tile * 32);
     if (pv_batched) {
       for (int k0 = 0; k0 < tile_keys; k0 += PVB) {
-        Pack<T, PER_LANE> pk[PVB];
+        typename VR::Raw pk[PVB];
 #pragma unroll
         for (int u = 0; u < PVB; u++) {
-          const unsigned long long vrow = __shfl_sync(0xffffffff, krow, min(k0 + u, tile_keys - 1));
-          pk[u] = *reinterpret_cast<const Pack<T, PER_LANE> *>(vc + vrow + lane * PER_LANE);
+          const unsigned long long vh = __shfl_sync(0xffffffff, hrow, min(k0 + u, tile_keys - 1));
+          pk[u] = vr.lane_raw(vc + vh * VR::UNITS, lane);
         }
 #pragma unroll
-        for (int u = 0; u < PVB; u++) pv_row<T, GMAX, PER_LANE>(acc, s, pk[u], k0 + u, G);
+        for (int u = 0; u < PVB; u++) {
+          float vv[PER_LANE];
+          vr.decode(pk[u], vv);
+          pv_row<GMAX, PER_LANE>(acc, s, vv, k0 + u, G);
+        }
       }
     } else {
       for (int kk = 0; kk < tile_keys; kk++) {
-        const unsigned long long vrow = __shfl_sync(0xffffffff, krow, kk);
+        const unsigned long long vh = __shfl_sync(0xffffffff, hrow, kk);
         // This lane's PER_LANE values of the row in one vector load (rows and slices are aligned to it).
-        const Pack<T, PER_LANE> pk = *reinterpret_cast<const Pack<T, PER_LANE> *>(vc + vrow + lane * PER_LANE);
-        pv_row<T, GMAX, PER_LANE>(acc, s, pk, kk, G);
+        float vv[PER_LANE];
+        vr.decode(vr.lane_raw(vc + vh * VR::UNITS, lane), vv);
+        pv_row<GMAX, PER_LANE>(acc, s, vv, kk, G);
       }
     }
   }
@@ -236,4 +262,127 @@ __device__ __forceinline__ float merge_splits(int Z, FM m, FL l, FN num) {
     den += l(z) * f;
   }
   return n / den;
+}
+
+// The fixed pseudo-random sign of index i (codec.rs flip_signs: bit 25 of i * 0x9E3779B9).
+__device__ __forceinline__ bool kv_flip(int i) { return (((uint32_t)i * 0x9E3779B9u) >> 25) & 1u; }
+
+// Rotate (or, `inverse`, rotate back) `nv` vectors of D floats in shared memory, vector v at x + v * ld (ld >= D):
+// signs then the normalized Walsh-Hadamard transform (its inverse: the transform, then the signs), the CPU's exact
+// sequence of f32 operations. Vector v is left alone unless bit v of `mask` is set (v < 64; ~0 for all). Every
+// thread of the block calls it (it syncs).
+template <int D>
+__device__ void rotate_smem(float *x, int nv, unsigned long long mask, bool inverse, int ld = D) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  auto on = [&](int v) { return v >= 64 ? mask == ~0ull : ((mask >> v) & 1ull) != 0; };
+  if (!inverse) {
+    for (int i = tid; i < nv * D; i += nt)
+      if (on(i / D) && kv_flip(i % D)) x[(i / D) * ld + i % D] = -x[(i / D) * ld + i % D];
+    __syncthreads();
+  }
+  for (int h = 1; h < D; h *= 2) {
+    for (int p = tid; p < nv * D / 2; p += nt) {
+      const int v = p / (D / 2), j = p % (D / 2);
+      if (!on(v)) continue;
+      float *y = x + v * ld + (j / h) * 2 * h + j % h;
+      const float a = y[0], b = y[h];
+      y[0] = __fadd_rn(a, b);
+      y[h] = __fsub_rn(a, b);
+    }
+    __syncthreads();
+  }
+  const float scale = 1.f / sqrtf((float)D);
+  for (int i = tid; i < nv * D; i += nt) {
+    if (!on(i / D)) continue;
+    float *y = x + (i / D) * ld + i % D;
+    float v = __fmul_rn(*y, scale);
+    if (inverse && kv_flip(i % D)) v = -v;
+    *y = v;
+  }
+  __syncthreads();
+}
+
+// Stage token t's G query heads of kv head g (from `row`, its q|k|v projection row) in shared memory: rotated
+// (rope_pair at the token's angles ct/st, rounded to T as qkv_rope stores them), then scaled as paged_attn stages
+// them. The cluster decode kernels' first step.
+template <typename T, int D>
+__device__ __forceinline__ void stage_rope_queries(float *qs, const T *row, const float *ct, const float *st, int g,
+                                                   int G, int interleaved, float scale) {
+  constexpr int half = D / 2;
+  for (int i = threadIdx.x; i < G * half; i += blockDim.x) {
+    const int hh = i / half, j = i % half;
+    const T *src = row + (size_t)(g * G + hh) * D;
+    const int i0 = interleaved ? 2 * j : j, i1 = interleaved ? 2 * j + 1 : j + half;
+    const float2 r = rope_pair(to_f(src[i0]), to_f(src[i1]), ct[j], st[j]);
+    qs[hh * D + i0] = to_f(from_f<T>(r.x)) * scale;
+    qs[hh * D + i1] = to_f(from_f<T>(r.y)) * scale;
+  }
+}
+
+// The end of a decode-attention block: merge its warps' online-softmax states, out = Σ_w acc_w e^{m_w - M} /
+// Σ_w l_w e^{m_w - M}, and write the token's G heads (or, in split mode, this split's unnormalized partial for
+// paged_attn_merge: acc at max M, then (M, l); a split past the last key writes M = -inf, l = 0). ROT: the
+// outputs are of rotated values, rotated back per head through `fin` (G * D floats of shared memory) before they
+// are written (the merge does it in split mode).
+template <typename T, int D, int GMAX, bool ROT>
+__device__ void block_finish(const float (&m)[GMAX], const float (&l)[GMAX], const float (&acc)[GMAX][D / 32],
+                             float (*part_acc)[GMAX * D], float (*part_m)[GMAX], float (*part_l)[GMAX],
+                             T *__restrict__ out, float *__restrict__ part, int t, int b, int g, int G, int H,
+                             int split_keys, float *fin) {
+  warps_to_smem<D, GMAX>(m, l, acc, part_acc, part_m, part_l, G);
+  T *ot = out + ((size_t)t * H + (size_t)g * G) * D;
+  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+    const int h = i / D;
+    const float3 r = warp_combine<D, GMAX>(part_acc, part_m, part_l, i, h);
+    const float num = r.x, M = r.y, den = r.z;
+    if (split_keys > 0) {
+      float *pp = part + (((size_t)b * H + (size_t)g * G + h) * gridDim.z + blockIdx.z) * (D + 2);
+      pp[i % D] = num;
+      if (i % D == 0) {
+        pp[D] = M;
+        pp[D + 1] = den;
+      }
+    } else if (ROT) {
+      fin[i] = num / den;
+    } else {
+      ot[i] = from_f<T>(num / den);
+    }
+  }
+  if (ROT && split_keys == 0) {
+    __syncthreads();
+    rotate_smem<D>(fin, G, ~0ull, true);
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) ot[i] = from_f<T>(fin[i]);
+  }
+}
+
+// Merge the splits of paged_attn's split mode: grid (B, H), block D threads; part (B, H, Z, D + 2), Z <= MAX_Z
+// (B: the attention launch's blocks along x, token tok_idx[b] or b).
+// Every split's (max, sum) is loaded at once into shared memory, then each thread sums its d over the splits
+// with the loads unrolled (no chain of dependent loads per split). ROT: the head's outputs are of rotated values,
+// rotated back before they are written.
+template <typename T, int D, bool ROT>
+__device__ void paged_attn_merge(const float *part, T *__restrict__ out, int H, int Z,
+                                 const uint32_t *__restrict__ tok_idx) {
+  pdl_trigger();
+  pdl_wait();
+  const int b = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  const int t = tok_idx != nullptr ? (int)tok_idx[b] : b;
+  const float *pp = part + ((size_t)b * H + h) * Z * (D + 2);
+  __shared__ float sm[MAX_Z], sl[MAX_Z];
+  for (int z = threadIdx.x; z < Z; z += blockDim.x) {
+    sm[z] = pp[z * (D + 2) + D];
+    sl[z] = pp[z * (D + 2) + D + 1];
+  }
+  __syncthreads();
+  const float o = merge_splits<8>(
+      Z, [&](int z) { return sm[z]; }, [&](int z) { return sl[z]; }, [&](int z) { return pp[z * (D + 2) + d]; });
+  if constexpr (ROT) {
+    __shared__ float head[D];
+    head[d] = o;
+    __syncthreads();
+    rotate_smem<D>(head, 1, 1ull, true);
+    out[((size_t)t * H + h) * D + d] = from_f<T>(head[d]);
+  } else {
+    out[((size_t)t * H + h) * D + d] = from_f<T>(o);
+  }
 }

@@ -52,6 +52,7 @@ fn plan(blocks: usize, visible: usize) -> (usize, usize) {
 /// into the caches, the output (T, H, D); None when the cluster kernel does not serve this step (not decode-only,
 /// more tokens than `p.decode_cluster`, no clusters on this device, an unsupported shape): the caller
 /// runs `qkv_rope` and [`super::paged_attention`].
+#[allow(clippy::too_many_arguments)]
 pub fn rope_attention(
     qkv: &Tensor,
     rope: &RopeTables,
@@ -60,6 +61,7 @@ pub fn rope_attention(
     meta: &StepMeta,
     p: Params,
     head_dim: usize,
+    enc: Option<&'static super::encoded::Module>,
 ) -> Result<Option<Tensor>> {
     let t = qkv.dim(0)?;
     let Some(cuda) = qkv.device().as_cuda_device().ok() else { return Ok(None) };
@@ -71,7 +73,7 @@ pub fn rope_attention(
         || t > p.decode_cluster
         || super::diag_skip_attention()
         || qkv.dims() != [t, width]
-        || dtype != k_cache.dtype()
+        || !enc.map_or(dtype == k_cache.dtype(), |m| m.dtype == dtype)
         || !supports(p.heads, p.kv_heads, head_dim, dtype)
         || rope.cos.dims() != [t, head_dim / 2]
         || rope.sin.dims() != [t, head_dim / 2]
@@ -88,6 +90,7 @@ pub fn rope_attention(
         meta,
         p,
         d: head_dim,
+        enc,
     };
     Ok(Some(qkv.contiguous()?.apply_op1_no_bwd(&op)?))
 }
@@ -101,6 +104,7 @@ struct DecodeCluster<'a> {
     meta: &'a StepMeta,
     p: Params,
     d: usize,
+    enc: Option<&'static super::encoded::Module>,
 }
 
 impl candle_core::CustomOp1 for DecodeCluster<'_> {
@@ -138,8 +142,12 @@ impl candle_core::CustomOp1 for DecodeCluster<'_> {
         let one_wave = t * kvh * z <= crate::gpu::launch::device_props(&dev.cuda_stream()).sms;
         let batched = crate::levers::get().cuda_pv_batch;
         let pv = if pv32_on() && one_wave && batched { "_pv32" } else { "" };
-        let func =
-            dev.get_or_load_custom_func(&format!("decode_cluster_{}_d{d}_g{gm}{pv}", sfx_c(s.dtype())?), MODULE, PTX)?;
+        let sfx = sfx_c(s.dtype())?;
+        let func = match self.enc {
+            // one form over encoded blocks: PV batches of PV_BATCH rows
+            Some(m) => dev.get_or_load_custom_func(&format!("decode_cluster_enc_{sfx}_d{d}_g{gm}"), m.name, m.ptx)?,
+            None => dev.get_or_load_custom_func(&format!("decode_cluster_{sfx}_d{d}_g{gm}{pv}"), MODULE, PTX)?,
+        };
         let cfg = LaunchConfig {
             grid_dim: (t as u32, kvh as u32, z as u32),
             block_dim: (ATTN_THREADS, 1, 1),
@@ -149,10 +157,10 @@ impl candle_core::CustomOp1 for DecodeCluster<'_> {
             (h as i32, kvh as i32, p.block_size as i32, self.meta.max_blocks as i32, p.window as i32);
         let (per_i, il, batched) = (per as i32, self.interleaved as i32, batched as i32);
         macro_rules! launch {
-            ($ty:ty) => {{
+            ($ty:ty, $cty:ty) => {{
                 let qkv = s.as_cuda_slice::<$ty>()?.slice(q0..q1);
-                let kc = contiguous_view::<$ty, _>(&guards[2], "the K cache")?;
-                let vc = contiguous_view::<$ty, _>(&guards[3], "the V cache")?;
+                let kc = contiguous_view::<$cty, _>(&guards[2], "the K cache")?;
+                let vc = contiguous_view::<$cty, _>(&guards[3], "the V cache")?;
                 // SAFETY: the kernel writes every (token, head, d) of the output (each cluster block its share).
                 let out = unsafe { dev.alloc::<$ty>(t * h * d)? };
                 let stream = dev.cuda_stream();
@@ -184,6 +192,12 @@ impl candle_core::CustomOp1 for DecodeCluster<'_> {
                 unsafe { b.launch(cfg) }.w()?;
                 LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
+            }};
+            ($ty:ty) => {{
+                match self.enc {
+                    Some(_) => launch!($ty, u8),
+                    None => launch!($ty, $ty),
+                }
             }};
         }
         let out = by_float_dtype!(s, "hearth-decode-cluster", launch);

@@ -49,14 +49,7 @@ __device__ void decode_cluster(const T *qkv, const float *cos_t, const float *si
 
   const T *row = qkv + (size_t)t * (H + 2 * KvH) * D;
   const float *ct = cos_t + (size_t)t * half, *st = sin_t + (size_t)t * half;
-  for (int i = threadIdx.x; i < G * half; i += blockDim.x) {
-    const int hh = i / half, j = i % half;
-    const T *src = row + (size_t)(g * G + hh) * D;
-    const int i0 = interleaved ? 2 * j : j, i1 = interleaved ? 2 * j + 1 : j + half;
-    const float2 r = rope_pair(to_f(src[i0]), to_f(src[i1]), ct[j], st[j]);
-    qs[hh * D + i0] = to_f(from_f<T>(r.x)) * scale;
-    qs[hh * D + i1] = to_f(from_f<T>(r.y)) * scale;
-  }
+  stage_rope_queries<T, D>(qs, row, ct, st, g, G, interleaved, scale);
   if (owns_new) {
     const T *ks = row + (size_t)(H + g) * D, *vs = row + (size_t)(H + KvH + g) * D;
     T *kd = kc + (slot * KvH + g) * D, *vd = vc + (slot * KvH + g) * D;
@@ -72,8 +65,9 @@ __device__ void decode_cluster(const T *qkv, const float *cos_t, const float *si
   __syncthreads();  // queries staged; the own rows written and visible to this block's loads
 
   float m[GMAX], l[GMAX], acc[GMAX][PER_LANE];
-  attend_tiles<T, D, GMAX, PVB>(qs, kc, vc, range.table, start, k_lo, n_keys, bs, (size_t)KvH * D, g, G, softcap,
-                           pv_batched, blk_next, m, l, acc);
+  const PlainRows<T, D> rows{};
+  attend_tiles<PlainRows<T, D>, PlainRows<T, D>, D, GMAX, PVB>(qs, rows, kc, rows, vc, range.table, start, k_lo, n_keys,
+                                                               bs, KvH, g, G, softcap, pv_batched, blk_next, m, l, acc);
   warps_to_smem<D, GMAX>(m, l, acc, part_acc, part_m, part_l, G);
   for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
     const int h = i / D;

@@ -20,6 +20,7 @@ use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
 use std::ops::Deref;
 
 pub mod decode;
+pub mod encoded;
 pub mod paged;
 pub mod prefill;
 
@@ -48,6 +49,9 @@ pub struct StepMeta {
     /// Query tiles for the tensor-core prompt kernel ([`prefill`]), when the step has prompt pieces and the
     /// kernel serves the model's shape.
     pub tc: Option<prefill::TcPlan>,
+    /// 0..T as u32 (an encoded cache's fused path: `qkv_rope` writes the step's k/v rows to a scratch pair in
+    /// token order, then [`encoded::encode_kv`] encodes them into the cache).
+    pub identity: Option<Tensor>,
 }
 
 /// Whether the kernels handle this head shape (else the caller uses the portable path).
@@ -211,13 +215,21 @@ pub(crate) fn diag_skip_attention() -> bool {
     crate::levers::get().cuda_diag_skip_attn
 }
 
-/// q: (T, H, D); caches (rows, KvH, D). Returns (T, H, D).
-pub fn paged_attention(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, meta: &StepMeta, p: Params) -> Result<Tensor> {
+/// q: (T, H, D); caches (rows, KvH, D), or (rows, KvH, row bytes) in `enc`'s encoding (its kernels' module).
+/// Returns (T, H, D).
+pub fn paged_attention(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &StepMeta,
+    p: Params,
+    enc: Option<&'static encoded::Module>,
+) -> Result<Tensor> {
     if diag_skip_attention() {
         return Ok(q.zeros_like()?);
     }
     let q = q.contiguous()?;
-    let op = PagedAttn { k: k_cache.clone(), v: v_cache.clone(), meta, p };
+    let op = PagedAttn { k: k_cache.clone(), v: v_cache.clone(), meta, p, enc };
     Ok(q.apply_op1_no_bwd(&op)?)
 }
 
@@ -226,6 +238,7 @@ struct PagedAttn<'a> {
     v: Tensor,
     meta: &'a StepMeta,
     p: Params,
+    enc: Option<&'static encoded::Module>,
 }
 
 impl candle_core::CustomOp1 for PagedAttn<'_> {
@@ -244,7 +257,8 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
     fn cuda_fwd(&self, qs: &CudaStorage, ql: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         let (t, h, d) = ql.shape().dims3()?;
         let p = self.p;
-        if h != p.heads || !supports(h, p.kv_heads, d, qs.dtype()) {
+        let dtype_ok = self.enc.is_none_or(|m| m.dtype == qs.dtype());
+        if h != p.heads || !supports(h, p.kv_heads, d, qs.dtype()) || !dtype_ok {
             candle_core::bail!(
                 "hearth-paged-attention: unsupported shape {:?} for {} heads / {} kv heads",
                 ql.shape(),
@@ -271,10 +285,10 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
         let cc = self.cc_kernel(&dev, qs.dtype(), n_cc, h, d)?;
         let tck = self.tc_kernel(&dev, qs.dtype(), tc, d)?;
         macro_rules! launch {
-            ($ty:ty) => {{
+            ($ty:ty, $cty:ty) => {{
                 let q = qs.as_cuda_slice::<$ty>()?.slice(q0..q1);
-                let k = cuda_of(&ks)?.as_cuda_slice::<$ty>()?.slice(k0..k1);
-                let v = cuda_of(&vs)?.as_cuda_slice::<$ty>()?.slice(v0..v1);
+                let k = cuda_of(&ks)?.as_cuda_slice::<$cty>()?.slice(k0..k1);
+                let v = cuda_of(&vs)?.as_cuda_slice::<$cty>()?.slice(v0..v1);
                 // SAFETY: every (token, head, d) is written: tile tokens by the tensor-core kernel, the others by
                 // the CUDA-core kernel or, in split mode, its merge.
                 let out = unsafe { dev.alloc::<$ty>(t * h * d)? };
@@ -304,6 +318,12 @@ impl candle_core::CustomOp1 for PagedAttn<'_> {
                     launch_tc(&stream, &a, &tck, tc.n_tiles, tiles)?;
                 }
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
+            }};
+            ($ty:ty) => {{
+                match self.enc {
+                    Some(_) => launch!($ty, u8),
+                    None => launch!($ty, $ty),
+                }
             }};
         }
         let out = by_float_dtype!(qs, "hearth-paged-attention", launch);
@@ -338,8 +358,11 @@ impl PagedAttn<'_> {
         let visible = if p.window > 0 { self.meta.max_keys.min(p.window) } else { self.meta.max_keys };
         let split = split_keys(n_cc, p.kv_heads, visible);
         let z = split.map_or(1, |k| visible.div_ceil(k));
-        let name = format!("paged_attn_{}_d{d}_g{gm}", sfx_c(dtype)?);
-        let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
+        let (kind, module, ptx) = match self.enc {
+            Some(m) => ("paged_attn_enc", m.name, m.ptx),
+            None => ("paged_attn", MODULE, PTX),
+        };
+        let func = dev.get_or_load_custom_func(&format!("{kind}_{}_d{d}_g{gm}", sfx_c(dtype)?), module, ptx)?;
         let cfg = LaunchConfig {
             grid_dim: (n_cc as u32, p.kv_heads as u32, z as u32),
             block_dim: (ATTN_THREADS, 1, 1),
@@ -348,8 +371,7 @@ impl PagedAttn<'_> {
         // Split mode: per (token, head, split) an unnormalized partial of D + 2 floats, merged by a second launch.
         let merge = match split {
             Some(_) if n_cc > 0 => {
-                let f =
-                    dev.get_or_load_custom_func(&format!("paged_attn_{}_d{d}_merge", sfx_c(dtype)?), MODULE, PTX)?;
+                let f = dev.get_or_load_custom_func(&format!("{kind}_{}_d{d}_merge", sfx_c(dtype)?), module, ptx)?;
                 // SAFETY: every (token, head, split) partial is written by the attention launch before the merge reads it.
                 Some((f, unsafe { dev.alloc::<f32>(n_cc * h * z * (d + 2))? }))
             }
@@ -368,13 +390,13 @@ impl PagedAttn<'_> {
         d: usize,
     ) -> candle_core::Result<TcKernel<impl Deref<Target = CudaFunction>>> {
         let p = self.p;
+        let (kind, module, ptx) = match self.enc {
+            Some(m) => ("prefill_tc_enc", m.name, m.ptx),
+            None => ("prefill_tc", prefill::MODULE, prefill::PTX),
+        };
         let func = match tc {
             Some(_) => {
-                let f = dev.get_or_load_custom_func(
-                    &format!("prefill_tc_{}_d{d}", sfx_c(dtype)?),
-                    prefill::MODULE,
-                    prefill::PTX,
-                )?;
+                let f = dev.get_or_load_custom_func(&format!("{kind}_{}_d{d}", sfx_c(dtype)?), module, ptx)?;
                 let bytes = prefill::smem_bytes(d);
                 f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)
                     .w()?;
@@ -387,11 +409,7 @@ impl PagedAttn<'_> {
         let split = tc.and_then(|tc| prefill::split_keys(tc.n_tiles, p.kv_heads, tc_keys));
         let merge = match (tc, split) {
             (Some(tc), Some((_, z))) => {
-                let f = dev.get_or_load_custom_func(
-                    &format!("prefill_tc_{}_d{d}_merge", sfx_c(dtype)?),
-                    prefill::MODULE,
-                    prefill::PTX,
-                )?;
+                let f = dev.get_or_load_custom_func(&format!("{kind}_{}_d{d}_merge", sfx_c(dtype)?), module, ptx)?;
                 // SAFETY: every (tile, kv head, split) writes its 64 rows of d + 2 floats before the merge reads them.
                 Some((f, unsafe { dev.alloc::<f32>(tc.n_tiles * p.kv_heads * z * 64 * (d + 2))? }))
             }
@@ -419,11 +437,11 @@ struct TcKernel<F> {
     merge: Option<(F, CudaSlice<f32>)>,
 }
 
-/// The arguments both attention kernels start with (q .. softcap), for element type T.
-struct AttnArgs<'a, T> {
+/// The arguments both attention kernels start with (q .. softcap), for element type T (the caches': C).
+struct AttnArgs<'a, T, C> {
     q: CudaView<'a, T>,
-    k: CudaView<'a, T>,
-    v: CudaView<'a, T>,
+    k: CudaView<'a, C>,
+    v: CudaView<'a, C>,
     tables: &'a CudaView<'a, u32>,
     rows: &'a CudaView<'a, u32>,
     pos: &'a CudaView<'a, u32>,
@@ -437,7 +455,7 @@ struct AttnArgs<'a, T> {
     softcap: f32,
 }
 
-impl<'a, T> AttnArgs<'a, T> {
+impl<'a, T, C> AttnArgs<'a, T, C> {
     fn push<'b>(&'b self, b: &mut Launch<'b>) {
         b.ptr(&self.q).ptr(&self.k).ptr(&self.v).ptr(self.tables).ptr(self.rows).ptr(self.pos).ptr(self.out);
         b.val(&self.heads).val(&self.kv_heads).val(&self.block_size).val(&self.max_blocks).val(&self.window);
@@ -447,9 +465,9 @@ impl<'a, T> AttnArgs<'a, T> {
 
 /// The CUDA-core kernel over the step's `n_cc` tokens (all of them, or the rest of a tensor-core plan), then in
 /// split mode its merge.
-fn launch_cc<T>(
+fn launch_cc<T, C>(
     stream: &CudaStream,
-    a: &AttnArgs<'_, T>,
+    a: &AttnArgs<'_, T, C>,
     cc: &CcKernel<impl Deref<Target = CudaFunction>>,
     rest: Option<&CudaView<'_, u32>>,
     n_cc: usize,
@@ -492,9 +510,9 @@ fn launch_cc<T>(
 }
 
 /// The tensor-core kernel over the plan's `n_tiles` query tiles, then in split mode its merge.
-fn launch_tc<T>(
+fn launch_tc<T, C>(
     stream: &CudaStream,
-    a: &AttnArgs<'_, T>,
+    a: &AttnArgs<'_, T, C>,
     tck: &TcKernel<impl Deref<Target = CudaFunction>>,
     n_tiles: usize,
     tiles: &CudaView<'_, u32>,

@@ -4,7 +4,7 @@
 //! kernel). The step's metadata (slot mapping, token rows, padded block tables) is uploaded once, at layer 0.
 
 use crate::attention::{AttnParams, BatchContext, Heads, RopeTables};
-use crate::kv::PagedKv;
+use crate::kv::{KvEncoding, PagedKv};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 
@@ -13,16 +13,41 @@ pub struct CudaPaged {
     meta: Option<super::StepMeta>,
     /// Decode-only steps of at most this many tokens take the cluster decode kernel (`HEARTH_CUDA_DECODE_CLUSTER`).
     decode_cluster: usize,
+    /// An encoded cache's encoding (None: a float cache in the model's dtype).
+    encoded: Option<KvEncoding>,
 }
 
 impl CudaPaged {
-    /// The backend for a model with these heads on `device`, or None when the kernels do not serve it (not a
-    /// CUDA device, `HEARTH_CUDA_PAGED_ATTN=0`, or an unsupported head size or dtype).
-    pub fn choose(device: &Device, heads: usize, kv_heads: usize, head_dim: usize, dtype: DType) -> Option<Self> {
+    /// The backend for a model with these heads on `device` keeping its KV in `encoding`, or None when the kernels
+    /// do not serve it (not a CUDA device, `HEARTH_CUDA_PAGED_ATTN=0`, an unsupported head size or dtype, or an
+    /// encoding without CUDA kernels: [`super::encoded`]).
+    pub fn choose(
+        device: &Device,
+        heads: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        encoding: KvEncoding,
+    ) -> Option<Self> {
+        let encoded = encoding.is_quantized().then_some(encoding);
+        // An encoded cache's shape check: the model's dtype is only known at the first step (bf16 or f16 there).
+        let dtype = if encoded.is_some() { DType::BF16 } else { encoding.storage_dtype() };
         let on = device.is_cuda()
             && crate::levers::get().cuda_paged_attn
+            && encoded.is_none_or(super::encoded::serves)
             && super::supports(heads, kv_heads, head_dim, dtype);
-        on.then(|| Self { meta: None, decode_cluster: crate::levers::get().cuda_decode_cluster })
+        on.then(|| Self { meta: None, decode_cluster: crate::levers::get().cuda_decode_cluster, encoded })
+    }
+
+    /// The encoded cache's kernels for a model computing in `dtype` (None: a float cache).
+    fn module(&self, dtype: DType) -> Result<Option<&'static super::encoded::Module>> {
+        let Some(enc) = self.encoded else { return Ok(None) };
+        match super::encoded::module(enc, dtype) {
+            Some(m) => Ok(Some(m)),
+            None => Err(Error::Unsupported(format!(
+                "the CUDA kernels read a {} KV cache for models computing in bf16 or f16, not {dtype:?}",
+                enc.name()
+            ))),
+        }
     }
 
     /// Decode-only steps of at most `max_tokens` tokens take the cluster decode kernel from now on (0: none;
@@ -39,6 +64,7 @@ impl CudaPaged {
         kv_heads: usize,
         head_dim: usize,
         dtype: DType,
+        encoded: bool,
     ) -> Result<super::StepMeta> {
         let dev = kv.layer(0)?.0.device();
         let mut slots = Vec::with_capacity(ctx.num_tokens());
@@ -68,6 +94,7 @@ impl CudaPaged {
             max_keys,
             decode_only: ctx.rows.iter().all(|r| r.len == 1),
             tc: super::prefill::plan(ctx, heads, kv_heads, head_dim, dtype, dev)?,
+            identity: encoded.then(|| Tensor::arange(0u32, n as u32, dev)).transpose()?,
         })
     }
 
@@ -81,7 +108,8 @@ impl CudaPaged {
         ctx: &BatchContext,
     ) -> Result<&super::StepMeta> {
         if layer == 0 || self.meta.is_none() {
-            self.meta = Some(Self::build_meta(kv, ctx, heads.q, heads.kv, heads.dim, dtype)?);
+            let encoded = self.encoded.is_some();
+            self.meta = Some(Self::build_meta(kv, ctx, heads.q, heads.kv, heads.dim, dtype, encoded)?);
         }
         self.meta.as_ref().ok_or_else(|| Error::InvalidRequest("no step metadata".into()))
     }
@@ -111,26 +139,42 @@ impl CudaPaged {
         p: &AttnParams,
     ) -> Result<Tensor> {
         let params = self.params(kv, heads, p);
+        let enc = self.module(qkv.dtype())?;
         let meta = self.meta(kv, layer, heads, qkv.dtype(), ctx)?;
         let (kc, vc) = kv.layer(layer)?;
         let t = qkv.dim(0)?;
         // A decode-only step of few rows: rope, the attention and its split merge in one launch.
-        if let Some(out) = super::decode::rope_attention(qkv, rope, kc, vc, meta, params, heads.dim)? {
+        if let Some(out) = super::decode::rope_attention(qkv, rope, kc, vc, meta, params, heads.dim, enc)? {
             return Ok(out.reshape((t, heads.q * heads.dim))?);
         }
+        // An encoded cache: the rotated k and the v rows go to a scratch pair in token order, then are encoded.
+        let scratch = match (enc, &meta.identity) {
+            (Some(m), Some(ident)) => {
+                let z = Tensor::zeros((t, heads.kv, heads.dim), qkv.dtype(), qkv.device())?;
+                Some((m, z.clone(), z.zeros_like()?, ident))
+            }
+            _ => None,
+        };
+        let (kw, vw, slots) = match &scratch {
+            Some((_, ks, vs, ident)) => (ks, vs, *ident),
+            None => (kc, vc, &meta.slots),
+        };
         let q = crate::gpu::fused::qkv_rope(
             qkv,
             rope.cos,
             rope.sin,
             rope.interleaved,
-            kc,
-            vc,
-            &meta.slots,
+            kw,
+            vw,
+            slots,
             heads.q,
             heads.kv,
             heads.dim,
         )?;
-        let out = super::paged_attention(&q, kc, vc, meta, params)?;
+        if let Some((m, ks, vs, _)) = &scratch {
+            super::encoded::encode_kv(m, kc, vc, ks, vs, &meta.slots)?;
+        }
+        let out = super::paged_attention(&q, kc, vc, meta, params, enc)?;
         Ok(out.reshape((t, heads.q * heads.dim))?)
     }
 
@@ -149,11 +193,17 @@ impl CudaPaged {
         let (t, h, d) = q.dims3()?;
         let heads = Heads { q: h, kv: k.dim(1)?, dim: d };
         let params = self.params(kv, heads, p);
+        let enc = self.module(q.dtype())?;
         let meta = self.meta(kv, layer, heads, q.dtype(), ctx)?;
         let (kc, vc) = kv.layer(layer)?;
-        super::write_kv(kc, k, &meta.slots)?;
-        super::write_kv(vc, v, &meta.slots)?;
-        let out = super::paged_attention(q, kc, vc, meta, params)?;
+        match enc {
+            Some(m) => super::encoded::encode_kv(m, kc, vc, k, v, &meta.slots)?,
+            None => {
+                super::write_kv(kc, k, &meta.slots)?;
+                super::write_kv(vc, v, &meta.slots)?;
+            }
+        }
+        let out = super::paged_attention(q, kc, vc, meta, params, enc)?;
         Ok(out.reshape((t, h * d))?)
     }
 }

@@ -20,7 +20,6 @@
 
 #include "attn_common.cuh"
 
-#define MAX_Z 256  // splits the merge handles (the launcher keeps z <= MAX_Z)
 
 template <typename T>
 __device__ void write_kv(T *__restrict__ cache, const T *__restrict__ src, const uint32_t *__restrict__ slot,
@@ -29,33 +28,6 @@ __device__ void write_kv(T *__restrict__ cache, const T *__restrict__ src, const
   const size_t dst = (size_t)slot[t] * row_elems;
   const size_t s = (size_t)t * row_elems;
   for (int i = threadIdx.x; i < row_elems; i += blockDim.x) cache[dst + i] = src[s + i];
-}
-
-// The end of a decode-attention block: merge its warps' online-softmax states, out = Σ_w acc_w e^{m_w - M} /
-// Σ_w l_w e^{m_w - M}, and write the token's G heads (or, in split mode, this split's unnormalized partial for
-// paged_attn_merge: acc at max M, then (M, l); a split past the last key writes M = -inf, l = 0).
-template <typename T, int D, int GMAX>
-__device__ void block_finish(const float (&m)[GMAX], const float (&l)[GMAX], const float (&acc)[GMAX][D / 32],
-                             float (*part_acc)[GMAX * D], float (*part_m)[GMAX], float (*part_l)[GMAX],
-                             T *__restrict__ out, float *__restrict__ part, int t, int b, int g, int G, int H,
-                             int split_keys) {
-  warps_to_smem<D, GMAX>(m, l, acc, part_acc, part_m, part_l, G);
-  T *ot = out + ((size_t)t * H + (size_t)g * G) * D;
-  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-    const int h = i / D;
-    const float3 r = warp_combine<D, GMAX>(part_acc, part_m, part_l, i, h);
-    const float num = r.x, M = r.y, den = r.z;
-    if (split_keys > 0) {
-      float *pp = part + (((size_t)b * H + (size_t)g * G + h) * gridDim.z + blockIdx.z) * (D + 2);
-      pp[i % D] = num;
-      if (i % D == 0) {
-        pp[D] = M;
-        pp[D + 1] = den;
-      }
-    } else {
-      ot[i] = from_f<T>(num / den);
-    }
-  }
 }
 
 // q: (T, H, D); kc, vc: (rows, KvH, D); tables: (R, max_blocks); tok_row, tok_pos: (T,); out: (T, H, D).
@@ -81,7 +53,6 @@ __device__ void paged_attn(const T *q, const T *kc, const T *vc,
   const KeyRange range = key_range(tables, tok_row, tok_pos, t, max_blocks, window, split_keys);
   const int start = range.start, k_lo = range.k_lo, n_keys = range.n_keys;
   const uint32_t *table = range.table;
-  const size_t row_stride = (size_t)KvH * D;
   // The first tile's block-table entry before the wait (host-uploaded metadata).
   uint32_t blk_next = tile_table_entry(table, start, n_keys, bs, k_lo / 32 + warp, lane);
   pdl_wait();  // q and this step's k/v rows are the previous kernels' writes
@@ -91,32 +62,11 @@ __device__ void paged_attn(const T *q, const T *kc, const T *vc,
   __syncthreads();
 
   float m[GMAX], l[GMAX], acc[GMAX][PER_LANE];
-  attend_tiles<T, D, GMAX>(qs, kc, vc, table, start, k_lo, n_keys, bs, row_stride, g, G, softcap, pv_batched, blk_next,
-                           m, l, acc);
+  const PlainRows<T, D> rows{};
+  attend_tiles<PlainRows<T, D>, PlainRows<T, D>, D, GMAX>(qs, rows, kc, rows, vc, table, start, k_lo, n_keys, bs, KvH, g,
+                                                          G, softcap, pv_batched, blk_next, m, l, acc);
 
-  block_finish<T, D, GMAX>(m, l, acc, part_acc, part_m, part_l, out, part, t, b, g, G, H, split_keys);
-}
-
-// Merge the splits of paged_attn's split mode: grid (B, H), block D threads; part (B, H, Z, D + 2), Z <= MAX_Z
-// (B: the attention launch's blocks along x, token tok_idx[b] or b).
-// Every split's (max, sum) is loaded at once into shared memory, then each thread sums its d over the splits
-// with the loads unrolled (no chain of dependent loads per split).
-template <typename T, int D>
-__device__ void paged_attn_merge(const float *part, T *__restrict__ out, int H, int Z,
-                                 const uint32_t *__restrict__ tok_idx) {
-  pdl_trigger();
-  pdl_wait();
-  const int b = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-  const int t = tok_idx != nullptr ? (int)tok_idx[b] : b;
-  const float *pp = part + ((size_t)b * H + h) * Z * (D + 2);
-  __shared__ float sm[MAX_Z], sl[MAX_Z];
-  for (int z = threadIdx.x; z < Z; z += blockDim.x) {
-    sm[z] = pp[z * (D + 2) + D];
-    sl[z] = pp[z * (D + 2) + D + 1];
-  }
-  __syncthreads();
-  out[((size_t)t * H + h) * D + d] = from_f<T>(merge_splits<8>(
-      Z, [&](int z) { return sm[z]; }, [&](int z) { return sl[z]; }, [&](int z) { return pp[z * (D + 2) + d]; }));
+  block_finish<T, D, GMAX, false>(m, l, acc, part_acc, part_m, part_l, out, part, t, b, g, G, H, split_keys, qs);
 }
 
 #define WRITE_KV(NAME, T)                                                                                      \
@@ -142,7 +92,7 @@ WRITE_KV(write_kv_f16, __half)
   }
 #define PAGED_ATTN_MERGE(NAME, T, D)                                                                           \
   extern "C" __global__ void NAME##_merge(const float *part, T *out, int H, int Z, const uint32_t *tok_idx) {   \
-    paged_attn_merge<T, D>(part, out, H, Z, tok_idx);                                                         \
+    paged_attn_merge<T, D, false>(part, out, H, Z, tok_idx);                                                         \
   }
 #define PAGED_ATTN_D64(NAME, T)                                                                                \
   PAGED_ATTN_G(NAME, T, 64, 1) PAGED_ATTN_G(NAME, T, 64, 2) PAGED_ATTN_G(NAME, T, 64, 4)                      \

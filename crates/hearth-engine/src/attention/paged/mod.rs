@@ -54,7 +54,7 @@ impl PagedAttention {
         let dtype = encoding.storage_dtype();
         let kv = PagedKv::new(num_layers, num_blocks, block_size, kv_heads, head_dim, encoding, device)?;
         #[cfg(feature = "cuda")]
-        let backend = match super::cuda::paged::CudaPaged::choose(device, heads, kv_heads, head_dim, dtype) {
+        let backend = match super::cuda::paged::CudaPaged::choose(device, heads, kv_heads, head_dim, encoding) {
             Some(c) => Backend::Cuda(c),
             None => Backend::Gather,
         };
@@ -69,10 +69,13 @@ impl PagedAttention {
             }
             b => b,
         };
-        if encoding.is_quantized() && !matches!(backend, Backend::CpuInPlace) {
+        if encoding.is_quantized() && matches!(backend, Backend::Gather) {
             return Err(Error::Unsupported(format!(
-                "a {} KV cache is read only by the CPU's in-place attention (--device cpu, HEARTH_CPU_ATTN on)",
-                encoding.name()
+                "a {} KV cache is read by the CPU's in-place attention (HEARTH_CPU_ATTN on) and, for {}, by the \
+                 CUDA paged kernels (HEARTH_CUDA_PAGED_ATTN on, head size 64, 128 or 256, at most 1024 / head size \
+                 query heads per kv head); neither serves this model here",
+                encoding.name(),
+                cuda_served()
             )));
         }
         Ok(Self { kv, backend })
@@ -138,21 +141,47 @@ pub fn kv_encoding(choice: Option<KvEncoding>, dtype: DType, device: &Device, he
         return Err(Error::Unsupported(why));
     }
     let cpu = device.is_cpu();
+    let levers = crate::levers::get();
+    let cuda_reads = !cpu && cuda_encoded(enc) && levers.cuda_paged_attn;
     let why = match enc {
-        e if e.is_quantized() && cpu && crate::levers::get().cpu_attn => return Ok(enc),
-        e if e.is_quantized() && cpu => "the CPU's in-place attention reads it, and HEARTH_CPU_ATTN=0 is set",
-        e if e.is_quantized() => "only the CPU's in-place attention reads encoded blocks so far",
+        e if e.is_quantized() && cpu && levers.cpu_attn => return Ok(enc),
+        e if e.is_quantized() && cpu => "the CPU's in-place attention reads it, and HEARTH_CPU_ATTN=0 is set".into(),
+        e if e.is_quantized() && cuda_reads && matches!(dtype, DType::BF16 | DType::F16) => return Ok(enc),
+        e if e.is_quantized() && cuda_reads => "the CUDA kernels read it for models computing in bf16 or f16".into(),
+        e if e.is_quantized() && cuda_encoded(enc) => {
+            "the CUDA paged kernels read it, and HEARTH_CUDA_PAGED_ATTN=0 is set".into()
+        }
+        e if e.is_quantized() => format!("the CUDA kernels read {}; the CPU reads every encoding", cuda_served()),
         KvEncoding::F32 | KvEncoding::F16 if cpu => return Ok(enc),
-        _ if cpu => "the CPU keeps f32 or f16 (or an encoding: q8_0, q4_0, turbo:kXvY)",
+        _ if cpu => "the CPU keeps f32 or f16 (or an encoding: q8_0, q4_0, turbo:kXvY)".into(),
         // the CUDA kernels keep the KV in the dtype the model computes in
         e if e == KvEncoding::from(dtype) => return Ok(enc),
-        _ => "this device keeps the KV in the dtype the model computes in",
+        _ => format!("this device keeps the KV in the dtype the model computes in, or an encoding: {}", cuda_served()),
     };
     Err(Error::Unsupported(format!(
         "--kv-cache-dtype {} cannot be used here ({}): {why}",
         enc.name(),
         if cpu { "cpu" } else { "cuda" }
     )))
+}
+
+/// Whether the CUDA kernels read `enc` (a build without them: never).
+fn cuda_encoded(enc: KvEncoding) -> bool {
+    #[cfg(feature = "cuda")]
+    return super::cuda::encoded::serves(enc);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = enc;
+        false
+    }
+}
+
+/// The encodings the CUDA kernels read, in `--kv-cache-dtype`'s words.
+fn cuda_served() -> String {
+    #[cfg(feature = "cuda")]
+    return super::cuda::encoded::served();
+    #[cfg(not(feature = "cuda"))]
+    "none in this build (no `cuda` feature)".into()
 }
 
 /// The step's packed k (`key`) or v rows ((T, KvH, D), the model's dtype) as the cache keeps them: cast to its
