@@ -101,6 +101,21 @@ fn case(enc: KvEncoding, h: usize, kvh: usize, d: usize, p: AttnParams, lens: [u
             let g = g.flatten_all().unwrap().to_vec1::<u8>().unwrap();
             let c = c.flatten_all().unwrap().to_vec1::<u8>().unwrap();
             let bad = g.iter().zip(&c).filter(|(x, y)| x != y).count();
+            if bad > 0 {
+                // Where: the first differing head rows, byte by byte (the rows' bytes say which part of the code).
+                let units = g.len() / (total * BS * kvh);
+                let rows: Vec<usize> = (0..g.len() / units)
+                    .filter(|r| g[r * units..(r + 1) * units] != c[r * units..(r + 1) * units])
+                    .take(3)
+                    .collect();
+                for r in rows {
+                    let at: Vec<(usize, u8, u8)> = (0..units)
+                        .filter(|i| g[r * units + i] != c[r * units + i])
+                        .map(|i| (i, g[r * units + i], c[r * units + i]))
+                        .collect();
+                    eprintln!("{name} {what} head row {r} (of {units} bytes): (byte, gpu, cpu) {at:?}");
+                }
+            }
             assert_eq!(bad, 0, "{name} h{h} kv{kvh} d{d} step {si}: {bad} {what} cache bytes differ from the CPU's");
         }
         // bf16 outputs: their own rounding (8 bits of mantissa) dominates.
