@@ -1,6 +1,7 @@
-// The quantized KV row codes on the device (kv/codec.rs has the layouts and the CPU arithmetic, which these mirror
-// bit for bit): the rotation, the encoders (once per token, layer and head on write) and the row readers the
-// attention kernels decode with (PlainRows for float caches, CodedRows for the encoded ones).
+// The quantized KV row codes on the device: the rotation, the encoders (once per token, layer and head on write)
+// and the row readers the attention kernels decode with (PlainRows for float caches, CodedRows for the encoded
+// ones). kv/codec.rs has the layouts and the CPU arithmetic, which these are written to reproduce bit for bit
+// (tests/gpu_kv_encodings.rs checks it, and does not pass yet).
 //
 // Code ids (attention/cuda/encoded.rs): KV_Q8 int8 + an f16 scale per 64; KV_Q4 4-bit (code - 8) + an f16 scale
 // per 32; KV_LM4/3/2 Lloyd-Max codes + one f16 scale a row. Codes are a little-endian bit stream: value i at bits
@@ -49,7 +50,7 @@ __device__ __forceinline__ int lm_nearest(const float *book, int n, float v) {
 }
 
 // Encode one head row x (D floats in shared memory, rotated where the code rotates) with `code` into dst (global
-// bytes). One whole warp calls it; codes: D bytes of shared scratch. The same bits as codec.rs's encoders: the
+// bytes). One whole warp calls it; codes: D bytes of shared scratch. Written for codec.rs's encoders' bits: the
 // sums a scale needs are taken by one lane in index order, with unfused multiplies and adds.
 template <int D>
 __device__ void encode_row(const float *x, uint8_t *dst, int code, uint8_t *codes) {

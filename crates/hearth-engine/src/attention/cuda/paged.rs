@@ -150,8 +150,8 @@ impl CudaPaged {
         // An encoded cache: the rotated k and the v rows go to a scratch pair in token order, then are encoded.
         let scratch = match (enc, &meta.identity) {
             (Some(m), Some(ident)) => {
-                let z = Tensor::zeros((t, heads.kv, heads.dim), qkv.dtype(), qkv.device())?;
-                Some((m, z.clone(), z.zeros_like()?, ident))
+                let zeros = || Tensor::zeros((t, heads.kv, heads.dim), qkv.dtype(), qkv.device());
+                Some((m, zeros()?, zeros()?, ident))
             }
             _ => None,
         };

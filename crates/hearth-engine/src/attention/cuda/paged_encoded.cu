@@ -15,7 +15,7 @@
 //   16 bits as they are staged in shared memory, the queries rotated as they are staged, the outputs rotated back.
 // * decode_cluster_enc: decode_cluster over encoded blocks; the block that holds the token's own position encodes
 //   its k (after the rotary embedding, rounded to T as qkv_rope stores it) and v rows itself, with kv_encode's
-//   arithmetic, so a row's bytes do not depend on the path that wrote it.
+//   arithmetic, so that a row's bytes do not depend on the path that wrote it.
 #include "kv_codes.cuh"
 #include "prefill_tc.cuh"
 #include <cooperative_groups.h>
