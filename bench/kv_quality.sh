@@ -2,8 +2,9 @@
 # What KV-cache encodings cost in quality, hearth and llama.cpp on the same GGUF, in one run:
 #   bench/kv_quality.sh [MODEL_ALIAS] [THREADS] [CTX] [FILE...]
 # hearth: `hearth kv-quality` with --dequantize (exact math, so the encoding is the only change; see docs/cli.md)
-# over each FILE (default: the repository's own pages, README.md, docs/*.md and docs/design/*.md: 16 and more
-# documents of real text), the first CTX (512) tokens of each, ENCODINGS (f16,q8_0) against the f32 cache; then
+# over each FILE (default: the bundled public-domain corpus, bench/corpus/*.txt: 16 documents of about 4k tokens,
+# eight chapters of Moby-Dick and eight State of the Union addresses), the first CTX (512) tokens of each,
+# ENCODINGS (f16,q8_0) against the f32 cache; then
 # the same with the weights as stored (8-bit activations in the matmuls, as llama.cpp runs). llama.cpp:
 # `llama-perplexity --kl-divergence` on the files concatenated, as many chunks of CTX tokens as there are files,
 # with -ctk/-ctv of each of LLAMA_KV (q8_0 q4_0) against its f16 cache. SKIP_HEARTH=1 or SKIP_LLAMA=1 leaves a side
@@ -12,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL="${1:-qwen2.5-coder-1.5b}"; THREADS="${2:-2}"; CTX="${3:-512}"; shift $(( $# < 3 ? $# : 3 ))
-FILES=("$@"); [ ${#FILES[@]} -gt 0 ] || FILES=(README.md docs/*.md docs/design/*.md)
+FILES=("$@"); [ ${#FILES[@]} -gt 0 ] || FILES=(bench/corpus/*.txt)
 if [ -n "${PIECES:-}" ]; then
   # long contexts: the FILES joined by blank lines, cut into 16 pieces of PIECES characters (18000: ~4k tokens)
   PIECE_DIR=$(mktemp -d); trap 'rm -rf "$PIECE_DIR"' EXIT

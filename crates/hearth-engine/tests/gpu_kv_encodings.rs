@@ -40,9 +40,19 @@ struct How {
 
 /// Two steps over three sequences, GPU and CPU side by side on the same values (rounded to bf16): step 1 prefills
 /// `lens`, step 2 runs `next` tokens of each. After each step the GPU's cache bytes must equal the CPU's, and its
-/// outputs the CPU's within `tol`.
+/// outputs the CPU's within 2e-2. Returns what differed (every check runs, so one failing run tells all).
 #[allow(clippy::too_many_arguments)]
-fn case(enc: KvEncoding, h: usize, kvh: usize, d: usize, p: AttnParams, lens: [usize; 3], next: [usize; 3], how: How) {
+fn case(
+    enc: KvEncoding,
+    h: usize,
+    kvh: usize,
+    d: usize,
+    p: AttnParams,
+    lens: [usize; 3],
+    next: [usize; 3],
+    how: How,
+) -> Vec<String> {
+    let mut failed = Vec::new();
     let dev = gpu();
     let dtype = DType::BF16;
     let need: Vec<usize> = lens.iter().zip(next).map(|(l, n)| (l + n).div_ceil(BS)).collect();
@@ -116,20 +126,24 @@ fn case(enc: KvEncoding, h: usize, kvh: usize, d: usize, p: AttnParams, lens: [u
                     eprintln!("{name} {what} head row {r} (of {units} bytes): (byte, gpu, cpu) {at:?}");
                 }
             }
-            assert_eq!(bad, 0, "{name} h{h} kv{kvh} d{d} step {si}: {bad} {what} cache bytes differ from the CPU's");
+            if bad > 0 {
+                failed.push(format!(
+                    "{name} h{h} kv{kvh} d{d} step {si}: {bad} {what} cache bytes differ from the CPU's"
+                ));
+            }
         }
         // bf16 outputs: their own rounding (8 bits of mantissa) dominates.
         let mut worst = 0f32;
         for (i, (x, y)) in got.iter().zip(&want).enumerate() {
             let diff = max_abs_diff(x, y);
-            assert!(
-                diff.is_finite() && diff < 2e-2,
-                "{name} h{h} kv{kvh} d{d} {p:?} step {si} token {i}: max-abs {diff}"
-            );
-            worst = worst.max(diff);
+            if !(diff.is_finite() && diff < 2e-2) && worst < 2e-2 {
+                failed.push(format!("{name} h{h} kv{kvh} d{d} {p:?} step {si} token {i}: max-abs {diff}"));
+            }
+            worst = if diff.is_finite() { worst.max(diff) } else { f32::INFINITY };
         }
         eprintln!("{name} h{h} kv{kvh} d{d} step {si} ({t} tokens): max-abs {worst:.2e} against the CPU");
     }
+    failed
 }
 
 #[test]
@@ -138,26 +152,28 @@ fn encoded_caches_match_the_cpu() {
     let unfused = How { fused: false, cluster: false };
     let split = How { fused: true, cluster: false };
     let cluster = How { fused: true, cluster: true };
+    let mut failed = Vec::new();
     for enc in served() {
         // prompt pieces and decode tokens in one launch; the encode kernel writes every row
-        case(enc, 32, 8, 128, plain, [37, 51, 5], [1, 6, 1], unfused);
-        case(enc, 9, 3, 64, plain, [37, 51, 5], [1, 6, 1], split);
+        failed.extend(case(enc, 32, 8, 128, plain, [37, 51, 5], [1, 6, 1], unfused));
+        failed.extend(case(enc, 9, 3, 64, plain, [37, 51, 5], [1, 6, 1], split));
         // hundreds of keys: decode tokens split their keys (a separate merge rotates the values back)
-        case(enc, 32, 8, 128, plain, [700, 333, 150], [1, 1, 1], split);
+        failed.extend(case(enc, 32, 8, 128, plain, [700, 333, 150], [1, 1, 1], split));
         // the cluster kernel encodes its own rows and merges in the cluster
-        case(enc, 32, 8, 128, plain, [700, 333, 150], [1, 1, 1], cluster);
-        case(enc, 16, 1, 64, plain, [1, 32, 63], [1, 1, 1], cluster);
-        case(enc, 4, 1, 256, plain, [700, 40, 5], [1, 1, 1], cluster);
+        failed.extend(case(enc, 32, 8, 128, plain, [700, 333, 150], [1, 1, 1], cluster));
+        failed.extend(case(enc, 16, 1, 64, plain, [1, 32, 63], [1, 1, 1], cluster));
+        failed.extend(case(enc, 4, 1, 256, plain, [700, 40, 5], [1, 1, 1], cluster));
     }
     let k8v3 = KvEncoding::parse("turbo:k8v3").unwrap().unwrap();
     let windowed = AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) };
-    case(k8v3, 4, 2, 64, windowed, [700, 333, 150], [1, 1, 1], cluster);
-    case(k8v3, 4, 2, 64, windowed, [700, 333, 150], [1, 9, 1], split);
-    case(KvEncoding::Q8_0, 16, 1, 64, plain, [300, 20, 5], [1, 1, 1], split);
+    failed.extend(case(k8v3, 4, 2, 64, windowed, [700, 333, 150], [1, 1, 1], cluster));
+    failed.extend(case(k8v3, 4, 2, 64, windowed, [700, 333, 150], [1, 9, 1], split));
+    failed.extend(case(KvEncoding::Q8_0, 16, 1, 64, plain, [300, 20, 5], [1, 1, 1], split));
     // the tensor-core prompt kernel over encoded blocks, its keys split over a long context (a merge rotates the
     // values back)
-    case(k8v3, 32, 8, 128, plain, [2000, 333, 150], [1, 32, 1], split);
-    case(KvEncoding::Q8_0, 32, 8, 128, plain, [2000, 333, 150], [3, 32, 40], unfused);
+    failed.extend(case(k8v3, 32, 8, 128, plain, [2000, 333, 150], [1, 32, 1], split));
+    failed.extend(case(KvEncoding::Q8_0, 32, 8, 128, plain, [2000, 333, 150], [3, 32, 40], unfused));
+    assert!(failed.is_empty(), "{} checks failed:\n{}", failed.len(), failed.join("\n"));
 }
 
 #[test]

@@ -144,8 +144,9 @@ impl candle_core::CustomOp1 for DecodeCluster<'_> {
         let pv = if pv32_on() && one_wave && batched { "_pv32" } else { "" };
         let sfx = sfx_c(s.dtype())?;
         let func = match self.enc {
-            // one form over encoded blocks: PV batches of PV_BATCH rows
-            Some(m) => dev.get_or_load_custom_func(&format!("decode_cluster_enc_{sfx}_d{d}_g{gm}"), m.name, m.ptx)?,
+            Some(m) => {
+                dev.get_or_load_custom_func(&format!("decode_cluster_enc_{sfx}_d{d}_g{gm}{pv}"), m.name, m.ptx)?
+            }
             None => dev.get_or_load_custom_func(&format!("decode_cluster_{sfx}_d{d}_g{gm}{pv}"), MODULE, PTX)?,
         };
         let cfg = LaunchConfig {

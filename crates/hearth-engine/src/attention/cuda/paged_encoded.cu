@@ -95,7 +95,7 @@ __device__ void paged_attn_enc(const T *q, const uint8_t *kc, const uint8_t *vc,
   block_finish<T, D, GMAX, V_ROT>(m, l, acc, part_acc, part_m, part_l, out, part, t, b, g, G, H, split_keys, qs);
 }
 
-template <typename T, int D, int GMAX>
+template <typename T, int D, int GMAX, int PVB>
 __device__ void decode_cluster_enc(const T *qkv, const float *cos_t, const float *sin_t, uint8_t *kc, uint8_t *vc,
                                    const uint32_t *__restrict__ slots, const uint32_t *__restrict__ tables,
                                    const uint32_t *__restrict__ tok_row, const uint32_t *__restrict__ tok_pos,
@@ -154,9 +154,9 @@ __device__ void decode_cluster_enc(const T *qkv, const float *cos_t, const float
   float m[GMAX], l[GMAX], acc[GMAX][PER_LANE];
   const CodedRows<KC, D> kr{books[0]};
   const CodedRows<VC, D> vr{books[1]};
-  attend_tiles<CodedRows<KC, D>, CodedRows<VC, D>, D, GMAX>(qs, kr, kc, vr, vc, range.table, range.start, range.k_lo,
-                                                            range.n_keys, bs, KvH, g, G, softcap, pv_batched,
-                                                            blk_next, m, l, acc);
+  attend_tiles<CodedRows<KC, D>, CodedRows<VC, D>, D, GMAX, PVB>(qs, kr, kc, vr, vc, range.table, range.start,
+                                                                 range.k_lo, range.n_keys, bs, KvH, g, G, softcap,
+                                                                 pv_batched, blk_next, m, l, acc);
   warps_to_smem<D, GMAX>(m, l, acc, part_acc, part_m, part_l, G);
   for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
     const int h = i / D;
@@ -200,14 +200,18 @@ __device__ void decode_cluster_enc(const T *qkv, const float *cos_t, const float
     paged_attn_enc<T, D, GM>(q, kc, vc, tables, tok_row, tok_pos, out, H, KvH, bs, max_blocks, window, scale,  \
                              softcap, split_keys, part, pv_batched, tok_idx);                                  \
   }                                                                                                            \
-  extern "C" __global__ void __launch_bounds__(NWARPS * 32, min_blocks(sizeof(T), (GM) * (D)))                 \
-      decode_cluster_enc_##NAME##_d##D##_g##GM(                                                                \
-          const T *qkv, const float *cos_t, const float *sin_t, uint8_t *kc, uint8_t *vc,                      \
-          const uint32_t *slots, const uint32_t *tables, const uint32_t *tok_row, const uint32_t *tok_pos,     \
-          T *out, int H, int KvH, int bs, int max_blocks, int window, float scale, float softcap,              \
-          int split_keys, int interleaved, int pv_batched) {                                                   \
-    decode_cluster_enc<T, D, GM>(qkv, cos_t, sin_t, kc, vc, slots, tables, tok_row, tok_pos, out, H, KvH, bs,  \
-                                 max_blocks, window, scale, softcap, split_keys, interleaved, pv_batched);     \
+  DECODE_CLUSTER_ENC(NAME, T, D, GM, , PV_BATCH, min_blocks(sizeof(T), (GM) * (D)))                              \
+  DECODE_CLUSTER_ENC(NAME, T, D, GM, _pv32, 32, 1)
+// The cluster decode kernel twice, as decode_cluster.cu has it: PV batches of PV_BATCH value rows under
+// paged_attn's register budget, and (_pv32) a tile's 32 rows in one batch with no budget (one wave of blocks: the
+// small grids of batch-1 decode).
+#define DECODE_CLUSTER_ENC(NAME, T, D, GM, SFX, PVB, MINB)                                                      \
+  extern "C" __global__ void __launch_bounds__(NWARPS * 32, MINB) decode_cluster_enc_##NAME##_d##D##_g##GM##SFX( \
+      const T *qkv, const float *cos_t, const float *sin_t, uint8_t *kc, uint8_t *vc, const uint32_t *slots,    \
+      const uint32_t *tables, const uint32_t *tok_row, const uint32_t *tok_pos, T *out, int H, int KvH, int bs, \
+      int max_blocks, int window, float scale, float softcap, int split_keys, int interleaved, int pv_batched) {   \
+    decode_cluster_enc<T, D, GM, PVB>(qkv, cos_t, sin_t, kc, vc, slots, tables, tok_row, tok_pos, out, H, KvH, bs, \
+                                      max_blocks, window, scale, softcap, split_keys, interleaved, pv_batched);  \
   }
 #define ENC_D(NAME, T, D)                                                                                        \
   extern "C" __global__ void paged_attn_enc_##NAME##_d##D##_merge(const float *part, T *out, int H, int Z,     \
