@@ -27,7 +27,8 @@ import torch  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
 from transformers import (AutoModelForCausalLM, AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig,  # noqa: E402
                           GenerationConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 torch.set_num_threads(2)
 torch.use_deterministic_algorithms(True)
@@ -124,6 +125,14 @@ def specs():
             cfg=Qwen3Config(**common_cfg(num_hidden_layers=3, rms_norm_eps=1e-6, tie_word_embeddings=True,
                                          rope_theta=1000000.0, use_sliding_window=False, attention_bias=False)),
             legacy=dict(rope_theta=1000000.0, rope_scaling=None)),
+        # routed experts: 8 experts, 2 per token, renormalized; layer 1 keeps a dense MLP (mlp_only_layers)
+        "qwen3-moe": dict(
+            cls=Qwen3MoeForCausalLM, dtype=torch.bfloat16, shard=False,
+            cfg=Qwen3MoeConfig(**common_cfg(num_hidden_layers=3, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                                            rope_theta=1000000.0, use_sliding_window=False, attention_bias=False,
+                                            num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                            norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1])),
+            legacy=dict(rope_theta=1000000.0, rope_scaling=None, num_experts=8)),
         "gemma3": dict(
             cls=Gemma3ForCausalLM, dtype=torch.float32, shard=False,
             cfg=Gemma3TextConfig(**common_cfg(
@@ -161,6 +170,8 @@ def randomize(model: torch.nn.Module, name: str, gemma_norms: bool) -> None:
 def rewrite_config_legacy(path: Path, legacy: dict, dtype: torch.dtype) -> None:
     cfg = json.loads(path.read_text())
     cfg.pop("rope_parameters", None)
+    if "num_experts" in legacy:  # published Qwen3-MoE configs name it num_experts (transformers 5: num_local_experts)
+        cfg.pop("num_local_experts", None)
     cfg.update(legacy)
     dt = {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype]
     cfg["torch_dtype"] = dt

@@ -2,7 +2,8 @@
 //! attention and the MLP, GELU-tanh gated MLP, embeddings scaled by sqrt(hidden), tied LM head. Reads top to
 //! bottom like Hugging Face's `modeling_gemma3.py`.
 
-use super::layers::{finish_logits, select_rows, split_heads, Linear, Loader, Mlp, RmsNorm, Rope, RopeAt};
+use super::layers::{finish_logits, select_rows, split_heads, Linear, Loader, RmsNorm, Rope, RopeAt};
+use super::mlp::Mlp;
 use super::Model;
 use crate::attention::{AttnParams, BatchContext, KvStore};
 use crate::weights::config::RopeScaling;

@@ -1,8 +1,8 @@
 //! Pieces shared by the model files: linear layers (quantized or dense), RMSNorm, LayerNorm, rotary embeddings
-//! with the supported scalings, the gated MLP, and the head projection.
+//! with the supported scalings, and the head projection (the gated MLP: `super::mlp`).
 
 use crate::cpu_matmul::FastQMatMul;
-use crate::weights::config::{Activation, RopeScaling};
+use crate::weights::config::RopeScaling;
 use crate::weights::{ModelConfig, Weights};
 use crate::work_pool::KernelPool;
 use crate::Result;
@@ -92,6 +92,12 @@ impl<'a> Loader<'a> {
             QMatMul::QTensor(q) if self.dequantize => QMatMul::Tensor(q.dequantize(self.device)?.to_dtype(self.dtype)?),
             other => other,
         })
+    }
+
+    /// Expert `expert`'s `proj` matrix of layer `layer`'s routed feed-forward ([`Weights::expert_matrix`]).
+    pub fn expert_linear(&self, layer: usize, expert: usize, proj: &str) -> Result<Linear> {
+        let w = self.weights.expert_matrix(layer, expert, proj, self.dtype, self.device)?;
+        Ok(self.new_linear(self.dense_if_asked(w)?, None))
     }
 
     pub fn rms_norm(&self, name: &str) -> Result<RmsNorm> {
@@ -415,114 +421,6 @@ impl RopeAt {
         };
         Ok(y.squeeze(0)?.to_dtype(dtype)?)
     }
-}
-
-/// Gated MLP: down(act(gate(x)) * up(x)). On the fused GPU path gate and up are one matmul and the activation
-/// times up one kernel.
-#[derive(Clone)]
-pub struct Mlp {
-    gate_up: GateUp,
-    down: Linear,
-    act: Activation,
-}
-
-#[derive(Clone)]
-enum GateUp {
-    Split { gate: Linear, up: Linear },
-    Fused(Linear),
-}
-
-impl Mlp {
-    pub fn load(l: &Loader, prefix: &str) -> Result<Self> {
-        let gate_up = match l.fused_linear(&[format!("{prefix}.gate_proj"), format!("{prefix}.up_proj")], false)? {
-            Some(f) => GateUp::Fused(f),
-            None => GateUp::Split {
-                gate: l.linear(&format!("{prefix}.gate_proj"), false)?,
-                up: l.linear(&format!("{prefix}.up_proj"), false)?,
-            },
-        };
-        Ok(Self { gate_up, down: l.linear(&format!("{prefix}.down_proj"), false)?, act: l.cfg.activation })
-    }
-
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = match &self.gate_up {
-            GateUp::Split { gate, up } => {
-                let g = gate.forward(x)?;
-                let g = match self.act {
-                    Activation::Silu => candle_nn::ops::silu(&g)?,
-                    Activation::GeluTanh => g.gelu()?,
-                };
-                (g * up.forward(x)?)?
-            }
-            GateUp::Fused(f) => return self.down_act(&f.forward(x)?),
-        };
-        self.down.forward(&h)
-    }
-
-    /// The MLP of rmsnorm(h + a) (of rmsnorm(h) without `a`): (h + a, mlp(..)), the add and the norm fused into the
-    /// gate|up projection where the GPU can (`Linear::forward_add_norm`).
-    pub fn forward_add_norm(&self, h: &Tensor, a: Option<&Tensor>, norm: &RmsNorm) -> Result<(Tensor, Tensor)> {
-        match &self.gate_up {
-            GateUp::Fused(f) => {
-                #[cfg(feature = "cuda")]
-                if let Some((h, x)) = f.forward_add_norm_gated(h, a, norm, gpu_act(self.act))? {
-                    return Ok((h, self.down.forward(&x)?));
-                }
-                let (h, gu) = f.forward_add_norm(h, a, norm)?;
-                Ok((h, self.down_act(&gu)?))
-            }
-            GateUp::Split { .. } => {
-                let (h, x) = norm.forward_opt_add(h, a)?;
-                Ok((h, self.forward(&x)?))
-            }
-        }
-    }
-
-    /// down(act(gu[.., :I]) * gu[.., I:]) of a fused gate|up output (the activation in its own fused kernel: the
-    /// down projection computing it while loading its input lost, "levers tried and rejected" in docs/benchmarks.md).
-    fn down_act(&self, gu: &Tensor) -> Result<Tensor> {
-        self.down.forward(&fused_act_mul(gu, self.act)?)
-    }
-}
-
-/// The GPU kernels' name for a gated activation.
-#[cfg(feature = "cuda")]
-fn gpu_act(act: Activation) -> crate::gpu::fused::Act {
-    use crate::gpu::fused::Act;
-    if act == Activation::Silu {
-        Act::Silu
-    } else {
-        Act::GeluTanh
-    }
-}
-
-#[cfg(feature = "cuda")]
-fn fused_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
-    if gu.device().is_cpu() {
-        return cpu_act_mul(gu, act);
-    }
-    crate::gpu::fused::act_mul(gu, gpu_act(act))
-}
-
-#[cfg(not(feature = "cuda"))]
-fn fused_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
-    cpu_act_mul(gu, act)
-}
-
-/// act(gu[.., :I]) * gu[.., I:] on the CPU (the fused quantized gate|up of the CPU path): hearth's kernel, or
-/// candle's ops where it does not apply.
-fn cpu_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
-    if let Some(y) = crate::cpu_activation::act_mul(gu, act)? {
-        return Ok(y);
-    }
-    let last = gu.rank() - 1;
-    let i = gu.dim(last)? / 2;
-    let g = gu.narrow(last, 0, i)?;
-    let g = match act {
-        Activation::Silu => candle_nn::ops::silu(&g)?,
-        Activation::GeluTanh => g.gelu()?,
-    };
-    Ok((g * gu.narrow(last, i, i)?)?)
 }
 
 /// Select the rows of `hidden` (T, hidden) whose logits are wanted.

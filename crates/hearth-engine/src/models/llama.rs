@@ -1,7 +1,9 @@
-//! The Llama family: Llama 2/3 (incl. llama3 and linear rope scaling), Mistral, SmolLM2, Qwen2 (q/k/v bias) and
-//! Qwen3 (per-head q/k RMSNorm). Reads top to bottom like Hugging Face's `modeling_llama.py`.
+//! The Llama family: Llama 2/3 (incl. llama3 and linear rope scaling), Mistral, SmolLM2, Qwen2 (q/k/v bias),
+//! Qwen3 (per-head q/k RMSNorm) and Qwen3-MoE (Qwen3 with routed experts: `super::moe`). Reads top to bottom like
+//! Hugging Face's `modeling_llama.py`.
 
-use super::layers::{finish_logits, select_rows, split_heads, Linear, Loader, Mlp, RmsNorm, Rope, RopeAt};
+use super::layers::{finish_logits, select_rows, split_heads, Linear, Loader, RmsNorm, Rope, RopeAt};
+use super::moe::FeedForward;
 use super::Model;
 use crate::attention::{AttnParams, BatchContext, Heads, KvStore};
 use crate::weights::{EmbeddingTable, ModelConfig};
@@ -116,7 +118,7 @@ struct Block {
     input_layernorm: RmsNorm,
     attn: Attention,
     post_attention_layernorm: RmsNorm,
-    mlp: Mlp,
+    mlp: FeedForward,
 }
 
 pub struct Llama {
@@ -145,7 +147,7 @@ impl Llama {
                 input_layernorm: l.rms_norm(&format!("{p}.input_layernorm"))?,
                 attn: Attention::load(l, &format!("{p}.self_attn"), i)?,
                 post_attention_layernorm: l.rms_norm(&format!("{p}.post_attention_layernorm"))?,
-                mlp: Mlp::load(l, &format!("{p}.mlp"))?,
+                mlp: FeedForward::load(l, &format!("{p}.mlp"), i)?,
             });
         }
         let lm_head = l.lm_head(&embed_tokens)?;

@@ -6,6 +6,8 @@ pub mod bert;
 pub mod gemma3;
 pub mod layers;
 pub mod llama;
+pub mod mlp;
+pub mod moe;
 
 use crate::attention::{BatchContext, KvStore};
 use crate::weights::config::Family;

@@ -8,7 +8,7 @@ use serde::Deserialize;
 /// The architecture families hearth implements (one model file each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
-    /// Llama 2/3, Mistral, SmolLM2, Qwen2 (qkv bias), Qwen3 (q/k norm).
+    /// Llama 2/3, Mistral, SmolLM2, Qwen2 (qkv bias), Qwen3 (q/k norm), Qwen3-MoE (Qwen3 with routed experts).
     Llama,
     /// Gemma 3 text.
     Gemma3,
@@ -36,6 +36,20 @@ pub enum RopeScaling {
     },
     /// Per-dimension frequency divisors read from a GGUF `rope_freqs.weight` tensor.
     FreqFactors(Vec<f32>),
+}
+
+/// A Mixture-of-Experts feed-forward (Qwen3-MoE): a router picks `top_k` of `experts` gated MLPs per token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    pub experts: usize,
+    /// Experts each token is routed to.
+    pub top_k: usize,
+    /// The intermediate size of one expert.
+    pub intermediate_size: usize,
+    /// Renormalize the top-k routing probabilities to sum to 1.
+    pub norm_topk_prob: bool,
+    /// Per layer: whether its feed-forward is the MoE block (else the dense MLP of `intermediate_size`).
+    pub sparse_layers: Vec<bool>,
 }
 
 #[derive(Debug, Clone)]
@@ -72,6 +86,8 @@ pub struct ModelConfig {
     pub norm_weight_offset: f64,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
+    /// The routed-experts feed-forward, for MoE architectures.
+    pub moe: Option<MoeConfig>,
 }
 
 impl ModelConfig {
@@ -105,15 +121,28 @@ impl ModelConfig {
         if self.layer_window.contains(&Some(0)) {
             return bad("a sliding window of 0 tokens would hide every key".into());
         }
+        if let Some(m) = &self.moe {
+            if m.experts == 0 || m.top_k == 0 || m.top_k > m.experts || m.intermediate_size == 0 {
+                return bad(format!(
+                    "mixture of experts: {} experts, {} per token, expert size {}: need 1 <= per token <= experts and \
+                     a non-zero expert size",
+                    m.experts, m.top_k, m.intermediate_size
+                ));
+            }
+            if m.sparse_layers.len() != self.num_layers {
+                return bad("the per-layer list of MoE layers does not match the layer count".into());
+            }
+        }
         Ok(self)
     }
 }
 
-const SUPPORTED_ARCHS: &str = "llama, mistral, qwen2, qwen3, gemma3 (GGUF general.architecture or HF model_type)";
+const SUPPORTED_ARCHS: &str =
+    "llama, mistral, qwen2, qwen3, qwen3_moe (GGUF qwen3moe), gemma3 (GGUF general.architecture or HF model_type)";
 
 fn family_of(arch: &str) -> Result<Family> {
     match arch {
-        "llama" | "mistral" | "qwen2" | "qwen3" | "smollm" | "smollm2" => Ok(Family::Llama),
+        "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "qwen3moe" | "smollm" | "smollm2" => Ok(Family::Llama),
         "gemma3" | "gemma3_text" => Ok(Family::Gemma3),
         other => Err(Error::Unsupported(format!("architecture `{other}`; supported: {SUPPORTED_ARCHS}"))),
     }
@@ -169,11 +198,27 @@ impl ModelConfig {
             _ => vec![None; layers],
         };
         let eos = g.get_u64("tokenizer.ggml.eos_token_id").map(|v| v as u32);
+        // llama.cpp's qwen3moe: every layer routed, the top-k probabilities renormalized.
+        let moe = match g.get_u64(&key("expert_count")) {
+            Some(experts) if experts > 0 => Some(MoeConfig {
+                experts: experts as usize,
+                top_k: need("expert_used_count")? as usize,
+                intermediate_size: need("expert_feed_forward_length")? as usize,
+                norm_topk_prob: true,
+                sparse_layers: vec![true; layers],
+            }),
+            _ => None,
+        };
+        let intermediate_size = match (&moe, g.get_u64(&key("feed_forward_length"))) {
+            (_, Some(n)) => n as usize,
+            (Some(m), None) => m.intermediate_size,
+            (None, None) => need("feed_forward_length")? as usize,
+        };
         Self {
             family,
             vocab_size: vocab,
             hidden_size: hidden,
-            intermediate_size: need("feed_forward_length")? as usize,
+            intermediate_size,
             num_layers: layers,
             num_heads: heads,
             num_kv_heads: kv_heads,
@@ -200,6 +245,7 @@ impl ModelConfig {
             norm_weight_offset: 0.0,
             bos_token_id: g.get_u64("tokenizer.ggml.bos_token_id").map(|v| v as u32),
             eos_token_ids: eos.into_iter().collect(),
+            moe,
             arch_name: arch,
         }
         .validate()
@@ -254,11 +300,16 @@ impl ModelConfig {
         } else {
             vec![None; layers]
         };
+        let moe = hf_moe(&c, layers)?;
         Self {
             family,
             vocab_size: req(c.vocab_size, "vocab_size")?,
             hidden_size: hidden,
-            intermediate_size: req(c.intermediate_size, "intermediate_size")?,
+            intermediate_size: match (&moe, c.intermediate_size) {
+                (_, Some(n)) => n,
+                (Some(m), None) => m.intermediate_size,
+                (None, None) => req(None, "intermediate_size")?,
+            },
             num_layers: layers,
             num_heads: heads,
             num_kv_heads: c.num_key_value_heads.unwrap_or(heads),
@@ -270,7 +321,7 @@ impl ModelConfig {
             rope_interleaved: false,
             max_position_embeddings: c.max_position_embeddings.unwrap_or(4096),
             attention_bias: c.attention_bias.unwrap_or(arch == "qwen2"),
-            qk_norm: arch == "qwen3" || is_gemma,
+            qk_norm: arch == "qwen3" || arch == "qwen3_moe" || is_gemma,
             tie_word_embeddings: c.tie_word_embeddings.unwrap_or(is_gemma),
             layer_window,
             query_pre_attn_scalar: c.query_pre_attn_scalar.unwrap_or(head_dim as f64),
@@ -287,10 +338,27 @@ impl ModelConfig {
             norm_weight_offset: if is_gemma { 1.0 } else { 0.0 },
             bos_token_id: c.bos_token_id.as_ref().and_then(|v| v.ids().first().copied()),
             eos_token_ids: c.eos_token_id.as_ref().map(|v| v.ids()).unwrap_or_default(),
+            moe,
             arch_name: arch,
         }
         .validate()
     }
+}
+
+/// The routed feed-forward of a Hugging Face config (`num_experts` > 0), as transformers' Qwen3-MoE reads it: layer
+/// i is routed unless listed in `mlp_only_layers`, when (i + 1) is a multiple of `decoder_sparse_step`.
+fn hf_moe(c: &HfConfig, layers: usize) -> Result<Option<MoeConfig>> {
+    let Some(experts) = c.num_experts.filter(|&e| e > 0) else { return Ok(None) };
+    let req = |v: Option<usize>, n: &str| v.ok_or_else(|| Error::InvalidModel(format!("config.json lacks `{n}`")));
+    let step = c.decoder_sparse_step.unwrap_or(1);
+    let dense = c.mlp_only_layers.clone().unwrap_or_default();
+    Ok(Some(MoeConfig {
+        experts,
+        top_k: req(c.num_experts_per_tok, "num_experts_per_tok")?,
+        intermediate_size: req(c.moe_intermediate_size, "moe_intermediate_size")?,
+        norm_topk_prob: c.norm_topk_prob.unwrap_or(false),
+        sparse_layers: (0..layers).map(|i| !dense.contains(&i) && step > 0 && (i + 1) % step == 0).collect(),
+    }))
 }
 
 /// A token id field that may be a single id or a list (HF allows both).
@@ -349,6 +417,13 @@ struct HfConfig {
     hidden_activation: Option<String>,
     bos_token_id: Option<IdOrIds>,
     eos_token_id: Option<IdOrIds>,
+    #[serde(alias = "num_local_experts")]
+    num_experts: Option<usize>,
+    num_experts_per_tok: Option<usize>,
+    moe_intermediate_size: Option<usize>,
+    norm_topk_prob: Option<bool>,
+    decoder_sparse_step: Option<usize>,
+    mlp_only_layers: Option<Vec<usize>>,
 }
 
 #[cfg(test)]
@@ -381,6 +456,22 @@ mod tests {
         let e = ModelConfig::from_hf_json(r#"{"model_type":"gpt_neox","hidden_size":8}"#).unwrap_err();
         let m = e.to_string();
         assert!(m.contains("gpt_neox") && m.contains("qwen3"), "{m}");
+    }
+
+    #[test]
+    fn qwen3_moe_routes_every_layer_but_the_dense_ones() {
+        let base = r#""model_type":"qwen3_moe","vocab_size":10,"hidden_size":8,"intermediate_size":16,
+            "num_hidden_layers":4,"num_attention_heads":2,"num_key_value_heads":1,"num_experts_per_tok":2,
+            "moe_intermediate_size":4,"norm_topk_prob":true,"mlp_only_layers":[2]"#;
+        for experts in [r#""num_experts":8"#, r#""num_local_experts":8"#] {
+            let c = ModelConfig::from_hf_json(&format!("{{{base},{experts}}}")).unwrap();
+            let m = c.moe.expect("a MoE config");
+            assert_eq!((m.experts, m.top_k, m.intermediate_size, m.norm_topk_prob), (8, 2, 4, true));
+            assert_eq!(m.sparse_layers, vec![true, true, false, true]);
+            assert!(c.qk_norm);
+        }
+        let e = ModelConfig::from_hf_json(&format!("{{{base},\"num_experts\":1}}")).unwrap_err();
+        assert!(e.to_string().contains("per token"), "{e}");
     }
 
     #[test]

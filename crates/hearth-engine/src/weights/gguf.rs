@@ -98,6 +98,12 @@ impl GgufFile {
 
     /// Load one tensor by its GGUF name, still quantized.
     pub fn qtensor(&self, gguf_name: &str, device: &Device) -> Result<QTensor> {
+        self.qtensor_part(gguf_name, None, device)
+    }
+
+    /// Load one tensor by its GGUF name, still quantized; with `part`, only that index of its first dimension (one
+    /// expert's matrix of a stacked `ffn_*_exps` tensor), read in place from the file.
+    pub fn qtensor_part(&self, gguf_name: &str, part: Option<usize>, device: &Device) -> Result<QTensor> {
         let info = self
             .content
             .tensor_infos
@@ -118,8 +124,22 @@ impl GgufFile {
             )));
         }
         let size = elems / block * info.ggml_dtype.type_size();
+        let dims = info.shape.dims();
+        let (skip, size, dims) = match part {
+            None => (0, size, dims),
+            Some(i) => {
+                let n = dims.first().copied().unwrap_or(0);
+                if i >= n || dims.len() < 2 || (elems / n) % block != 0 {
+                    return Err(Error::InvalidModel(format!(
+                        "tensor `{gguf_name}` (shape {dims:?}) has no part {i} of whole blocks"
+                    )));
+                }
+                (i * (size / n), size / n, &dims[1..])
+            }
+        };
         let start = (self.content.tensor_data_offset as usize)
             .checked_add(info.offset as usize)
+            .and_then(|s| s.checked_add(skip))
             .filter(|s| s.checked_add(size).is_some_and(|e| e <= self.mmap.len()))
             .ok_or_else(|| {
                 Error::InvalidModel(format!(
@@ -128,17 +148,12 @@ impl GgufFile {
                 ))
             })?;
         if device.is_cpu() {
-            if let Some(t) = self.read_cpu(info.ggml_dtype, start, info.shape.dims())? {
+            if let Some(t) = self.read_cpu(info.ggml_dtype, start, dims)? {
                 return Ok(t);
             }
         }
         let data = &self.mmap[start..start + size];
-        let t = candle_core::quantized::ggml_file::qtensor_from_ggml(
-            info.ggml_dtype,
-            data,
-            info.shape.dims().to_vec(),
-            device,
-        )?;
+        let t = candle_core::quantized::ggml_file::qtensor_from_ggml(info.ggml_dtype, data, dims.to_vec(), device)?;
         self.release(start, size);
         Ok(t)
     }
@@ -279,6 +294,7 @@ pub fn hf_to_gguf_name(arch: &str, hf: &str) -> Option<String> {
         "self_attn.o_proj" => "attn_output",
         "self_attn.q_norm" => "attn_q_norm",
         "self_attn.k_norm" => "attn_k_norm",
+        "mlp.gate" => "ffn_gate_inp",
         "mlp.gate_proj" => "ffn_gate",
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",

@@ -93,6 +93,31 @@ impl Weights {
         }
     }
 
+    /// Expert `expert`'s `proj` matrix (`gate_proj`, `up_proj` or `down_proj`) of layer `layer`'s routed
+    /// feed-forward: `model.layers.L.mlp.experts.E.PROJ.weight` in a Hugging Face checkpoint, index E of the
+    /// stacked `blk.L.ffn_{gate,up,down}_exps.weight` in a GGUF file (read in place, still quantized).
+    pub fn expert_matrix(
+        &self,
+        layer: usize,
+        expert: usize,
+        proj: &str,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<QMatMul> {
+        match self {
+            Weights::Gguf(g) => {
+                let kind = proj.strip_suffix("_proj").filter(|k| matches!(*k, "gate" | "up" | "down"));
+                let kind = kind.ok_or_else(|| Error::InvalidModel(format!("no expert matrix `{proj}`")))?;
+                let q = g.qtensor_part(&format!("blk.{layer}.ffn_{kind}_exps.weight"), Some(expert), device)?;
+                Ok(QMatMul::from_arc(Arc::new(q))?)
+            }
+            Weights::Hf(h) => {
+                let name = format!("model.layers.{layer}.mlp.experts.{expert}.{proj}.weight");
+                Ok(QMatMul::Tensor(h.tensor(&name, dtype, device)?))
+            }
+        }
+    }
+
     /// A small tensor (norm weight, bias) in the compute dtype.
     pub fn vector(&self, hf: &str, dtype: DType, device: &Device) -> Result<Tensor> {
         match self {

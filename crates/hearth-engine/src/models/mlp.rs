@@ -1,0 +1,119 @@
+//! The gated MLP: down(act(gate(x)) * up(x)), with the GPU's fused gate|up projection and activation kernels.
+
+use super::layers::{Linear, Loader, RmsNorm};
+use crate::weights::config::Activation;
+use crate::Result;
+use candle_core::Tensor;
+
+/// Gated MLP: down(act(gate(x)) * up(x)). On the fused GPU path gate and up are one matmul and the activation
+/// times up one kernel.
+#[derive(Clone)]
+pub struct Mlp {
+    gate_up: GateUp,
+    down: Linear,
+    act: Activation,
+}
+
+#[derive(Clone)]
+enum GateUp {
+    Split { gate: Linear, up: Linear },
+    Fused(Linear),
+}
+
+impl Mlp {
+    pub fn load(l: &Loader, prefix: &str) -> Result<Self> {
+        let gate_up = match l.fused_linear(&[format!("{prefix}.gate_proj"), format!("{prefix}.up_proj")], false)? {
+            Some(f) => GateUp::Fused(f),
+            None => GateUp::Split {
+                gate: l.linear(&format!("{prefix}.gate_proj"), false)?,
+                up: l.linear(&format!("{prefix}.up_proj"), false)?,
+            },
+        };
+        Ok(Self { gate_up, down: l.linear(&format!("{prefix}.down_proj"), false)?, act: l.cfg.activation })
+    }
+
+    /// A gated MLP of separate gate, up and down layers (one expert of a routed feed-forward).
+    pub fn from_parts(gate: Linear, up: Linear, down: Linear, act: Activation) -> Self {
+        Self { gate_up: GateUp::Split { gate, up }, down, act }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = match &self.gate_up {
+            GateUp::Split { gate, up } => {
+                let g = gate.forward(x)?;
+                let g = match self.act {
+                    Activation::Silu => candle_nn::ops::silu(&g)?,
+                    Activation::GeluTanh => g.gelu()?,
+                };
+                (g * up.forward(x)?)?
+            }
+            GateUp::Fused(f) => return self.down_act(&f.forward(x)?),
+        };
+        self.down.forward(&h)
+    }
+
+    /// The MLP of rmsnorm(h + a) (of rmsnorm(h) without `a`): (h + a, mlp(..)), the add and the norm fused into the
+    /// gate|up projection where the GPU can (`Linear::forward_add_norm`).
+    pub fn forward_add_norm(&self, h: &Tensor, a: Option<&Tensor>, norm: &RmsNorm) -> Result<(Tensor, Tensor)> {
+        match &self.gate_up {
+            GateUp::Fused(f) => {
+                #[cfg(feature = "cuda")]
+                if let Some((h, x)) = f.forward_add_norm_gated(h, a, norm, gpu_act(self.act))? {
+                    return Ok((h, self.down.forward(&x)?));
+                }
+                let (h, gu) = f.forward_add_norm(h, a, norm)?;
+                Ok((h, self.down_act(&gu)?))
+            }
+            GateUp::Split { .. } => {
+                let (h, x) = norm.forward_opt_add(h, a)?;
+                Ok((h, self.forward(&x)?))
+            }
+        }
+    }
+
+    /// down(act(gu[.., :I]) * gu[.., I:]) of a fused gate|up output (the activation in its own fused kernel: the
+    /// down projection computing it while loading its input lost, "levers tried and rejected" in docs/benchmarks.md).
+    fn down_act(&self, gu: &Tensor) -> Result<Tensor> {
+        self.down.forward(&fused_act_mul(gu, self.act)?)
+    }
+}
+
+/// The GPU kernels' name for a gated activation.
+#[cfg(feature = "cuda")]
+fn gpu_act(act: Activation) -> crate::gpu::fused::Act {
+    use crate::gpu::fused::Act;
+    if act == Activation::Silu {
+        Act::Silu
+    } else {
+        Act::GeluTanh
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn fused_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
+    if gu.device().is_cpu() {
+        return cpu_act_mul(gu, act);
+    }
+    crate::gpu::fused::act_mul(gu, gpu_act(act))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn fused_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
+    cpu_act_mul(gu, act)
+}
+
+/// act(gu[.., :I]) * gu[.., I:] on the CPU (the fused quantized gate|up of the CPU path): hearth's kernel, or
+/// candle's ops where it does not apply.
+fn cpu_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
+    if let Some(y) = crate::cpu_activation::act_mul(gu, act)? {
+        return Ok(y);
+    }
+    let last = gu.rank() - 1;
+    let i = gu.dim(last)? / 2;
+    let g = gu.narrow(last, 0, i)?;
+    let g = match act {
+        Activation::Silu => candle_nn::ops::silu(&g)?,
+        Activation::GeluTanh => g.gelu()?,
+    };
+    Ok((g * gu.narrow(last, i, i)?)?)
+}

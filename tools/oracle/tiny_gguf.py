@@ -1,0 +1,122 @@
+"""Tiny GGUF fixtures written by llama.cpp's own converter from random transformers checkpoints, with llama.cpp's
+logits for them (llama-cpp-python): GGUF loading of architectures without reachable real weights, checked against
+the implementation that defines the format.
+
+Run from the repo root (needs bench/setup-llama-cpp.sh: its llama.cpp checkout holds convert_hf_to_gguf.py):
+    .venv-oracle/bin/python tools/oracle/tiny_gguf.py
+Writes tests/fixtures/tiny-<name>.gguf and tests/goldens/tiny_<name>_gguf.json for:
+  qwen3moe-q8_0: tiny_models.py's qwen3-moe with every layer routed (llama.cpp's qwen3moe has no dense layers),
+                 converted with --outtype q8_0 (stacked ffn_*_exps expert tensors, a float router).
+The tokenizer's pre-tokenizer is tiny_models.py's own, which the converter does not know: it is written as
+`default`. Goldens are computed from token ids, so tokenization takes no part in them.
+"""
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+import tiny_models as tm  # noqa: E402
+from common import FIXTURES, GOLDENS, dump_json, r6, reference  # noqa: E402
+
+import llama_cpp  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+LLAMA_CPP = ROOT / "bench" / ".build" / "llama.cpp"
+
+
+def hf_checkpoint(name: str, spec: dict, out: Path, tok) -> None:
+    """The tiny checkpoint as tiny_models.py makes it, saved to `out`."""
+    cfg = spec["cfg"]
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = spec["cls"](cfg).to(torch.float32).eval()
+    tm.randomize(model, name, gemma_norms=False)
+    copy.deepcopy(model).to(spec["dtype"]).save_pretrained(str(out))
+    tm.rewrite_config_legacy(out / "config.json", spec["legacy"], spec["dtype"])
+    tm.save_tokenizer(tok, out)
+
+
+def convert(src: Path, dst: Path, outtype: str) -> None:
+    """llama.cpp's convert_hf_to_gguf.py on `src`, its pre-tokenizer check answered with `default`."""
+    script = (
+        "import sys, runpy\n"
+        f"sys.path.insert(0, {str(LLAMA_CPP)!r})\n"
+        "import conversion.base as base\n"
+        "base.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'default'\n"
+        f"sys.argv = ['convert_hf_to_gguf.py', {str(src)!r}, '--outtype', {outtype!r}, '--outfile', {str(dst)!r}]\n"
+        f"runpy.run_path({str(LLAMA_CPP / 'convert_hf_to_gguf.py')!r}, run_name='__main__')\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=str(LLAMA_CPP))
+
+
+def last_logits(llm) -> np.ndarray:
+    """The context's logits for the last evaluated token (llama-cpp-python keeps no copy with logits_all=False)."""
+    ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).astype(np.float32, copy=True)
+
+
+def llama_logits(path: Path, cases: list[list[int]]):
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=256, n_threads=2, n_threads_batch=2, logits_all=False,
+                          verbose=False, seed=0)
+    out = []
+    for ids in cases:
+        llm.reset()
+        llm.eval(ids)
+        scores = last_logits(llm)
+        first = scores.copy()
+        greedy, gaps = [], []
+        for _ in range(tm.N_GREEDY):
+            top2 = np.sort(scores)[-2:]
+            t = int(np.argmax(scores))
+            greedy.append(t)
+            gaps.append(r6(float(top2[1] - top2[0])))
+            llm.eval([t])
+            scores = last_logits(llm)
+        out.append({"input_ids": ids, "logits_last": [r6(float(x)) for x in first], "greedy": greedy,
+                    "gaps": gaps})
+    return out
+
+
+def main() -> None:
+    if not (LLAMA_CPP / "convert_hf_to_gguf.py").exists():
+        raise SystemExit("run bench/setup-llama-cpp.sh first: it checks out llama.cpp, whose converter this uses")
+    tok = tm.train_tokenizer()
+    spec = tm.specs()["qwen3-moe"]
+    spec["cfg"].mlp_only_layers = []
+    name = "qwen3moe-q8_0"
+    ids = tok.encode(tm.PROMPT_TEXT).ids
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "hf"
+        src.mkdir()
+        hf_checkpoint("qwen3-moe", spec, src, tok)
+        gguf = FIXTURES / f"tiny-{name}.gguf"
+        convert(src, gguf, "q8_0")
+    cases = llama_logits(gguf, [ids[:n] for n in tm.CASE_LENGTHS])
+    for c in cases:
+        print(f"  {name} len {len(c['input_ids'])}: greedy {c['greedy'][:8]}... min gap {min(c['gaps']):.4g}")
+    golden = {
+        "reference": reference("llama-cpp-python", "gguf", "torch", "transformers"),
+        "model": name,
+        "fixture": f"tests/fixtures/tiny-{name}.gguf",
+        "notes": [
+            "tiny_models.py's qwen3-moe checkpoint with every layer routed, converted by llama.cpp's "
+            "convert_hf_to_gguf.py --outtype q8_0 (bench/.build/llama.cpp).",
+            "logits_last: llama.cpp's logits after the prompt; greedy: argmax continuing it, one token at a time "
+            "through llama.cpp's KV cache; gaps: top1-top2 logit gap at each greedy step. Floats rounded to 6 "
+            "significant digits.",
+        ],
+        "cases": cases,
+    }
+    dump_json(golden, GOLDENS / f"tiny_{name.replace('-', '_')}_gguf.json")
+    print(f"  fixture {gguf.name}: {gguf.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    main()
