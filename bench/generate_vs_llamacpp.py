@@ -85,7 +85,7 @@ def main():
     if not a.no_kill_switch:
         variants.append((f"hearth, {a.kill_switch}=0", {a.kill_switch: "0"}))
     for model in a.models.split(","):
-        gguf = os.path.join(models_dir(), MODELS[model])
+        gguf = model if model.endswith(".gguf") else os.path.join(models_dir(), MODELS[model])
         for spec in a.prompts.split(","):
             prompt = prompt_file(spec)
             for label, env in variants:

@@ -153,11 +153,36 @@ impl<'a> Loader<'a> {
     fn fused_quantized(&self, prefixes: &[String]) -> Result<Option<Linear>> {
         let mut parts = Vec::with_capacity(prefixes.len());
         for p in prefixes {
-            match self.weights.matrix(&format!("{p}.weight"), self.dtype, self.device)? {
-                QMatMul::QTensor(q) => parts.push(q),
+            parts.push(self.weights.matrix(&format!("{p}.weight"), self.dtype, self.device)?);
+        }
+        self.stack_quantized(parts)
+    }
+
+    /// Expert `expert`'s gate and up matrices of layer `layer` as one (gate rows, then up rows) where
+    /// [`Loader::fused_linear`] would stack a dense MLP's on this device (CPU, quantized, `HEARTH_CPU_FUSED`); None
+    /// otherwise.
+    pub fn fused_expert_gate_up(&self, layer: usize, expert: usize) -> Result<Option<Linear>> {
+        let quantized = matches!(self.weights, Weights::Gguf(_)) && !self.dequantize;
+        if !(quantized && self.device.is_cpu() && crate::levers::get().cpu_fused) {
+            return Ok(None);
+        }
+        let parts = ["gate_proj", "up_proj"]
+            .iter()
+            .map(|p| self.weights.expert_matrix(layer, expert, p, self.dtype, self.device))
+            .collect::<Result<Vec<_>>>()?;
+        self.stack_quantized(parts)
+    }
+
+    /// Quantized matrices of one type and width as one (None where any is not, or hearth cannot decode the type).
+    fn stack_quantized(&self, parts: Vec<QMatMul>) -> Result<Option<Linear>> {
+        let mut qs = Vec::with_capacity(parts.len());
+        for p in parts {
+            match p {
+                QMatMul::QTensor(q) => qs.push(q),
                 _ => return Ok(None),
             }
         }
+        let parts = qs;
         let dtype = parts[0].dtype();
         let Ok((_, k)) = parts[0].shape().dims2() else { return Ok(None) };
         let same = parts.iter().all(|q| q.dtype() == dtype && q.shape().dims2().ok().map(|d| d.1) == Some(k));

@@ -32,9 +32,17 @@ impl Mlp {
         Ok(Self { gate_up, down: l.linear(&format!("{prefix}.down_proj"), false)?, act: l.cfg.activation })
     }
 
-    /// A gated MLP of separate gate, up and down layers (one expert of a routed feed-forward).
-    pub fn from_parts(gate: Linear, up: Linear, down: Linear, act: Activation) -> Self {
-        Self { gate_up: GateUp::Split { gate, up }, down, act }
+    /// Expert `expert` of layer `layer`'s routed feed-forward: its gate and up matrices fused where the dense
+    /// MLP's would be ([`Loader::fused_expert_gate_up`]).
+    pub fn load_expert(l: &Loader, layer: usize, expert: usize) -> Result<Self> {
+        let gate_up = match l.fused_expert_gate_up(layer, expert)? {
+            Some(f) => GateUp::Fused(f),
+            None => GateUp::Split {
+                gate: l.expert_linear(layer, expert, "gate_proj")?,
+                up: l.expert_linear(layer, expert, "up_proj")?,
+            },
+        };
+        Ok(Self { gate_up, down: l.expert_linear(layer, expert, "down_proj")?, act: l.cfg.activation })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {

@@ -25,16 +25,7 @@ impl SparseMoe {
     /// Layer `layer`'s block: `model.layers.L.mlp.gate` (the router) and its experts.
     pub fn load(l: &Loader, layer: usize, m: &MoeConfig) -> Result<Self> {
         let router = l.linear(&format!("model.layers.{layer}.mlp.gate"), false)?;
-        let experts = (0..m.experts)
-            .map(|e| {
-                Ok(Mlp::from_parts(
-                    l.expert_linear(layer, e, "gate_proj")?,
-                    l.expert_linear(layer, e, "up_proj")?,
-                    l.expert_linear(layer, e, "down_proj")?,
-                    l.cfg.activation,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let experts = (0..m.experts).map(|e| Mlp::load_expert(l, layer, e)).collect::<Result<Vec<_>>>()?;
         Ok(Self { router, experts, top_k: m.top_k, norm_topk_prob: m.norm_topk_prob })
     }
 
@@ -48,7 +39,13 @@ impl SparseMoe {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let scores = self.router.forward(x)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
         let routes: Vec<Route> = scores.iter().map(|s| self.route(s)).collect();
-        let mut out = x.zeros_like()?;
+        let t = routes.len();
+        let column = |w: Vec<f32>| -> Result<Tensor> {
+            let n = w.len();
+            Ok(Tensor::from_vec(w, (n, 1), x.device())?.to_dtype(x.dtype())?)
+        };
+        // The sum so far, in expert order (None: no expert has run yet).
+        let mut out: Option<Tensor> = None;
         for (e, expert) in self.experts.iter().enumerate() {
             let (rows, weights): (Vec<u32>, Vec<f32>) = routes
                 .iter()
@@ -59,12 +56,28 @@ impl SparseMoe {
                 continue;
             }
             let n = rows.len();
+            if n == t {
+                // every row (one-token decode): no gather, no scatter
+                let y = expert.forward(x)?;
+                let y = if n == 1 { y.affine(weights[0] as f64, 0.0)? } else { y.broadcast_mul(&column(weights)?)? };
+                out = Some(match out {
+                    Some(o) => (o + y)?,
+                    None => y,
+                });
+                continue;
+            }
             let rows = Tensor::from_vec(rows, n, x.device())?;
-            let weights = Tensor::from_vec(weights, (n, 1), x.device())?.to_dtype(x.dtype())?;
-            let y = expert.forward(&x.index_select(&rows, 0)?)?.broadcast_mul(&weights)?;
-            out = out.index_add(&rows, &y, 0)?;
+            let y = expert.forward(&x.index_select(&rows, 0)?)?.broadcast_mul(&column(weights)?)?;
+            let base = match out {
+                Some(o) => o,
+                None => x.zeros_like()?,
+            };
+            out = Some(base.index_add(&rows, &y, 0)?);
         }
-        Ok(out)
+        match out {
+            Some(o) => Ok(o),
+            None => Ok(x.zeros_like()?),
+        }
     }
 
     /// One token's experts from its router scores: the softmax's `top_k` largest (ties to the lower index), their

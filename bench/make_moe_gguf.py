@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""A random Qwen3-MoE checkpoint of a chosen size, written as a GGUF by llama.cpp's own converter: for measuring
+routed-expert models on the CPU against llama.cpp on the same file (speed only: the weights are random).
+
+    .venv-oracle/bin/python bench/make_moe_gguf.py OUT.gguf [--hidden 1024] [--layers 16] [--experts 64]
+        [--top-k 8] [--expert-ffn 256] [--heads 16] [--kv-heads 4] [--outtype q8_0]
+
+Needs tools/oracle/setup.sh (torch, transformers) and bench/setup-llama-cpp.sh (the converter). The defaults make
+~0.95B parameters of which ~0.25B are read per token (8 of 64 experts, attention, embeddings and the untied output
+head over SmolLM2's 49,152-token vocabulary, bench/gpu/smollm2-tokenizer), like the small MoE models people run
+on a CPU. Weights are N(0, 0.02), norms 1, drawn with a fixed seed.
+"""
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools" / "oracle"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--experts", type=int, default=64)
+    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--expert-ffn", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--outtype", default="q8_0")
+    a = ap.parse_args()
+
+    import torch
+    from tiny_gguf import convert  # noqa: E402  (llama.cpp's converter, its pre-tokenizer check answered)
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    tok_dir = ROOT / "bench" / "gpu" / "smollm2-tokenizer"
+    vocab = len(json.loads((tok_dir / "tokenizer.json").read_text())["model"]["vocab"])
+    cfg = Qwen3MoeConfig(vocab_size=vocab, hidden_size=a.hidden, intermediate_size=4 * a.hidden,
+                         num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
+                         head_dim=a.hidden // a.heads, num_experts=a.experts, num_experts_per_tok=a.top_k,
+                         moe_intermediate_size=a.expert_ffn, norm_topk_prob=True, decoder_sparse_step=1,
+                         mlp_only_layers=[], tie_word_embeddings=False, max_position_embeddings=32768,
+                         rope_theta=1000000.0, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = Qwen3MoeForCausalLM(cfg)
+    model = model.to_empty(device="cpu").to(torch.bfloat16)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name.split(".")[-2]:
+                p.fill_(1.0)
+            else:
+                p.copy_((0.02 * torch.randn(p.shape, generator=g)).to(p.dtype))
+    total = sum(p.numel() for p in model.parameters())
+    per_layer_expert = 3 * a.hidden * a.expert_ffn
+    active = total - a.layers * (a.experts - a.top_k) * per_layer_expert
+    print(f"{total / 1e9:.2f}B parameters, {active / 1e9:.2f}B read per token", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "moe"
+        model.save_pretrained(str(src))
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(tok_dir / f, src / f)
+        del model
+        convert(src, Path(a.out).resolve(), a.outtype)
+    print(f"wrote {a.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
