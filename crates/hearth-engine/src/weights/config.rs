@@ -92,8 +92,12 @@ pub struct ModelConfig {
 
 impl ModelConfig {
     pub fn describe(&self) -> String {
+        let experts = match &self.moe {
+            Some(m) => format!(", {} experts of {}, {} per token", m.experts, m.intermediate_size, m.top_k),
+            None => String::new(),
+        };
         format!(
-            "{} ({} layers, hidden {}, heads {}/{} kv, head_dim {}, vocab {})",
+            "{} ({} layers, hidden {}, heads {}/{} kv, head_dim {}, vocab {}{experts})",
             self.arch_name,
             self.num_layers,
             self.hidden_size,
@@ -465,10 +469,11 @@ mod tests {
             "moe_intermediate_size":4,"norm_topk_prob":true,"mlp_only_layers":[2]"#;
         for experts in [r#""num_experts":8"#, r#""num_local_experts":8"#] {
             let c = ModelConfig::from_hf_json(&format!("{{{base},{experts}}}")).unwrap();
-            let m = c.moe.expect("a MoE config");
+            let m = c.moe.clone().expect("a MoE config");
             assert_eq!((m.experts, m.top_k, m.intermediate_size, m.norm_topk_prob), (8, 2, 4, true));
             assert_eq!(m.sparse_layers, vec![true, true, false, true]);
             assert!(c.qk_norm);
+            assert!(c.describe().ends_with("8 experts of 4, 2 per token)"), "{}", c.describe());
         }
         let e = ModelConfig::from_hf_json(&format!("{{{base},\"num_experts\":1}}")).unwrap_err();
         assert!(e.to_string().contains("per token"), "{e}");
