@@ -36,11 +36,10 @@ __device__ __forceinline__ const float *code_book(int code) {
   return code == KV_LM4 ? kv_lm4 : code == KV_LM3 ? kv_lm3 : kv_lm2;
 }
 
-__device__ __forceinline__ void put_f16(uint8_t *p, float v) {
-  const unsigned short u = __half_as_ushort(__float2half_rn(v));
-  p[0] = (uint8_t)(u & 0xff);
-  p[1] = (uint8_t)(u >> 8);
-}
+// One f16 scale, stored as one 16-bit word: every scale sits at an even offset of a row of an even number of bytes
+// (code_units), so the store is aligned. (Two byte stores of its halves lost the low byte on an H100: the rows
+// came back with it 0 or 1.)
+__device__ __forceinline__ void put_f16(uint8_t *p, float v) { *reinterpret_cast<__half *>(p) = __float2half_rn(v); }
 
 // The index of the level of `book` (2^bits ascending levels) nearest v: the midpoints below it (codec.rs nearest).
 __device__ __forceinline__ int lm_nearest(const float *book, int n, float v) {
