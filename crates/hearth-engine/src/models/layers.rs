@@ -123,10 +123,10 @@ impl<'a> Loader<'a> {
     /// GPU path is on and every weight is dense, or on the CPU when every weight is quantized in one type that
     /// hearth's CPU kernels decode (`HEARTH_CPU_FUSED`); None otherwise (the caller loads them one by one).
     pub fn fused_linear(&self, prefixes: &[String], bias: bool) -> Result<Option<Linear>> {
-        let quantized = matches!(self.weights, Weights::Gguf(_)) && !self.dequantize;
-        if quantized && self.device.is_cpu() && !bias && crate::levers::get().cpu_fused {
+        if self.cpu_stacks() && !bias {
             return self.fused_quantized(prefixes);
         }
+        let quantized = matches!(self.weights, Weights::Gguf(_)) && !self.dequantize;
         // Quantized GGUF matrices stay separate on the GPU (candle's quantized kernels): decide before loading.
         if !self.gpu_fused() || quantized {
             return Ok(None);
@@ -162,8 +162,7 @@ impl<'a> Loader<'a> {
     /// [`Loader::fused_linear`] would stack a dense MLP's on this device (CPU, quantized, `HEARTH_CPU_FUSED`); None
     /// otherwise.
     pub fn fused_expert_gate_up(&self, layer: usize, expert: usize) -> Result<Option<Linear>> {
-        let quantized = matches!(self.weights, Weights::Gguf(_)) && !self.dequantize;
-        if !(quantized && self.device.is_cpu() && crate::levers::get().cpu_fused) {
+        if !self.cpu_stacks() {
             return Ok(None);
         }
         let parts = ["gate_proj", "up_proj"]
@@ -173,16 +172,22 @@ impl<'a> Loader<'a> {
         self.stack_quantized(parts)
     }
 
+    /// Whether this model's CPU matmuls of one input are stacked into one (quantized GGUF weights kept as stored,
+    /// on the CPU, `HEARTH_CPU_FUSED` on).
+    fn cpu_stacks(&self) -> bool {
+        let quantized = matches!(self.weights, Weights::Gguf(_)) && !self.dequantize;
+        quantized && self.device.is_cpu() && crate::levers::get().cpu_fused
+    }
+
     /// Quantized matrices of one type and width as one (None where any is not, or hearth cannot decode the type).
-    fn stack_quantized(&self, parts: Vec<QMatMul>) -> Result<Option<Linear>> {
-        let mut qs = Vec::with_capacity(parts.len());
-        for p in parts {
-            match p {
-                QMatMul::QTensor(q) => qs.push(q),
+    fn stack_quantized(&self, matrices: Vec<QMatMul>) -> Result<Option<Linear>> {
+        let mut parts = Vec::with_capacity(matrices.len());
+        for m in matrices {
+            match m {
+                QMatMul::QTensor(q) => parts.push(q),
                 _ => return Ok(None),
             }
         }
-        let parts = qs;
         let dtype = parts[0].dtype();
         let Ok((_, k)) = parts[0].shape().dims2() else { return Ok(None) };
         let same = parts.iter().all(|q| q.dtype() == dtype && q.shape().dims2().ok().map(|d| d.1) == Some(k));

@@ -22,27 +22,25 @@ enum GateUp {
 
 impl Mlp {
     pub fn load(l: &Loader, prefix: &str) -> Result<Self> {
-        let gate_up = match l.fused_linear(&[format!("{prefix}.gate_proj"), format!("{prefix}.up_proj")], false)? {
-            Some(f) => GateUp::Fused(f),
-            None => GateUp::Split {
-                gate: l.linear(&format!("{prefix}.gate_proj"), false)?,
-                up: l.linear(&format!("{prefix}.up_proj"), false)?,
-            },
-        };
-        Ok(Self { gate_up, down: l.linear(&format!("{prefix}.down_proj"), false)?, act: l.cfg.activation })
+        let fused = l.fused_linear(&[format!("{prefix}.gate_proj"), format!("{prefix}.up_proj")], false)?;
+        Self::assemble(fused, |p| l.linear(&format!("{prefix}.{p}"), false), l.cfg.activation)
     }
 
     /// Expert `expert` of layer `layer`'s routed feed-forward: its gate and up matrices fused where the dense
     /// MLP's would be ([`Loader::fused_expert_gate_up`]).
     pub fn load_expert(l: &Loader, layer: usize, expert: usize) -> Result<Self> {
-        let gate_up = match l.fused_expert_gate_up(layer, expert)? {
+        let fused = l.fused_expert_gate_up(layer, expert)?;
+        Self::assemble(fused, |p| l.expert_linear(layer, expert, p), l.cfg.activation)
+    }
+
+    /// The MLP from its fused gate|up layer (else `linear("gate_proj")` and `linear("up_proj")`) and
+    /// `linear("down_proj")`.
+    fn assemble(fused: Option<Linear>, linear: impl Fn(&str) -> Result<Linear>, act: Activation) -> Result<Self> {
+        let gate_up = match fused {
             Some(f) => GateUp::Fused(f),
-            None => GateUp::Split {
-                gate: l.expert_linear(layer, expert, "gate_proj")?,
-                up: l.expert_linear(layer, expert, "up_proj")?,
-            },
+            None => GateUp::Split { gate: linear("gate_proj")?, up: linear("up_proj")? },
         };
-        Ok(Self { gate_up, down: l.expert_linear(layer, expert, "down_proj")?, act: l.cfg.activation })
+        Ok(Self { gate_up, down: linear("down_proj")?, act })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {

@@ -18,9 +18,6 @@ pub struct SparseMoe {
     norm_topk_prob: bool,
 }
 
-/// A token's chosen experts and their weights, best first.
-type Route = Vec<(usize, f32)>;
-
 impl SparseMoe {
     /// Layer `layer`'s block: `model.layers.L.mlp.gate` (the router) and its experts.
     pub fn load(l: &Loader, layer: usize, m: &MoeConfig) -> Result<Self> {
@@ -38,28 +35,26 @@ impl SparseMoe {
     /// x: (T, hidden) -> (T, hidden).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let scores = self.router.forward(x)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-        let routes: Vec<Route> = scores.iter().map(|s| self.route(s)).collect();
-        let t = routes.len();
-        let column = |w: Vec<f32>| -> Result<Tensor> {
-            let n = w.len();
-            Ok(Tensor::from_vec(w, (n, 1), x.device())?.to_dtype(x.dtype())?)
-        };
+        let t = scores.len();
+        // Each expert's rows (in token order) and their weights.
+        let mut buckets: Vec<(Vec<u32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); self.experts.len()];
+        for (row, s) in scores.iter().enumerate() {
+            for (e, w) in self.route(s) {
+                buckets[e].0.push(row as u32);
+                buckets[e].1.push(w);
+            }
+        }
         // The sum so far, in expert order (None: no expert has run yet).
         let mut out: Option<Tensor> = None;
-        for (e, expert) in self.experts.iter().enumerate() {
-            let (rows, weights): (Vec<u32>, Vec<f32>) = routes
-                .iter()
-                .enumerate()
-                .filter_map(|(t, r)| r.iter().find(|(x, _)| *x == e).map(|&(_, w)| (t as u32, w)))
-                .unzip();
-            if rows.is_empty() {
+        for (expert, (rows, weights)) in self.experts.iter().zip(buckets) {
+            let n = rows.len();
+            if n == 0 {
                 continue;
             }
-            let n = rows.len();
+            let weights = Tensor::from_vec(weights, (n, 1), x.device())?.to_dtype(x.dtype())?;
             if n == t {
                 // every row (one-token decode): no gather, no scatter
-                let y = expert.forward(x)?;
-                let y = if n == 1 { y.affine(weights[0] as f64, 0.0)? } else { y.broadcast_mul(&column(weights)?)? };
+                let y = expert.forward(x)?.broadcast_mul(&weights)?;
                 out = Some(match out {
                     Some(o) => (o + y)?,
                     None => y,
@@ -67,7 +62,7 @@ impl SparseMoe {
                 continue;
             }
             let rows = Tensor::from_vec(rows, n, x.device())?;
-            let y = expert.forward(&x.index_select(&rows, 0)?)?.broadcast_mul(&column(weights)?)?;
+            let y = expert.forward(&x.index_select(&rows, 0)?)?.broadcast_mul(&weights)?;
             let base = match out {
                 Some(o) => o,
                 None => x.zeros_like()?,
@@ -82,13 +77,13 @@ impl SparseMoe {
 
     /// One token's experts from its router scores: the softmax's `top_k` largest (ties to the lower index), their
     /// probabilities renormalized where the model asks.
-    fn route(&self, scores: &[f32]) -> Route {
+    fn route(&self, scores: &[f32]) -> Vec<(usize, f32)> {
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let exp: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
         let sum: f32 = exp.iter().sum();
         let mut order: Vec<usize> = (0..scores.len()).collect();
         order.sort_by(|&i, &j| exp[j].total_cmp(&exp[i]).then(i.cmp(&j)));
-        let mut top: Route = order.into_iter().take(self.top_k).map(|e| (e, exp[e] / sum)).collect();
+        let mut top: Vec<(usize, f32)> = order.into_iter().take(self.top_k).map(|e| (e, exp[e] / sum)).collect();
         if self.norm_topk_prob {
             let total: f32 = top.iter().map(|(_, p)| p).sum();
             top.iter_mut().for_each(|(_, p)| *p /= total);
