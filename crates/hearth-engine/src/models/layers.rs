@@ -223,6 +223,12 @@ impl Linear {
         Self { w, fast, b }
     }
 
+    /// Whether this layer multiplies on hearth's CPU kernels (which split their work with
+    /// `crate::work_pool::par_chunks`, and so run on one thread inside `work_pool::serial`).
+    pub fn on_work_pool(&self) -> bool {
+        self.fast.is_some()
+    }
+
     /// x: (T, in) -> (T, out)
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = match &self.fast {

@@ -43,6 +43,15 @@ impl Mlp {
         Ok(Self { gate_up, down: linear("down_proj")?, act })
     }
 
+    /// Whether every matmul of it runs on hearth's CPU kernels ([`Linear::on_work_pool`]).
+    pub fn on_work_pool(&self) -> bool {
+        let gate_up = match &self.gate_up {
+            GateUp::Split { gate, up } => gate.on_work_pool() && up.on_work_pool(),
+            GateUp::Fused(f) => f.on_work_pool(),
+        };
+        gate_up && self.down.on_work_pool()
+    }
+
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let h = match &self.gate_up {
             GateUp::Split { gate, up } => {

@@ -44,35 +44,74 @@ impl SparseMoe {
                 buckets[e].1.push(w);
             }
         }
-        // The sum so far, in expert order (None: no expert has run yet).
+        let active: Vec<Routed> = buckets
+            .into_iter()
+            .enumerate()
+            .filter(|(_, (rows, _))| !rows.is_empty())
+            .map(|(expert, (rows, weights))| Routed { expert, rows, weights })
+            .collect();
+        let ys = if self.grouped(x, &active) {
+            self.experts_grouped(x, &active)?
+        } else {
+            active.iter().map(|r| self.expert_out(x, r)).collect::<Result<Vec<_>>>()?
+        };
+        // The sum, in expert order (None: no expert has run yet).
         let mut out: Option<Tensor> = None;
-        for (expert, (rows, weights)) in self.experts.iter().zip(buckets) {
-            let n = rows.len();
-            if n == 0 {
-                continue;
-            }
-            let weights = Tensor::from_vec(weights, (n, 1), x.device())?.to_dtype(x.dtype())?;
-            if n == t {
-                // every row (one-token decode): no gather, no scatter
-                let y = expert.forward(x)?.broadcast_mul(&weights)?;
-                out = Some(match out {
+        for (r, y) in active.iter().zip(ys) {
+            out = Some(if r.rows.len() == t {
+                // every row (one-token decode): no scatter
+                match out {
                     Some(o) => (o + y)?,
                     None => y,
-                });
-                continue;
-            }
-            let rows = Tensor::from_vec(rows, n, x.device())?;
-            let y = expert.forward(&x.index_select(&rows, 0)?)?.broadcast_mul(&weights)?;
-            let base = match out {
-                Some(o) => o,
-                None => x.zeros_like()?,
-            };
-            out = Some(base.index_add(&rows, &y, 0)?);
+                }
+            } else {
+                let rows = Tensor::from_slice(&r.rows, r.rows.len(), x.device())?;
+                let base = match out {
+                    Some(o) => o,
+                    None => x.zeros_like()?,
+                };
+                base.index_add(&rows, &y, 0)?
+            });
         }
         match out {
             Some(o) => Ok(o),
             None => Ok(x.zeros_like()?),
         }
+    }
+
+    /// One expert's output on its rows of `x`, times their routing weights: (rows, hidden).
+    fn expert_out(&self, x: &Tensor, r: &Routed) -> Result<Tensor> {
+        let n = r.rows.len();
+        let weights = Tensor::from_slice(&r.weights, (n, 1), x.device())?.to_dtype(x.dtype())?;
+        let input =
+            if n == x.dim(0)? { x.clone() } else { x.index_select(&Tensor::from_slice(&r.rows, n, x.device())?, 0)? };
+        Ok(self.experts[r.expert].forward(&input)?.broadcast_mul(&weights)?)
+    }
+
+    /// Whether this step's experts run one per thread ([`SparseMoe::experts_grouped`]): on the CPU with
+    /// `HEARTH_MOE_GROUPED` on, every active expert on hearth's kernels, at least as many active experts as the
+    /// work pool has threads, and few rows each (decode steps), where one hand-out per expert matmul costs more
+    /// than the matmul.
+    fn grouped(&self, x: &Tensor, active: &[Routed]) -> bool {
+        let threads = crate::work_pool::current_threads();
+        x.device().is_cpu()
+            && crate::levers::get().moe_grouped
+            && threads > 1
+            && active.len() >= threads
+            && active.iter().all(|r| r.rows.len() <= GROUPED_MAX_ROWS && self.experts[r.expert].on_work_pool())
+    }
+
+    /// Every active expert's output, the experts handed out to the work pool one per unit, each computed on its
+    /// thread alone: the same kernels on the same rows as one at a time, so the same bits.
+    fn experts_grouped(&self, x: &Tensor, active: &[Routed]) -> Result<Vec<Tensor>> {
+        let slots: Vec<std::sync::OnceLock<Result<Tensor>>> = active.iter().map(|_| Default::default()).collect();
+        crate::work_pool::par_chunks(active.len(), 1, |units| {
+            for i in units {
+                let _ = slots[i].set(crate::work_pool::serial(|| self.expert_out(x, &active[i])));
+            }
+        });
+        // (every unit runs unless a thread panicked, which the pool passes on; computed here all the same)
+        slots.into_iter().zip(active).map(|(s, r)| s.into_inner().unwrap_or_else(|| self.expert_out(x, r))).collect()
     }
 
     /// One token's experts from its router scores: the softmax's `top_k` largest (ties to the lower index), their
@@ -90,6 +129,16 @@ impl SparseMoe {
         }
         top
     }
+}
+
+/// Rows per expert up to which a step's experts may run one per thread (decode steps of up to a few streams).
+const GROUPED_MAX_ROWS: usize = 8;
+
+/// One expert's share of a step: its rows (in token order) and their routing weights.
+struct Routed {
+    expert: usize,
+    rows: Vec<u32>,
+    weights: Vec<f32>,
 }
 
 /// A layer's feed-forward: the dense gated MLP, or the routed experts.
@@ -115,6 +164,38 @@ impl FeedForward {
         match self {
             Self::Dense(m) => m.forward_add_norm(h, a, norm),
             Self::Moe(m) => m.forward_add_norm(h, a, norm),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::weights::{config::ModelConfig, gguf::GgufFile, Weights};
+    use candle_core::Device;
+
+    /// The experts of a decode step run one per thread give the bits they give one at a time (the tiny Qwen3-MoE
+    /// GGUF written by llama.cpp's converter: 8 Q8_0 experts, 2 per token).
+    #[test]
+    fn grouped_experts_equal_one_at_a_time() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-qwen3moe-q8_0.gguf");
+        let weights = Weights::Gguf(GgufFile::open(&path).unwrap());
+        let Weights::Gguf(g) = &weights else { unreachable!() };
+        let cfg = ModelConfig::from_gguf(g).unwrap();
+        let l = Loader::new(&weights, &cfg, &Device::Cpu, DType::F32, false);
+        let moe = SparseMoe::load(&l, 0, cfg.moe.as_ref().unwrap()).unwrap();
+        assert!(moe.experts.iter().all(Mlp::on_work_pool), "the fixture's experts run on hearth's kernels");
+        for t in [1usize, 3] {
+            let x = Tensor::randn(0f32, 1.0, (t, cfg.hidden_size), &Device::Cpu).unwrap();
+            let routed: Vec<Routed> = (0..moe.experts.len())
+                .map(|e| Routed { expert: e, rows: (0..t as u32).collect(), weights: vec![0.5; t] })
+                .collect();
+            let grouped = moe.experts_grouped(&x, &routed).unwrap();
+            for (r, y) in routed.iter().zip(grouped) {
+                let alone = moe.expert_out(&x, r).unwrap();
+                assert_eq!(y.to_vec2::<f32>().unwrap(), alone.to_vec2::<f32>().unwrap(), "expert {}", r.expert);
+            }
         }
     }
 }

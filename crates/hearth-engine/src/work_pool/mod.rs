@@ -24,20 +24,34 @@ pub enum KernelPool {
 thread_local! {
     /// The pool of the forward pass this thread is running (hearth's outside any).
     static CURRENT: Cell<KernelPool> = const { Cell::new(KernelPool::Hearth) };
+    /// Set inside [`serial`]: this thread's kernels run on it alone.
+    static SERIAL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `f` with every kernel it starts on this thread alone (no hand-out to a pool): for work that is itself one
+/// unit of an outer [`par_chunks`], such as one expert's MLP among a token's experts. The setting before is back
+/// afterwards, also when `f` panics.
+pub(crate) fn serial<R>(f: impl FnOnce() -> R) -> R {
+    with_set(&SERIAL, true, f)
+}
+
+/// Run `f` with this thread's `key` set to `value`; the value before is back afterwards, also when `f` panics.
+fn with_set<T: Copy + 'static, R>(key: &'static std::thread::LocalKey<Cell<T>>, value: T, f: impl FnOnce() -> R) -> R {
+    struct Restore<T: Copy + 'static>(&'static std::thread::LocalKey<Cell<T>>, T);
+    impl<T: Copy + 'static> Drop for Restore<T> {
+        fn drop(&mut self) {
+            self.0.with(|c| c.set(self.1));
+        }
+    }
+    let _restore = Restore(key, key.with(|c| c.replace(value)));
+    f()
 }
 
 impl KernelPool {
     /// Run `f` (a model's forward pass) with this pool for the kernels this thread starts; the pool before is back
     /// afterwards, also when `f` fails or panics.
     pub fn run<R>(self, f: impl FnOnce() -> R) -> R {
-        struct Restore(KernelPool);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                CURRENT.with(|c| c.set(self.0));
-            }
-        }
-        let _restore = Restore(CURRENT.with(|c| c.replace(self)));
-        f()
+        with_set(&CURRENT, self, f)
     }
 
     /// The pool in force on this thread.
@@ -52,6 +66,23 @@ fn work_pool() -> &'static pool::WorkPool {
     POOL.get_or_init(|| pool::WorkPool::new(candle_core::utils::get_num_threads()))
 }
 
+/// The threads of hearth's work pool (`own`) or of candle's barrier pool.
+fn threads(own: bool) -> usize {
+    if own {
+        work_pool().threads()
+    } else {
+        candle_core::utils::barrier_pool().n_workers() + 1
+    }
+}
+
+/// The threads [`par_chunks`] would split work over on this thread now (1 inside [`serial`]).
+pub(crate) fn current_threads() -> usize {
+    if SERIAL.with(Cell::get) {
+        return 1;
+    }
+    threads(crate::levers::get().work_pool && KernelPool::current() == KernelPool::Hearth)
+}
+
 /// Split `n_items` in chunks of at least `grain` items over the current [`KernelPool`]: hearth's work pool, or
 /// candle's barrier pool where `HEARTH_WORK_POOL` is off or the running model's kernels share candle's.
 pub(crate) fn par_chunks(n_items: usize, grain: usize, f: impl Fn(Range<usize>) + Sync) {
@@ -59,8 +90,8 @@ pub(crate) fn par_chunks(n_items: usize, grain: usize, f: impl Fn(Range<usize>) 
         return;
     }
     let own = crate::levers::get().work_pool && KernelPool::current() == KernelPool::Hearth;
-    let threads = if own { work_pool().threads() } else { candle_core::utils::barrier_pool().n_workers() + 1 };
-    if threads <= 1 || n_items <= grain {
+    let threads = threads(own);
+    if threads <= 1 || n_items <= grain || SERIAL.with(Cell::get) {
         f(0..n_items);
         return;
     }
@@ -101,6 +132,22 @@ mod tests {
         let panicked = std::panic::catch_unwind(|| KernelPool::Candle.run(|| panic!("a failing forward pass")));
         assert!(panicked.is_err());
         assert_eq!(KernelPool::current(), KernelPool::Hearth);
+    }
+
+    #[test]
+    fn serial_runs_every_item_on_the_calling_thread() {
+        let me = std::thread::current().id();
+        let hits: Vec<AtomicU32> = (0..1000).map(|_| AtomicU32::new(0)).collect();
+        serial(|| {
+            par_chunks(1000, 1, |r| {
+                assert_eq!(std::thread::current().id(), me);
+                for i in r {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        });
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+        assert!(!SERIAL.with(Cell::get), "serial mode ends with its closure");
     }
 
     #[test]
