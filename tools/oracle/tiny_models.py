@@ -28,7 +28,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import (AutoModelForCausalLM, AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig,  # noqa: E402
                           GenerationConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
                           PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
-                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM, GptOssConfig, GptOssForCausalLM)
 
 torch.set_num_threads(2)
 torch.use_deterministic_algorithms(True)
@@ -68,6 +68,9 @@ CASE_LENGTHS = [5, 13, 24]
 ALL_LOGITS_LEN = 13
 N_GREEDY = 16
 LINEAR_STD = 0.08
+GPT_OSS_YARN = {"rope_type": "yarn", "factor": 8.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                "original_max_position_embeddings": 64}
+GPT_OSS_LIMIT = 0.5
 
 
 def train_tokenizer() -> Tokenizer:
@@ -133,6 +136,18 @@ def specs():
                                             num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                                             norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1])),
             legacy=dict(rope_theta=1000000.0, rope_scaling=None, num_experts=8)),
+        # gpt-oss: attention sinks, q/k/v/o biases, alternating sliding (8) / full layers, YaRN rope (truncate
+        # off), 8 experts with biases, top-2 then softmax, the clamped SwiGLU with a limit small enough to clamp
+        "gpt-oss": dict(
+            cls=GptOssForCausalLM, dtype=torch.bfloat16, shard=False,
+            cfg=GptOssConfig(**common_cfg(num_hidden_layers=3, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                                          intermediate_size=32, num_local_experts=8, num_experts_per_tok=2,
+                                          sliding_window=8, swiglu_limit=GPT_OSS_LIMIT, attention_bias=True,
+                                          layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                          rope_parameters=dict(GPT_OSS_YARN, rope_theta=150000.0))),
+            legacy=dict(rope_theta=150000.0, rope_scaling=GPT_OSS_YARN),
+            # the o and expert biases add the same vector at every position: smaller than the tokens' own signal
+            init=dict(bias_std=0.02, embed_std=0.1)),
         "gemma3": dict(
             cls=Gemma3ForCausalLM, dtype=torch.float32, shard=False,
             cfg=Gemma3TextConfig(**common_cfg(
@@ -146,7 +161,8 @@ def specs():
     }
 
 
-def randomize(model: torch.nn.Module, name: str, gemma_norms: bool) -> None:
+def randomize(model: torch.nn.Module, name: str, gemma_norms: bool, bias_std: float = 0.1,
+              embed_std: float = 0.02) -> None:
     g = torch.Generator().manual_seed(zlib.crc32(name.encode()))
     with torch.no_grad():
         for pname, p in model.named_parameters():
@@ -156,10 +172,12 @@ def randomize(model: torch.nn.Module, name: str, gemma_norms: bool) -> None:
                 v = 0.1 * torch.randn(shape, generator=g)
                 if not gemma_norms:
                     v = 1.0 + v
+            elif pname.endswith(".sinks"):
+                v = torch.randn(shape, generator=g)  # a sink logit on the scale of the scores it competes with
             elif pname.endswith(".bias"):
-                v = 0.1 * torch.randn(shape, generator=g)
+                v = bias_std * torch.randn(shape, generator=g)
             elif "embed_tokens" in pname or "lm_head" in pname:
-                v = 0.02 * torch.randn(shape, generator=g)
+                v = embed_std * torch.randn(shape, generator=g)
             else:
                 # projections: larger than the usual 0.02 so that the layers, not the (tied) embedding, dominate
                 # the residual stream and the logits are well separated
@@ -232,7 +250,7 @@ def build(name: str, spec: dict, tok: Tokenizer) -> None:
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
     model = spec["cls"](cfg).to(torch.float32).eval()
-    randomize(model, name, gemma_norms=(name == "gemma3"))
+    randomize(model, name, gemma_norms=(name == "gemma3"), **spec.get("init", {}))
     if spec["dtype"] != torch.float32:
         # Round the weights through the storage dtype, keeping the f32 model (and its f32 buffers such as the
         # rotary inv_freq) as the in-memory reference.

@@ -64,11 +64,22 @@ fn z_of(x: f32, act: Activation) -> f32 {
     match act {
         Activation::Silu => x,
         Activation::GeluTanh => 2.0 * SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x),
+        Activation::SwigluOai { alpha, .. } => alpha * x,
+    }
+}
+
+/// The gate and up values the activation takes: gpt-oss's clamped SwiGLU clamps both and adds 1 to up.
+#[inline(always)]
+fn clamped(x: f32, u: f32, act: Activation) -> (f32, f32) {
+    match act {
+        Activation::SwigluOai { limit, .. } => (x.min(limit), u.clamp(-limit, limit) + 1.0),
+        _ => (x, u),
     }
 }
 
 fn row_scalar(g: &[f32], u: &[f32], act: Activation, out: &mut [f32]) {
     for ((o, &x), &u) in out.iter_mut().zip(g).zip(u) {
+        let (x, u) = clamped(x, u, act);
         *o = x / (1.0 + (-z_of(x, act)).exp()) * u;
     }
 }
@@ -85,18 +96,30 @@ mod x86 {
         let one = _mm256_set1_ps(1.0);
         let c1 = _mm256_set1_ps(-2.0 * SQRT_2_OVER_PI);
         let c3 = _mm256_set1_ps(GELU_CUBIC);
+        let (neg_alpha, limit) = match act {
+            Activation::SwigluOai { alpha, limit } => (_mm256_set1_ps(-alpha), _mm256_set1_ps(limit)),
+            _ => (one, one),
+        };
         let mut j = 0;
         while j + 8 <= n {
-            let x = _mm256_loadu_ps(g.as_ptr().add(j));
+            let mut x = _mm256_loadu_ps(g.as_ptr().add(j));
+            let mut uv = _mm256_loadu_ps(u.as_ptr().add(j));
             let neg_z = match act {
                 Activation::Silu => _mm256_sub_ps(_mm256_setzero_ps(), x),
                 // -2·√(2/π)·(x + c·x³) = c1·x·(1 + c·x²)
                 Activation::GeluTanh => {
                     _mm256_mul_ps(_mm256_mul_ps(c1, x), _mm256_fmadd_ps(c3, _mm256_mul_ps(x, x), one))
                 }
+                Activation::SwigluOai { .. } => {
+                    // min(x, limit) and clamp(u, -limit, limit) + 1, as `clamped`
+                    x = _mm256_min_ps(x, limit);
+                    let neg_limit = _mm256_sub_ps(_mm256_setzero_ps(), limit);
+                    uv = _mm256_add_ps(_mm256_min_ps(_mm256_max_ps(uv, neg_limit), limit), one);
+                    _mm256_mul_ps(neg_alpha, x)
+                }
             };
             let s = _mm256_div_ps(x, _mm256_add_ps(one, exp8(neg_z)));
-            _mm256_storeu_ps(out.as_mut_ptr().add(j), _mm256_mul_ps(s, _mm256_loadu_ps(u.as_ptr().add(j))));
+            _mm256_storeu_ps(out.as_mut_ptr().add(j), _mm256_mul_ps(s, uv));
             j += 8;
         }
         row_scalar(&g[j..], &u[j..], act, &mut out[j..]);
@@ -110,8 +133,13 @@ mod tests {
     /// The exact functions, in f64.
     fn reference(x: f32, u: f32, act: Activation) -> f64 {
         let (x, u) = (x as f64, u as f64);
+        let (x, u) = match act {
+            Activation::SwigluOai { limit, .. } => (x.min(limit as f64), u.clamp(-limit as f64, limit as f64) + 1.0),
+            _ => (x, u),
+        };
         let a = match act {
             Activation::Silu => x / (1.0 + (-x).exp()),
+            Activation::SwigluOai { alpha, .. } => x / (1.0 + (-(alpha as f64) * x).exp()),
             // 0.5·x·(1 + tanh(v)) as x·sigmoid(2v), which does not cancel where tanh(v) is near -1
             Activation::GeluTanh => {
                 x / (1.0 + (-2.0 * (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).exp())
@@ -126,12 +154,10 @@ mod tests {
         let gu: Vec<f32> = (0..rows * 2 * i).map(|k| ((k * 7919) % 2001) as f32 / 100.0 - 10.0).collect();
         let t = Tensor::from_vec(gu.clone(), (rows, 2 * i), &Device::Cpu).unwrap();
         let (g, u) = (t.narrow(1, 0, i).unwrap(), t.narrow(1, i, i).unwrap());
-        for act in [Activation::Silu, Activation::GeluTanh] {
-            let a = match act {
-                Activation::Silu => candle_nn::ops::silu(&g).unwrap(),
-                Activation::GeluTanh => g.gelu().unwrap(),
-            };
-            let candle: Vec<f32> = (a * &u).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        // gate and up values span -10..10: gpt-oss's limit of 7 clamps some of both
+        for act in [Activation::Silu, Activation::GeluTanh, Activation::SwigluOai { alpha: 1.702, limit: 7.0 }] {
+            let candle = crate::models::mlp::gated(&g, &u, act).unwrap();
+            let candle: Vec<f32> = candle.flatten_all().unwrap().to_vec1().unwrap();
             let scale = candle.iter().fold(0f32, |m, v| m.max(v.abs()));
             for simd in [false, isa_supported(Isa::Avx2)] {
                 let mut out = vec![f32::NAN; rows * i];

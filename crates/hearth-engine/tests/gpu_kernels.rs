@@ -169,27 +169,34 @@ fn kernel_case_steps(
 
 #[test]
 fn paged_kernel_matches_portable_attention() {
-    let plain = AttnParams { scale: 0.125, window: None, softcap: None };
+    let plain = AttnParams { scale: 0.125, window: None, softcap: None, sinks: None };
     for (h, kvh, d) in [(9, 3, 64), (32, 8, 128), (4, 1, 256), (8, 8, 128)] {
-        kernel_case(h, kvh, d, DType::F32, plain, 2e-5);
+        kernel_case(h, kvh, d, DType::F32, plain.clone(), 2e-5);
         // bf16 caches and outputs: the output's own rounding (8 bits of mantissa) dominates.
-        kernel_case(h, kvh, d, DType::BF16, plain, 1.6e-2);
+        kernel_case(h, kvh, d, DType::BF16, plain.clone(), 1.6e-2);
     }
-    kernel_case(4, 1, 256, DType::F32, AttnParams { scale: 0.0625, window: Some(8), softcap: None }, 2e-5);
-    kernel_case(4, 2, 64, DType::F32, AttnParams { scale: 0.3, window: Some(20), softcap: Some(5.0) }, 2e-5);
-    kernel_case(9, 3, 64, DType::F16, plain, 2e-3);
+    kernel_case(4, 1, 256, DType::F32, AttnParams { scale: 0.0625, window: Some(8), softcap: None, sinks: None }, 2e-5);
+    kernel_case(
+        4,
+        2,
+        64,
+        DType::F32,
+        AttnParams { scale: 0.3, window: Some(20), softcap: Some(5.0), sinks: None },
+        2e-5,
+    );
+    kernel_case(9, 3, 64, DType::F16, plain.clone(), 2e-3);
     // Hundreds of keys: step 2's 8 tokens x kv heads are too few blocks to fill the GPU, so their keys split.
     for (h, kvh, d) in [(32, 8, 128), (4, 1, 256), (9, 3, 64)] {
         assert!(hearth_engine::attention::cuda::split_keys(8, kvh, 700).is_some(), "the split path must be exercised");
-        kernel_case_len(h, kvh, d, DType::F32, plain, 2e-5, [700, 333, 150]);
-        kernel_case_len(h, kvh, d, DType::BF16, plain, 1.6e-2, [700, 333, 150]);
+        kernel_case_len(h, kvh, d, DType::F32, plain.clone(), 2e-5, [700, 333, 150]);
+        kernel_case_len(h, kvh, d, DType::BF16, plain.clone(), 1.6e-2, [700, 333, 150]);
     }
     kernel_case_len(
         4,
         2,
         64,
         DType::F32,
-        AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) },
+        AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0), sinks: None },
         2e-5,
         [700, 333, 150],
     );
@@ -204,21 +211,35 @@ fn paged_kernel_matches_portable_attention() {
     assert_eq!(hearth_engine::attention::cuda::prefill::smem_bytes(128), 113_408, "mirrors prefill_tc.cu");
     for (h, kvh, d) in [(16, 2, 128), (16, 1, 64), (8, 1, 128)] {
         assert!(tile_tokens(h, kvh, d, DType::BF16).is_some());
-        kernel_case(h, kvh, d, DType::BF16, plain, 1.6e-2);
-        kernel_case(h, kvh, d, DType::F16, plain, 2e-3);
+        kernel_case(h, kvh, d, DType::BF16, plain.clone(), 1.6e-2);
+        kernel_case(h, kvh, d, DType::F16, plain.clone(), 2e-3);
     }
-    kernel_case(4, 1, 256, DType::BF16, AttnParams { scale: 0.0625, window: Some(8), softcap: None }, 1.6e-2);
-    kernel_case(4, 2, 64, DType::BF16, AttnParams { scale: 0.3, window: Some(20), softcap: Some(5.0) }, 1.6e-2);
+    kernel_case(
+        4,
+        1,
+        256,
+        DType::BF16,
+        AttnParams { scale: 0.0625, window: Some(8), softcap: None, sinks: None },
+        1.6e-2,
+    );
+    kernel_case(
+        4,
+        2,
+        64,
+        DType::BF16,
+        AttnParams { scale: 0.3, window: Some(20), softcap: Some(5.0), sinks: None },
+        1.6e-2,
+    );
     kernel_case_len(
         4,
         2,
         64,
         DType::BF16,
-        AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) },
+        AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0), sinks: None },
         1.6e-2,
         [700, 333, 150],
     );
-    kernel_case(32, 8, 128, DType::F16, plain, 2e-3);
+    kernel_case(32, 8, 128, DType::F16, plain.clone(), 2e-3);
     // Short pieces over long contexts (a prompt-cache hit): step 2's tiles are too few blocks to fill the GPU, so
     // the tensor-core kernel splits their keys and a second launch merges the splits. The 32-token piece at 2,000
     // keys has four non-empty splits; with G = 16 (4-token tiles) the 6-token piece at 339 keys leaves its second
@@ -226,9 +247,9 @@ fn paged_kernel_matches_portable_attention() {
     use hearth_engine::attention::cuda::prefill::split_keys as tc_split;
     assert_eq!(tc_split(2, 8, 2033), Some((512, 4)), "a 32-token piece at 2k keys splits four ways");
     assert_eq!(tc_split(100, 8, 2033), None, "a step of many tiles fills the GPU without splitting");
-    kernel_case_steps(32, 8, 128, DType::BF16, plain, 1.6e-2, [2000, 333, 150], [1, 32, 1], Steps::default());
-    kernel_case_steps(32, 8, 128, DType::F16, plain, 2e-3, [2000, 333, 150], [3, 32, 40], Steps::default());
-    kernel_case_steps(16, 1, 64, DType::BF16, plain, 1.6e-2, [700, 333, 150], [1, 6, 1], Steps::default());
+    kernel_case_steps(32, 8, 128, DType::BF16, plain.clone(), 1.6e-2, [2000, 333, 150], [1, 32, 1], Steps::default());
+    kernel_case_steps(32, 8, 128, DType::F16, plain.clone(), 2e-3, [2000, 333, 150], [3, 32, 40], Steps::default());
+    kernel_case_steps(16, 1, 64, DType::BF16, plain.clone(), 1.6e-2, [700, 333, 150], [1, 6, 1], Steps::default());
     // The cluster decode kernel (HEARTH_CUDA_DECODE_CLUSTER; fused path, decode-only steps) against the default
     // path and the CPU: short contexts (one split), hundreds of keys (several splits, some past a short row's last
     // key), G = 1, 3 (rounded to 4), 4, 8 and 16, f32/bf16/f16, a window with soft-capping, decode positions 1, 32
@@ -241,22 +262,22 @@ fn paged_kernel_matches_portable_attention() {
         (16, 1, 64, DType::F32, 2e-5),
         (4, 1, 256, DType::BF16, 1.6e-2),
     ] {
-        kernel_case_steps(h, kvh, d, dtype, plain, tol, [37, 51, 5], [1, 1, 1], cl);
-        kernel_case_steps(h, kvh, d, dtype, plain, tol, [700, 333, 150], [1, 1, 1], cl);
-        kernel_case_steps(h, kvh, d, dtype, plain, tol, [1, 32, 63], [1, 1, 1], cl);
+        kernel_case_steps(h, kvh, d, dtype, plain.clone(), tol, [37, 51, 5], [1, 1, 1], cl);
+        kernel_case_steps(h, kvh, d, dtype, plain.clone(), tol, [700, 333, 150], [1, 1, 1], cl);
+        kernel_case_steps(h, kvh, d, dtype, plain.clone(), tol, [1, 32, 63], [1, 1, 1], cl);
     }
     kernel_case_steps(
         4,
         2,
         64,
         DType::BF16,
-        AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) },
+        AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0), sinks: None },
         1.6e-2,
         [700, 333, 150],
         [1, 1, 1],
         cl,
     );
-    kernel_case_steps(128, 128, 64, DType::BF16, plain, 1.6e-2, [700, 333, 150], [1, 1, 1], cl);
+    kernel_case_steps(128, 128, 64, DType::BF16, plain.clone(), 1.6e-2, [700, 333, 150], [1, 1, 1], cl);
     // One token of one kv head over a very long context: the split count stays within the merge's 256.
     let per = hearth_engine::attention::cuda::split_keys(1, 1, 100_000).expect("a lone long row splits");
     assert!(100_000usize.div_ceil(per) <= 256, "{per} keys per split");
@@ -271,7 +292,7 @@ fn decode_cluster_rope_matches_qkv_rope() {
     use hearth_engine::attention::cuda::decode::launches;
     use hearth_engine::attention::{Heads, RopeTables};
     let dev = gpu();
-    let plain = AttnParams { scale: 0.125, window: None, softcap: None };
+    let plain = AttnParams { scale: 0.125, window: None, softcap: None, sinks: None };
     for (h, kvh, d, dtype, tol) in [
         (32usize, 8usize, 128usize, DType::F32, 2e-5f32),
         (32, 8, 128, DType::BF16, 1.6e-2),

@@ -148,31 +148,31 @@ fn case(
 
 #[test]
 fn encoded_caches_match_the_cpu() {
-    let plain = AttnParams { scale: 0.125, window: None, softcap: None };
+    let plain = AttnParams { scale: 0.125, window: None, softcap: None, sinks: None };
     let unfused = How { fused: false, cluster: false };
     let split = How { fused: true, cluster: false };
     let cluster = How { fused: true, cluster: true };
     let mut failed = Vec::new();
     for enc in served() {
         // prompt pieces and decode tokens in one launch; the encode kernel writes every row
-        failed.extend(case(enc, 32, 8, 128, plain, [37, 51, 5], [1, 6, 1], unfused));
-        failed.extend(case(enc, 9, 3, 64, plain, [37, 51, 5], [1, 6, 1], split));
+        failed.extend(case(enc, 32, 8, 128, plain.clone(), [37, 51, 5], [1, 6, 1], unfused));
+        failed.extend(case(enc, 9, 3, 64, plain.clone(), [37, 51, 5], [1, 6, 1], split));
         // hundreds of keys: decode tokens split their keys (a separate merge rotates the values back)
-        failed.extend(case(enc, 32, 8, 128, plain, [700, 333, 150], [1, 1, 1], split));
+        failed.extend(case(enc, 32, 8, 128, plain.clone(), [700, 333, 150], [1, 1, 1], split));
         // the cluster kernel encodes its own rows and merges in the cluster
-        failed.extend(case(enc, 32, 8, 128, plain, [700, 333, 150], [1, 1, 1], cluster));
-        failed.extend(case(enc, 16, 1, 64, plain, [1, 32, 63], [1, 1, 1], cluster));
-        failed.extend(case(enc, 4, 1, 256, plain, [700, 40, 5], [1, 1, 1], cluster));
+        failed.extend(case(enc, 32, 8, 128, plain.clone(), [700, 333, 150], [1, 1, 1], cluster));
+        failed.extend(case(enc, 16, 1, 64, plain.clone(), [1, 32, 63], [1, 1, 1], cluster));
+        failed.extend(case(enc, 4, 1, 256, plain.clone(), [700, 40, 5], [1, 1, 1], cluster));
     }
     let k8v3 = KvEncoding::parse("turbo:k8v3").unwrap().unwrap();
-    let windowed = AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0) };
-    failed.extend(case(k8v3, 4, 2, 64, windowed, [700, 333, 150], [1, 1, 1], cluster));
-    failed.extend(case(k8v3, 4, 2, 64, windowed, [700, 333, 150], [1, 9, 1], split));
-    failed.extend(case(KvEncoding::Q8_0, 16, 1, 64, plain, [300, 20, 5], [1, 1, 1], split));
+    let windowed = AttnParams { scale: 0.3, window: Some(200), softcap: Some(5.0), sinks: None };
+    failed.extend(case(k8v3, 4, 2, 64, windowed.clone(), [700, 333, 150], [1, 1, 1], cluster));
+    failed.extend(case(k8v3, 4, 2, 64, windowed.clone(), [700, 333, 150], [1, 9, 1], split));
+    failed.extend(case(KvEncoding::Q8_0, 16, 1, 64, plain.clone(), [300, 20, 5], [1, 1, 1], split));
     // the tensor-core prompt kernel over encoded blocks, its keys split over a long context (a merge rotates the
     // values back)
-    failed.extend(case(k8v3, 32, 8, 128, plain, [2000, 333, 150], [1, 32, 1], split));
-    failed.extend(case(KvEncoding::Q8_0, 32, 8, 128, plain, [2000, 333, 150], [3, 32, 40], unfused));
+    failed.extend(case(k8v3, 32, 8, 128, plain.clone(), [2000, 333, 150], [1, 32, 1], split));
+    failed.extend(case(KvEncoding::Q8_0, 32, 8, 128, plain.clone(), [2000, 333, 150], [3, 32, 40], unfused));
     assert!(failed.is_empty(), "{} checks failed:\n{}", failed.len(), failed.join("\n"));
 }
 

@@ -170,8 +170,19 @@ fn smollm2_gpu_bf16_matches_transformers() {
 /// tokens wherever transformers' gap is clear of bf16 rounding.
 #[test]
 fn tiny_qwen3_moe_gpu_matches_transformers() {
-    let dir = fixture("tiny-qwen3-moe");
-    let g = golden("tiny_qwen3_moe.json");
+    tiny_gpu_matches_transformers("qwen3-moe");
+}
+
+/// The tiny gpt-oss checkpoint (attention sinks, which the CUDA backend attends with the portable kernels; YaRN;
+/// biased experts with the clamped SwiGLU) on the GPU, as the Qwen3-MoE one.
+#[test]
+fn tiny_gpt_oss_gpu_matches_transformers() {
+    tiny_gpu_matches_transformers("gpt-oss");
+}
+
+fn tiny_gpu_matches_transformers(name: &str) {
+    let dir = fixture(&format!("tiny-{name}"));
+    let g = golden(&format!("tiny_{}.json", name.replace('-', "_")));
     for (dtype, tol, margin) in [(DType::F32, 1e-3f32, 0.01f32), (DType::BF16, 0.1, 0.2)] {
         let opts = LoadOptions { dtype: Some(dtype), ..Default::default() };
         let m = load_with(dir.to_str().unwrap(), &gpu(), None, &opts).unwrap();
@@ -179,13 +190,13 @@ fn tiny_qwen3_moe_gpu_matches_transformers() {
             let want = ids(&case["greedy"]);
             let (last, greedy) = paged_run(&m, &ids(&case["input_ids"]), want.len());
             let d = last.iter().zip(floats(&case["logits_last"])).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            eprintln!("tiny qwen3-moe {dtype:?} case {i}: last logits max-abs {d:.2e}");
-            assert!(d < tol, "tiny qwen3-moe {dtype:?} case {i}: max-abs {d}");
+            eprintln!("tiny {name} {dtype:?} case {i}: last logits max-abs {d:.2e}");
+            assert!(d < tol, "tiny {name} {dtype:?} case {i}: max-abs {d}");
             let gaps = floats(&case["greedy_gaps"]);
             if let Some(k) = greedy.iter().zip(&want).position(|(a, b)| a != b) {
                 assert!(
                     gaps[k] < margin,
-                    "tiny qwen3-moe {dtype:?} case {i}: greedy token {k} differs (gap {})",
+                    "tiny {name} {dtype:?} case {i}: greedy token {k} differs (gap {})",
                     gaps[k]
                 );
             }

@@ -26,12 +26,33 @@ use candle_core::Tensor;
 pub const PIECE_ALIGN: usize = 32;
 
 /// Per-layer attention parameters.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Default)]
 pub struct AttnParams {
     pub scale: f64,
     /// `Some(w)`: a query at position p sees keys at positions > p - w.
     pub window: Option<usize>,
     pub softcap: Option<f64>,
+    /// One learned logit per query head that joins the softmax's denominator and weighs no value (gpt-oss's
+    /// attention sinks): a head's output is Σ exp(s_j)·v_j / (Σ exp(s_j) + exp(sink)).
+    pub sinks: Option<std::sync::Arc<[f32]>>,
+}
+
+impl AttnParams {
+    /// The normalized output of one query head from its running softmax: `acc` = Σ exp(s − m)·v, `l` = Σ exp(s − m),
+    /// with head `head`'s sink (if any) joining the denominator. Every backend finishes a row with this arithmetic.
+    pub fn finish(&self, head: usize, m: f32, l: f32, acc: &[f32], out: &mut [f32]) {
+        let (scale, inv) = match self.sinks.as_deref() {
+            Some(s) => {
+                let top = m.max(s[head]);
+                let alpha = (m - top).exp();
+                (alpha, 1.0 / (l * alpha + (s[head] - top).exp()))
+            }
+            None => (1.0, 1.0 / l),
+        };
+        for (o, &a) in out.iter_mut().zip(acc) {
+            *o = a * scale * inv;
+        }
+    }
 }
 
 /// Rotary tables gathered at a batch's positions: (T, D/2) f32 cos and sin.

@@ -50,7 +50,16 @@ pub fn attend_row(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, kv_pos0: usiz
         let scores4 = scores.reshape((kvh, groups, lq, lk))?.broadcast_add(&m)?;
         scores = scores4.reshape((kvh, groups * lq, lk))?;
     }
-    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    let probs = match p.sinks.as_deref() {
+        None => candle_nn::ops::softmax_last_dim(&scores)?,
+        Some(sinks) => {
+            // each head's sink as one more key that weighs no value: softmax over [scores, sink], sink dropped
+            let col: Vec<f32> = (0..h).flat_map(|head| std::iter::repeat_n(sinks[head], lq)).collect();
+            let col = Tensor::from_vec(col, (kvh, groups * lq, 1), q.device())?;
+            let probs = candle_nn::ops::softmax_last_dim(&Tensor::cat(&[&scores, &col], 2)?)?;
+            probs.narrow(2, 0, lk)?
+        }
+    };
     let out = probs.matmul(&v)?; // (KvH, G*Lq, D)
     let out = out.reshape((h, lq, d))?.transpose(0, 1)?.reshape((lq, h * d))?;
     Ok(out.to_dtype(in_dtype)?)
@@ -93,7 +102,7 @@ mod tests {
             .unwrap()
             .affine(0.03, -0.2)
             .unwrap();
-        let p = AttnParams { scale: 0.5, window: None, softcap: None };
+        let p = AttnParams { scale: 0.5, window: None, softcap: None, sinks: None };
         let out = attend_row(&q, &k, &v, 1, 0, &p).unwrap().to_vec2::<f32>().unwrap();
         let (qv, kv, vv) = (q.to_vec3::<f32>().unwrap(), k.to_vec3::<f32>().unwrap(), v.to_vec3::<f32>().unwrap());
         for i in 0..lq {

@@ -42,6 +42,7 @@ impl Attention {
                 scale: c.query_pre_attn_scalar.powf(-0.5),
                 window: c.layer_window[layer],
                 softcap: c.attn_logit_softcapping,
+                sinks: None,
             },
         })
     }

@@ -3,7 +3,7 @@
 
 use crate::cpu_matmul::FastQMatMul;
 use crate::weights::config::RopeScaling;
-use crate::weights::{ModelConfig, Weights};
+use crate::weights::{ExpertPart, ModelConfig, Weights};
 use crate::work_pool::KernelPool;
 use crate::Result;
 use candle_core::quantized::QMatMul;
@@ -48,6 +48,14 @@ impl<'a> Loader<'a> {
             None if self.dequantize => self.dtype.into(),
             choice => crate::attention::kv_encoding(choice, self.dtype, self.device, self.cfg.head_dim)?,
         };
+        if enc.is_quantized() && self.cfg.attention_sinks && !self.device.is_cpu() {
+            return Err(crate::Error::Unsupported(format!(
+                "--kv-cache-dtype {} with {}'s attention sinks on this device: its kernels for encoded caches take \
+                 no sinks (the CPU serves both; on the GPU use the model's dtype)",
+                enc.name(),
+                self.cfg.arch_name
+            )));
+        }
         if enc.key.is_quantized() && enc.key.bits() < 8 && self.cfg.attention_bias {
             tracing::warn!(
                 "--kv-cache-dtype {}: this model's attention has biases, and keys of fewer than 8 bits lose it \
@@ -94,10 +102,30 @@ impl<'a> Loader<'a> {
         })
     }
 
-    /// Expert `expert`'s `proj` matrix of layer `layer`'s routed feed-forward ([`Weights::expert_matrix`]).
+    /// Expert `expert`'s `proj` matrix of layer `layer`'s routed feed-forward ([`Weights::expert_matrix`]), with
+    /// its bias where the model's experts have them.
     pub fn expert_linear(&self, layer: usize, expert: usize, proj: &str) -> Result<Linear> {
-        let w = self.weights.expert_matrix(layer, expert, proj, self.dtype, self.device)?;
-        Ok(self.new_linear(self.dense_if_asked(w)?, None))
+        let w = self.weights.expert_matrix(ExpertPart { layer, expert, proj }, self.dtype, self.device)?;
+        Ok(self.new_linear(self.dense_if_asked(w)?, self.expert_bias(layer, expert, proj)?))
+    }
+
+    /// Expert `expert`'s `proj` bias, where the model's experts have biases (None otherwise).
+    fn expert_bias(&self, layer: usize, expert: usize, proj: &str) -> Result<Option<Tensor>> {
+        match &self.cfg.moe {
+            Some(m) if m.biases => {
+                Ok(Some(self.weights.expert_bias(ExpertPart { layer, expert, proj }, self.dtype, self.device)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// A small vector of `len` values in f32 on the host (attention sinks).
+    pub fn vector_f32(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let v = self.weights.vector(name, DType::F32, &Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
+        if v.len() != len {
+            return Err(crate::Error::InvalidModel(format!("`{name}` has {} values, expected {len}", v.len())));
+        }
+        Ok(v)
     }
 
     pub fn rms_norm(&self, name: &str) -> Result<RmsNorm> {
@@ -167,9 +195,16 @@ impl<'a> Loader<'a> {
         }
         let parts = ["gate_proj", "up_proj"]
             .iter()
-            .map(|p| self.weights.expert_matrix(layer, expert, p, self.dtype, self.device))
+            .map(|proj| self.weights.expert_matrix(ExpertPart { layer, expert, proj }, self.dtype, self.device))
             .collect::<Result<Vec<_>>>()?;
-        self.stack_quantized(parts)
+        let Some(mut fused) = self.stack_quantized(parts)? else { return Ok(None) };
+        // gate's bias, then up's, as the stacked rows
+        if let (Some(g), Some(u)) =
+            (self.expert_bias(layer, expert, "gate_proj")?, self.expert_bias(layer, expert, "up_proj")?)
+        {
+            fused.b = Some(Tensor::cat(&[g, u], 0)?);
+        }
+        Ok(Some(fused))
     }
 
     /// Whether this model's CPU matmuls of one input are stacked into one (quantized GGUF weights kept as stored,
@@ -371,6 +406,8 @@ pub struct Rope {
     inv: Tensor,
     max_pos: usize,
     interleaved: bool,
+    /// What cos and sin are multiplied by (YaRN's attention factor; 1 for the rest).
+    factor: f64,
 }
 
 /// Inverse frequencies for `dim` rotary dims with the given base and scaling (HF's `_compute_*_parameters`).
@@ -398,6 +435,25 @@ pub fn inv_freqs(dim: usize, base: f64, scaling: &RopeScaling) -> Vec<f32> {
                 }
             }
         }
+        RopeScaling::Yarn { factor, beta_fast, beta_slow, original_max_position_embeddings, truncate, .. } => {
+            let d = dim as f64;
+            // the dimension at which a frequency turns `rotations` times over the original context
+            let correction = |rotations: f64| {
+                d * (original_max_position_embeddings / (rotations * 2.0 * std::f64::consts::PI)).ln()
+                    / (2.0 * base.ln())
+            };
+            let (mut low, mut high) = (correction(*beta_fast), correction(*beta_slow));
+            if *truncate {
+                (low, high) = (low.floor(), high.ceil());
+            }
+            let (low, high) = (low.max(0.0), high.min(d - 1.0));
+            let span = if low == high { 0.001 } else { high - low };
+            for (i, x) in f.iter_mut().enumerate() {
+                let ramp = ((i as f64 - low) / span).clamp(0.0, 1.0);
+                // extrapolated (the base frequency) where the ramp is 0, interpolated (divided by factor) at 1
+                *x = *x / factor * ramp + *x * (1.0 - ramp);
+            }
+        }
     }
     f.into_iter().map(|x| x as f32).collect()
 }
@@ -414,7 +470,7 @@ impl Rope {
         let inv = inv_freqs(dim, base, scaling);
         let half = inv.len();
         let inv = Tensor::from_vec(inv, (1, half), device)?;
-        Ok(Self { inv, max_pos, interleaved })
+        Ok(Self { inv, max_pos, interleaved, factor: scaling.attention_factor() })
     }
 
     pub fn max_positions(&self) -> usize {
@@ -427,7 +483,9 @@ impl Rope {
     pub fn at(&self, positions: &Tensor) -> Result<RopeAt> {
         let t = positions.dim(0)?;
         let freqs = positions.to_dtype(DType::F32)?.reshape((t, 1))?.broadcast_mul(&self.inv)?;
-        Ok(RopeAt { cos: freqs.cos()?, sin: freqs.sin()?, interleaved: self.interleaved })
+        let (cos, sin) = (freqs.cos()?, freqs.sin()?);
+        let (cos, sin) = if self.factor == 1.0 { (cos, sin) } else { ((cos * self.factor)?, (sin * self.factor)?) };
+        Ok(RopeAt { cos, sin, interleaved: self.interleaved })
     }
 }
 

@@ -43,9 +43,14 @@ impl Attention {
                 v: l.linear(&names[2], bias)?,
             },
         };
+        // gpt-oss: one sink logit per query head, kept in f32
+        let sinks = match c.attention_sinks {
+            true => Some(l.vector_f32(&format!("{p}.sinks"), c.num_heads)?.into()),
+            false => None,
+        };
         Ok(Self {
             qkv,
-            o_proj: l.linear(&format!("{p}.o_proj"), false)?,
+            o_proj: l.linear(&format!("{p}.o_proj"), c.o_bias)?,
             q_norm: if c.qk_norm { Some(l.rms_norm(&format!("{p}.q_norm"))?) } else { None },
             k_norm: if c.qk_norm { Some(l.rms_norm(&format!("{p}.k_norm"))?) } else { None },
             heads: c.num_heads,
@@ -55,6 +60,7 @@ impl Attention {
                 scale: c.query_pre_attn_scalar.powf(-0.5),
                 window: c.layer_window[layer],
                 softcap: c.attn_logit_softcapping,
+                sinks,
             },
         })
     }

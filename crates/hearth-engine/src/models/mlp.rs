@@ -54,14 +54,7 @@ impl Mlp {
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let h = match &self.gate_up {
-            GateUp::Split { gate, up } => {
-                let g = gate.forward(x)?;
-                let g = match self.act {
-                    Activation::Silu => candle_nn::ops::silu(&g)?,
-                    Activation::GeluTanh => g.gelu()?,
-                };
-                (g * up.forward(x)?)?
-            }
+            GateUp::Split { gate, up } => gated(&gate.forward(x)?, &up.forward(x)?, self.act)?,
             GateUp::Fused(f) => return self.down_act(&f.forward(x)?),
         };
         self.down.forward(&h)
@@ -73,8 +66,10 @@ impl Mlp {
         match &self.gate_up {
             GateUp::Fused(f) => {
                 #[cfg(feature = "cuda")]
-                if let Some((h, x)) = f.forward_add_norm_gated(h, a, norm, gpu_act(self.act))? {
-                    return Ok((h, self.down.forward(&x)?));
+                if let Some(act) = gpu_act(self.act) {
+                    if let Some((h, x)) = f.forward_add_norm_gated(h, a, norm, act)? {
+                        return Ok((h, self.down.forward(&x)?));
+                    }
                 }
                 let (h, gu) = f.forward_add_norm(h, a, norm)?;
                 Ok((h, self.down_act(&gu)?))
@@ -93,23 +88,23 @@ impl Mlp {
     }
 }
 
-/// The GPU kernels' name for a gated activation.
+/// The GPU kernels' name for a gated activation (None: they have none; candle's ops compute it).
 #[cfg(feature = "cuda")]
-fn gpu_act(act: Activation) -> crate::gpu::fused::Act {
+fn gpu_act(act: Activation) -> Option<crate::gpu::fused::Act> {
     use crate::gpu::fused::Act;
-    if act == Activation::Silu {
-        Act::Silu
-    } else {
-        Act::GeluTanh
+    match act {
+        Activation::Silu => Some(Act::Silu),
+        Activation::GeluTanh => Some(Act::GeluTanh),
+        Activation::SwigluOai { .. } => None,
     }
 }
 
 #[cfg(feature = "cuda")]
 fn fused_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
-    if gu.device().is_cpu() {
-        return cpu_act_mul(gu, act);
+    match gpu_act(act) {
+        Some(a) if !gu.device().is_cpu() => crate::gpu::fused::act_mul(gu, a),
+        _ => cpu_act_mul(gu, act),
     }
-    crate::gpu::fused::act_mul(gu, gpu_act(act))
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -125,10 +120,19 @@ fn cpu_act_mul(gu: &Tensor, act: Activation) -> Result<Tensor> {
     }
     let last = gu.rank() - 1;
     let i = gu.dim(last)? / 2;
-    let g = gu.narrow(last, 0, i)?;
-    let g = match act {
-        Activation::Silu => candle_nn::ops::silu(&g)?,
-        Activation::GeluTanh => g.gelu()?,
-    };
-    Ok((g * gu.narrow(last, i, i)?)?)
+    gated(&gu.narrow(last, 0, i)?, &gu.narrow(last, i, i)?, act)
+}
+
+/// `act(g) * u` with candle's ops (any device, any dtype).
+pub fn gated(g: &Tensor, u: &Tensor, act: Activation) -> Result<Tensor> {
+    Ok(match act {
+        Activation::Silu => (candle_nn::ops::silu(g)? * u)?,
+        Activation::GeluTanh => (g.gelu()? * u)?,
+        Activation::SwigluOai { alpha, limit } => {
+            let (alpha, limit) = (alpha as f64, limit as f64);
+            let g = g.minimum(limit)?;
+            let glu = (&g * candle_nn::ops::sigmoid(&(&g * alpha)?)?)?;
+            (glu * (u.clamp(-limit, limit)? + 1.0)?)?
+        }
+    })
 }

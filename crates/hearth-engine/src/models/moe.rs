@@ -6,7 +6,7 @@
 
 use super::layers::{Linear, Loader, RmsNorm};
 use super::mlp::Mlp;
-use crate::weights::config::MoeConfig;
+use crate::weights::config::{MoeConfig, Routing};
 use crate::Result;
 use candle_core::{DType, Tensor};
 
@@ -16,14 +16,20 @@ pub struct SparseMoe {
     experts: Vec<Mlp>,
     top_k: usize,
     norm_topk_prob: bool,
+    routing: Routing,
 }
 
 impl SparseMoe {
-    /// Layer `layer`'s block: `model.layers.L.mlp.gate` (the router) and its experts.
+    /// Layer `layer`'s block: its router (`model.layers.L.mlp.gate`, or gpt-oss's `mlp.router`, with a bias where
+    /// the model's experts have them) and its experts.
     pub fn load(l: &Loader, layer: usize, m: &MoeConfig) -> Result<Self> {
-        let router = l.linear(&format!("model.layers.{layer}.mlp.gate"), false)?;
+        let gpt_oss_router = format!("model.layers.{layer}.mlp.router");
+        let router = match l.weights.contains(&format!("{gpt_oss_router}.weight")) {
+            true => l.linear(&gpt_oss_router, m.biases)?,
+            false => l.linear(&format!("model.layers.{layer}.mlp.gate"), m.biases)?,
+        };
         let experts = (0..m.experts).map(|e| Mlp::load_expert(l, layer, e)).collect::<Result<Vec<_>>>()?;
-        Ok(Self { router, experts, top_k: m.top_k, norm_topk_prob: m.norm_topk_prob })
+        Ok(Self { router, experts, top_k: m.top_k, norm_topk_prob: m.norm_topk_prob, routing: m.routing })
     }
 
     /// The block over rmsnorm(h + a) (of rmsnorm(h) without `a`): (h + a, moe(..)).
@@ -114,9 +120,18 @@ impl SparseMoe {
         slots.into_iter().zip(active).map(|(s, r)| s.into_inner().unwrap_or_else(|| self.expert_out(x, r))).collect()
     }
 
-    /// One token's experts from its router scores: the softmax's `top_k` largest (ties to the lower index), their
-    /// probabilities renormalized where the model asks.
+    /// One token's experts from its router scores and their weights, as the model's [`Routing`] says (ties to the
+    /// lower index).
     fn route(&self, scores: &[f32]) -> Vec<(usize, f32)> {
+        if self.routing == Routing::TopKSoftmax {
+            let mut order: Vec<usize> = (0..scores.len()).collect();
+            order.sort_by(|&i, &j| scores[j].total_cmp(&scores[i]).then(i.cmp(&j)));
+            order.truncate(self.top_k);
+            let max = order.first().map_or(0.0, |&e| scores[e]);
+            let exp: Vec<f32> = order.iter().map(|&e| (scores[e] - max).exp()).collect();
+            let sum: f32 = exp.iter().sum();
+            return order.into_iter().zip(exp).map(|(e, x)| (e, x / sum)).collect();
+        }
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let exp: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
         let sum: f32 = exp.iter().sum();

@@ -2,6 +2,7 @@
 //! speaks Hugging Face parameter names. Model code never sees a file format.
 
 pub mod config;
+mod experts;
 pub mod gguf;
 pub mod resolve;
 pub mod safetensors;
@@ -12,6 +13,7 @@ use candle_core::{DType, Device, Tensor};
 use std::sync::Arc;
 
 pub use config::ModelConfig;
+pub use experts::ExpertPart;
 pub use gguf::GgufFile;
 pub use safetensors::HfWeights;
 
@@ -90,31 +92,6 @@ impl Weights {
                 Ok(QMatMul::from_arc(Arc::new(q))?)
             }
             Weights::Hf(h) => Ok(QMatMul::Tensor(h.tensor(hf, dtype, device)?)),
-        }
-    }
-
-    /// Expert `expert`'s `proj` matrix (`gate_proj`, `up_proj` or `down_proj`) of layer `layer`'s routed
-    /// feed-forward: `model.layers.L.mlp.experts.E.PROJ.weight` in a Hugging Face checkpoint, index E of the
-    /// stacked `blk.L.ffn_{gate,up,down}_exps.weight` in a GGUF file (read in place, still quantized).
-    pub fn expert_matrix(
-        &self,
-        layer: usize,
-        expert: usize,
-        proj: &str,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<QMatMul> {
-        match self {
-            Weights::Gguf(g) => {
-                let kind = proj.strip_suffix("_proj").filter(|k| matches!(*k, "gate" | "up" | "down"));
-                let kind = kind.ok_or_else(|| Error::InvalidModel(format!("no expert matrix `{proj}`")))?;
-                let q = g.qtensor_part(&format!("blk.{layer}.ffn_{kind}_exps.weight"), Some(expert), device)?;
-                Ok(QMatMul::from_arc(Arc::new(q))?)
-            }
-            Weights::Hf(h) => {
-                let name = format!("model.layers.{layer}.mlp.experts.{expert}.{proj}.weight");
-                Ok(QMatMul::Tensor(h.tensor(&name, dtype, device)?))
-            }
         }
     }
 

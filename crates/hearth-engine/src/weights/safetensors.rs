@@ -64,6 +64,34 @@ impl HfWeights {
     }
 }
 
+impl HfWeights {
+    /// Index `index` of `name`'s first dimension (one expert of a stacked tensor), read alone.
+    pub fn tensor_part(&self, name: &str, index: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+        let view = self
+            .st
+            .get(self.stored(name))
+            .map_err(|_| Error::InvalidModel(format!("{}: missing tensor `{name}`", self.dir.display())))?;
+        let stored = match view.dtype() {
+            safetensors::Dtype::F32 => DType::F32,
+            safetensors::Dtype::F16 => DType::F16,
+            safetensors::Dtype::BF16 => DType::BF16,
+            other => return Err(Error::Unsupported(format!("tensor `{name}` has dtype {other:?}"))),
+        };
+        let shape = view.shape();
+        let Some((&n, rest)) = shape.split_first() else {
+            return Err(Error::InvalidModel(format!("tensor `{name}` is a scalar, not a stack")));
+        };
+        if index >= n {
+            return Err(Error::InvalidModel(format!("tensor `{name}` has {n} entries, asked for index {index}")));
+        }
+        let bytes = rest.iter().product::<usize>() * stored.size_in_bytes();
+        let data = view.data().get(index * bytes..(index + 1) * bytes).ok_or_else(|| {
+            Error::InvalidModel(format!("tensor `{name}`: {} bytes for shape {shape:?}", view.data().len()))
+        })?;
+        Ok(Tensor::from_raw_buffer(data, stored, rest, device)?.to_dtype(dtype)?)
+    }
+}
+
 /// The safetensors files of a directory: the shards named by the index, or the single `model.safetensors`.
 pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");

@@ -100,7 +100,7 @@ mod tests {
         let (h, kvh, d, n) = (4, 2, 8, 77);
         let (q, k, v) = (rnd((n, h, d), 0.1), rnd((n, kvh, d), 0.2), rnd((n, kvh, d), 0.3));
         for window in [None, Some(20)] {
-            let p = AttnParams { scale: 0.35, window, softcap: None };
+            let p = AttnParams { scale: 0.35, window, softcap: None, sinks: None };
             let cold = run([&q, &k, &v], &[(0, n)], &p);
             for hit in [16, 48, 50, 64, 76] {
                 let warm = run([&q, &k, &v], &[(0, hit), (hit, n - hit)], &p);

@@ -109,6 +109,9 @@ impl KvStore for PagedAttention {
     ) -> Result<Option<Tensor>> {
         match &mut self.backend {
             Backend::Gather | Backend::CpuInPlace => Ok(None),
+            // the CUDA kernels take no attention sinks: the portable path attends those layers (`attend`)
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(_) if p.sinks.is_some() => Ok(None),
             #[cfg(feature = "cuda")]
             Backend::Cuda(c) => c.attend_qkv(&self.kv, layer, qkv, rope, heads, ctx, p).map(Some),
         }
@@ -126,6 +129,17 @@ impl KvStore for PagedAttention {
         match &mut self.backend {
             Backend::Gather => gather::attend(&self.kv, layer, q, k, v, ctx, p),
             Backend::CpuInPlace => cpu_inplace::attend(&self.kv, layer, q, k, v, ctx, p),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(_) if p.sinks.is_some() => {
+                if self.kv.encoding().is_quantized() {
+                    return Err(Error::Unsupported(format!(
+                        "attention sinks over a {} KV cache on CUDA: the CUDA kernels do not take sinks, and the \
+                         portable kernels that do read float caches only",
+                        self.kv.encoding().name()
+                    )));
+                }
+                gather::attend(&self.kv, layer, q, k, v, ctx, p)
+            }
             #[cfg(feature = "cuda")]
             Backend::Cuda(c) => c.attend(&self.kv, layer, q, k, v, ctx, p),
         }

@@ -146,7 +146,8 @@ impl<K: KvElem, V: KvElem> Job<'_, K, V> {
             let dst = unsafe { std::slice::from_raw_parts_mut(out.at(dst), self.shape.groups * d) };
             for (j, o) in dst.chunks_exact_mut(d).enumerate() {
                 let q = i * self.shape.groups + j;
-                state[q].finish(&accs[q * d..(q + 1) * d], o);
+                let Fold { m, l } = state[q];
+                self.p.finish(g * self.shape.groups + j, m, l, &accs[q * d..(q + 1) * d], o);
             }
         }
     }
@@ -176,14 +177,6 @@ impl Fold {
         self.m = m;
         for (a, &b) in acc.iter_mut().zip(p.acc) {
             *a = *a * alpha + b * beta;
-        }
-    }
-
-    /// The normalized output.
-    fn finish(&self, acc: &[f32], out: &mut [f32]) {
-        let inv = 1.0 / self.l;
-        for (o, &a) in out.iter_mut().zip(acc) {
-            *o = a * inv;
         }
     }
 }

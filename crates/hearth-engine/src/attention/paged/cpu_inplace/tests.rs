@@ -48,7 +48,7 @@ fn matches_the_gather_backend_and_is_the_same_for_any_cut() {
             let (q, k, v) = (rnd((n, h, d), 0.1), rnd((n, kvh, d), 0.2), rnd((n, kvh, d), 0.3));
             let (kr, vr) = (kept(dtype, &k), kept(dtype, &v));
             for (window, softcap) in [(None, None), (Some(20), None), (None, Some(5.0))] {
-                let p = AttnParams { scale: 0.35, window, softcap };
+                let p = AttnParams { scale: 0.35, window, softcap, sinks: None };
                 let want = run(gather::attend, [&q, &kr, &vr], &[(0, n)], &p);
                 let got = run_in(attend, dtype, [&q, &k, &v], &[(0, n)], &p);
                 assert_close(&got, &want, &format!("{dtype:?} {h}/{kvh}/{d}, {window:?} {softcap:?}"));
@@ -67,7 +67,7 @@ fn matches_the_gather_backend_and_is_the_same_for_any_cut() {
 fn an_f16_cache_rounds_its_keys_and_values() {
     let (h, kvh, d, n) = (4, 2, 16, 40);
     let (q, k, v) = (rnd((n, h, d), 0.1), rnd((n, kvh, d), 0.2), rnd((n, kvh, d), 0.3));
-    let p = AttnParams { scale: 0.35, window: None, softcap: None };
+    let p = AttnParams { scale: 0.35, window: None, softcap: None, sinks: None };
     let f32s = run_in(attend, DType::F32, [&q, &k, &v], &[(0, n)], &p);
     let f16s = run_in(attend, DType::F16, [&q, &k, &v], &[(0, n)], &p);
     let worst = f32s.iter().flatten().zip(f16s.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
@@ -122,7 +122,7 @@ fn an_encoded_cache_reads_exactly_its_decoded_values() {
                 out
             };
             for (window, softcap) in [(None, None), (Some(300), None), (None, Some(5.0))] {
-                let p = AttnParams { scale: 0.2, window, softcap };
+                let p = AttnParams { scale: 0.2, window, softcap, sinks: None };
                 let want = back(run_in(attend, DType::F32, [&qr, &kr, &vr], &[(0, n)], &p));
                 let got = run_in(attend, enc, [&q, &k, &v], &[(0, n)], &p);
                 let name = enc.name();
@@ -131,7 +131,7 @@ fn an_encoded_cache_reads_exactly_its_decoded_values() {
                 pieces.extend((n - 24..n).map(|i| (i, 1)));
                 assert_eq!(run_in(attend, enc, [&q, &k, &v], &pieces, &p), got, "{name} d {d}, decoded");
             }
-            let p = AttnParams { scale: 0.2, window: None, softcap: None };
+            let p = AttnParams { scale: 0.2, window: None, softcap: None, sinks: None };
             let exact = run_in(attend, DType::F32, [&q, &k, &v], &[(0, n)], &p);
             let coded = run_in(attend, enc, [&q, &k, &v], &[(0, n)], &p);
             let diffs = || exact.iter().flatten().zip(coded.iter().flatten()).map(|(a, b)| (a - b).abs());
@@ -157,7 +157,7 @@ fn an_encoded_cache_reads_exactly_its_decoded_values() {
 fn every_encoding_that_parses_attends() {
     let (h, kvh, d, n) = (4, 2, 64, 40);
     let (q, k, v) = (rnd((n, h, d), 0.1), rnd((n, kvh, d), 0.2), rnd((n, kvh, d), 0.3));
-    let p = AttnParams { scale: 0.2, window: None, softcap: None };
+    let p = AttnParams { scale: 0.2, window: None, softcap: None, sinks: None };
     let exact = run_in(attend, DType::F32, [&q, &k, &v], &[(0, n)], &p);
     let mut names = vec!["q8_0".to_string(), "q4_0".to_string()];
     names.extend([8, 4, 3, 2].iter().flat_map(|k| [8, 4, 3, 2].map(|v| format!("turbo:k{k}v{v}"))));
@@ -179,7 +179,7 @@ fn chunked_softmax_matches_and_split_folds_are_bit_identical() {
     for dtype in [DType::F32, DType::F16] {
         let (kr, vr) = (kept(dtype, &k), kept(dtype, &v));
         for (window, softcap) in [(None, None), (Some(700), None), (None, Some(4.0))] {
-            let p = AttnParams { scale: 0.4, window, softcap };
+            let p = AttnParams { scale: 0.4, window, softcap, sinks: None };
             let want = run(gather::attend, [&q, &kr, &vr], &[(0, n)], &p);
             let got = run_in(attend, dtype, [&q, &k, &v], &[(0, n)], &p);
             assert_close(&got, &want, &format!("{dtype:?} {window:?} {softcap:?}"));
@@ -197,7 +197,7 @@ fn packed_rows_attend_their_own_blocks() {
     let dev = Device::Cpu;
     let (h, kvh, d, n) = (4, 2, 16, 40);
     let (q, k, v) = (rnd((n, h, d), 0.4), rnd((n, kvh, d), 0.5), rnd((n, kvh, d), 0.6));
-    let p = AttnParams { scale: 0.3, window: None, softcap: None };
+    let p = AttnParams { scale: 0.3, window: None, softcap: None, sinks: None };
     let alone = run(attend, [&q, &k, &v], &[(0, n)], &p);
     let mut kv = PagedKv::new(1, 9, 16, kvh, d, DType::F32, &dev).unwrap();
     let (ta, tb, tc) = ([0u32, 1, 2], [5u32, 4, 3], [8u32, 7, 6]);

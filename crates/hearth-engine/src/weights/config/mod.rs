@@ -1,23 +1,34 @@
 //! One model configuration, built either from a Hugging Face `config.json` or from GGUF metadata, so model code
 //! sees a single shape of hyper-parameters whatever the file format.
 
+mod hf;
+
 use super::gguf::GgufFile;
 use crate::{Error, Result};
-use serde::Deserialize;
+
+pub use hf::IdOrIds;
 
 /// The architecture families hearth implements (one model file each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
-    /// Llama 2/3, Mistral, SmolLM2, Qwen2 (qkv bias), Qwen3 (q/k norm), Qwen3-MoE (Qwen3 with routed experts).
+    /// Llama 2/3, Mistral, SmolLM2, Qwen2 (qkv bias), Qwen3 (q/k norm), Qwen3-MoE (Qwen3 with routed experts),
+    /// gpt-oss (attention sinks, biased routed experts).
     Llama,
     /// Gemma 3 text.
     Gemma3,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The gated MLP's activation: `out = act(gate) * up`.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Activation {
     Silu,
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: with g = min(gate, limit) and u = clamp(up, -limit, limit),
+    /// `out = g * sigmoid(alpha * g) * (u + 1)`.
+    SwigluOai {
+        alpha: f32,
+        limit: f32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +47,38 @@ pub enum RopeScaling {
     },
     /// Per-dimension frequency divisors read from a GGUF `rope_freqs.weight` tensor.
     FreqFactors(Vec<f32>),
+    /// YaRN (transformers' `_compute_yarn_parameters`): frequencies blended between `1/factor` interpolation and
+    /// extrapolation by a linear ramp over the dimensions between the `beta_fast` and `beta_slow` correction
+    /// dimensions; `attention_factor` multiplies cos and sin.
+    Yarn {
+        factor: f64,
+        beta_fast: f64,
+        beta_slow: f64,
+        original_max_position_embeddings: f64,
+        /// Round the correction range outward to whole dimensions.
+        truncate: bool,
+        attention_factor: f64,
+    },
+}
+
+impl RopeScaling {
+    /// What cos and sin are multiplied by (YaRN's attention factor; 1 for the rest).
+    pub fn attention_factor(&self) -> f64 {
+        match self {
+            RopeScaling::Yarn { attention_factor, .. } => *attention_factor,
+            _ => 1.0,
+        }
+    }
+}
+
+/// How a router's scores pick a token's experts and weigh them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routing {
+    /// Softmax over every expert, then the `top_k` largest probabilities (Qwen3-MoE), renormalized to sum to 1
+    /// where `norm_topk_prob` is set.
+    SoftmaxTopK,
+    /// The `top_k` largest scores, then a softmax over those (gpt-oss).
+    TopKSoftmax,
 }
 
 /// A Mixture-of-Experts feed-forward (Qwen3-MoE): a router picks `top_k` of `experts` gated MLPs per token.
@@ -50,6 +93,9 @@ pub struct MoeConfig {
     pub norm_topk_prob: bool,
     /// Per layer: whether its feed-forward is the MoE block (else the dense MLP of `intermediate_size`).
     pub sparse_layers: Vec<bool>,
+    pub routing: Routing,
+    /// The router and the experts' projections have biases (gpt-oss).
+    pub biases: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -88,6 +134,10 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
     /// The routed-experts feed-forward, for MoE architectures.
     pub moe: Option<MoeConfig>,
+    /// Each attention head has a learned sink logit that joins its softmax's denominator (gpt-oss).
+    pub attention_sinks: bool,
+    /// The attention's output projection has a bias (gpt-oss).
+    pub o_bias: bool,
 }
 
 impl ModelConfig {
@@ -141,12 +191,14 @@ impl ModelConfig {
     }
 }
 
-const SUPPORTED_ARCHS: &str =
-    "llama, mistral, qwen2, qwen3, qwen3_moe (GGUF qwen3moe), gemma3 (GGUF general.architecture or HF model_type)";
+const SUPPORTED_ARCHS: &str = "llama, mistral, qwen2, qwen3, qwen3_moe (GGUF qwen3moe), gpt_oss, gemma3 (GGUF \
+                               general.architecture or HF model_type)";
 
 fn family_of(arch: &str) -> Result<Family> {
     match arch {
-        "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "qwen3moe" | "smollm" | "smollm2" => Ok(Family::Llama),
+        "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "qwen3moe" | "gpt_oss" | "smollm" | "smollm2" => {
+            Ok(Family::Llama)
+        }
         "gemma3" | "gemma3_text" => Ok(Family::Gemma3),
         other => Err(Error::Unsupported(format!("architecture `{other}`; supported: {SUPPORTED_ARCHS}"))),
     }
@@ -210,6 +262,8 @@ impl ModelConfig {
                 intermediate_size: need("expert_feed_forward_length")? as usize,
                 norm_topk_prob: true,
                 sparse_layers: vec![true; layers],
+                routing: Routing::SoftmaxTopK,
+                biases: false,
             }),
             _ => None,
         };
@@ -250,184 +304,12 @@ impl ModelConfig {
             bos_token_id: g.get_u64("tokenizer.ggml.bos_token_id").map(|v| v as u32),
             eos_token_ids: eos.into_iter().collect(),
             moe,
+            attention_sinks: false,
+            o_bias: false,
             arch_name: arch,
         }
         .validate()
     }
-
-    pub fn from_hf_json(text: &str) -> Result<Self> {
-        let c: HfConfig = serde_json::from_str(text).map_err(|e| Error::InvalidModel(format!("config.json: {e}")))?;
-        // Gemma 3 multimodal checkpoints nest the text model.
-        let c = match c.text_config {
-            Some(inner) if c.model_type.as_deref() == Some("gemma3") => {
-                let mut inner = *inner;
-                inner.model_type.get_or_insert_with(|| "gemma3_text".into());
-                inner
-            }
-            _ => c,
-        };
-        let arch = c.model_type.clone().unwrap_or_else(|| "llama".into());
-        let family = family_of(&arch)?;
-        let is_gemma = family == Family::Gemma3;
-        let req = |v: Option<usize>, n: &str| v.ok_or_else(|| Error::InvalidModel(format!("config.json lacks `{n}`")));
-        let hidden = req(c.hidden_size, "hidden_size")?;
-        let heads = req(c.num_attention_heads, "num_attention_heads")?;
-        let layers = req(c.num_hidden_layers, "num_hidden_layers")?;
-        let head_dim = c.head_dim.unwrap_or(hidden.checked_div(heads).unwrap_or(0));
-        let rope_scaling = match &c.rope_scaling {
-            None => RopeScaling::None,
-            Some(s) => {
-                let kind = s.rope_type.as_deref().or(s.r#type.as_deref()).unwrap_or("default");
-                match kind {
-                    "default" => RopeScaling::None,
-                    "linear" => RopeScaling::Linear { factor: s.factor.unwrap_or(1.0) },
-                    "llama3" => RopeScaling::Llama3 {
-                        factor: s.factor.unwrap_or(8.0),
-                        low_freq_factor: s.low_freq_factor.unwrap_or(1.0),
-                        high_freq_factor: s.high_freq_factor.unwrap_or(4.0),
-                        original_max_position_embeddings: s.original_max_position_embeddings.unwrap_or(8192.0),
-                    },
-                    other => {
-                        return Err(Error::Unsupported(format!(
-                            "rope_scaling type `{other}`; supported: default, linear, llama3"
-                        )))
-                    }
-                }
-            }
-        };
-        let layer_window = if let Some(types) = &c.layer_types {
-            types.iter().map(|t| if t == "sliding_attention" { c.sliding_window } else { None }).collect()
-        } else if is_gemma {
-            gemma_windows(layers, c.sliding_window.unwrap_or(4096), c.sliding_window_pattern.unwrap_or(6))
-        } else if c.use_sliding_window.unwrap_or(true) {
-            vec![c.sliding_window; layers]
-        } else {
-            vec![None; layers]
-        };
-        let moe = hf_moe(&c, layers)?;
-        Self {
-            family,
-            vocab_size: req(c.vocab_size, "vocab_size")?,
-            hidden_size: hidden,
-            intermediate_size: match (&moe, c.intermediate_size) {
-                (_, Some(n)) => n,
-                (Some(m), None) => m.intermediate_size,
-                (None, None) => req(None, "intermediate_size")?,
-            },
-            num_layers: layers,
-            num_heads: heads,
-            num_kv_heads: c.num_key_value_heads.unwrap_or(heads),
-            head_dim,
-            rms_norm_eps: c.rms_norm_eps.unwrap_or(1e-6),
-            rope_theta: c.rope_theta.unwrap_or(if is_gemma { 1_000_000.0 } else { 10_000.0 }),
-            rope_local_theta: if is_gemma { Some(c.rope_local_base_freq.unwrap_or(10_000.0)) } else { None },
-            rope_scaling,
-            rope_interleaved: false,
-            max_position_embeddings: c.max_position_embeddings.unwrap_or(4096),
-            attention_bias: c.attention_bias.unwrap_or(arch == "qwen2"),
-            qk_norm: arch == "qwen3" || arch == "qwen3_moe" || is_gemma,
-            tie_word_embeddings: c.tie_word_embeddings.unwrap_or(is_gemma),
-            layer_window,
-            query_pre_attn_scalar: c.query_pre_attn_scalar.unwrap_or(head_dim as f64),
-            final_logit_softcapping: c.final_logit_softcapping,
-            attn_logit_softcapping: c.attn_logit_softcapping,
-            activation: match c.hidden_act.as_deref().or(c.hidden_activation.as_deref()) {
-                Some("gelu_pytorch_tanh") | Some("gelu_tanh") => Activation::GeluTanh,
-                Some("silu") | Some("swish") | None if !is_gemma => Activation::Silu,
-                None => Activation::GeluTanh,
-                Some(other) => {
-                    return Err(Error::Unsupported(format!("hidden_act `{other}`; supported: silu, gelu_pytorch_tanh")))
-                }
-            },
-            norm_weight_offset: if is_gemma { 1.0 } else { 0.0 },
-            bos_token_id: c.bos_token_id.as_ref().and_then(|v| v.ids().first().copied()),
-            eos_token_ids: c.eos_token_id.as_ref().map(|v| v.ids()).unwrap_or_default(),
-            moe,
-            arch_name: arch,
-        }
-        .validate()
-    }
-}
-
-/// The routed feed-forward of a Hugging Face config (`num_experts` > 0), as transformers' Qwen3-MoE reads it: layer
-/// i is routed unless listed in `mlp_only_layers`, when (i + 1) is a multiple of `decoder_sparse_step`.
-fn hf_moe(c: &HfConfig, layers: usize) -> Result<Option<MoeConfig>> {
-    let Some(experts) = c.num_experts.filter(|&e| e > 0) else { return Ok(None) };
-    let req = |v: Option<usize>, n: &str| v.ok_or_else(|| Error::InvalidModel(format!("config.json lacks `{n}`")));
-    let step = c.decoder_sparse_step.unwrap_or(1);
-    let dense = c.mlp_only_layers.clone().unwrap_or_default();
-    Ok(Some(MoeConfig {
-        experts,
-        top_k: req(c.num_experts_per_tok, "num_experts_per_tok")?,
-        intermediate_size: req(c.moe_intermediate_size, "moe_intermediate_size")?,
-        norm_topk_prob: c.norm_topk_prob.unwrap_or(false),
-        sparse_layers: (0..layers).map(|i| !dense.contains(&i) && step > 0 && (i + 1) % step == 0).collect(),
-    }))
-}
-
-/// A token id field that may be a single id or a list (HF allows both).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum IdOrIds {
-    One(u32),
-    Many(Vec<u32>),
-}
-
-impl IdOrIds {
-    pub fn ids(&self) -> Vec<u32> {
-        match self {
-            IdOrIds::One(i) => vec![*i],
-            IdOrIds::Many(v) => v.clone(),
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-struct HfRopeScaling {
-    rope_type: Option<String>,
-    r#type: Option<String>,
-    factor: Option<f64>,
-    low_freq_factor: Option<f64>,
-    high_freq_factor: Option<f64>,
-    original_max_position_embeddings: Option<f64>,
-}
-
-#[derive(Debug, Deserialize)]
-struct HfConfig {
-    model_type: Option<String>,
-    text_config: Option<Box<HfConfig>>,
-    vocab_size: Option<usize>,
-    hidden_size: Option<usize>,
-    intermediate_size: Option<usize>,
-    num_hidden_layers: Option<usize>,
-    num_attention_heads: Option<usize>,
-    num_key_value_heads: Option<usize>,
-    head_dim: Option<usize>,
-    rms_norm_eps: Option<f64>,
-    rope_theta: Option<f64>,
-    rope_local_base_freq: Option<f64>,
-    rope_scaling: Option<HfRopeScaling>,
-    max_position_embeddings: Option<usize>,
-    attention_bias: Option<bool>,
-    tie_word_embeddings: Option<bool>,
-    sliding_window: Option<usize>,
-    sliding_window_pattern: Option<usize>,
-    use_sliding_window: Option<bool>,
-    layer_types: Option<Vec<String>>,
-    query_pre_attn_scalar: Option<f64>,
-    final_logit_softcapping: Option<f64>,
-    attn_logit_softcapping: Option<f64>,
-    hidden_act: Option<String>,
-    hidden_activation: Option<String>,
-    bos_token_id: Option<IdOrIds>,
-    eos_token_id: Option<IdOrIds>,
-    #[serde(alias = "num_local_experts")]
-    num_experts: Option<usize>,
-    num_experts_per_tok: Option<usize>,
-    moe_intermediate_size: Option<usize>,
-    norm_topk_prob: Option<bool>,
-    decoder_sparse_step: Option<usize>,
-    mlp_only_layers: Option<Vec<usize>>,
 }
 
 #[cfg(test)]
@@ -487,5 +369,47 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("kv heads"));
+    }
+
+    #[test]
+    fn gpt_oss_sinks_biases_yarn_and_routing() {
+        let c = ModelConfig::from_hf_json(
+            r#"{"model_type":"gpt_oss","vocab_size":10,"hidden_size":8,"intermediate_size":6,"head_dim":4,
+                "num_hidden_layers":3,"num_attention_heads":2,"num_key_value_heads":1,"num_local_experts":4,
+                "experts_per_token":2,"sliding_window":16,"swiglu_limit":7.0,
+                "rope_scaling":{"rope_type":"yarn","factor":32.0,"beta_fast":32.0,"beta_slow":1.0,"truncate":false,
+                                "original_max_position_embeddings":4096},"rope_theta":150000}"#,
+        )
+        .unwrap();
+        assert!(c.attention_sinks && c.attention_bias && c.o_bias);
+        assert_eq!(c.layer_window, vec![Some(16), None, Some(16)], "even layers slide");
+        assert_eq!(c.activation, Activation::SwigluOai { alpha: 1.702, limit: 7.0 });
+        let m = c.moe.as_ref().unwrap();
+        assert_eq!((m.experts, m.top_k, m.intermediate_size), (4, 2, 6));
+        assert_eq!((m.routing, m.biases), (Routing::TopKSoftmax, true));
+        match c.rope_scaling {
+            RopeScaling::Yarn { factor, truncate, attention_factor, .. } => {
+                assert_eq!((factor, truncate), (32.0, false));
+                assert!((attention_factor - (0.1 * 32f64.ln() + 1.0)).abs() < 1e-12);
+            }
+            ref other => panic!("{other:?}"),
+        }
+        assert_eq!(c.rope_theta, 150000.0);
+    }
+
+    #[test]
+    fn transformers5_rope_parameters_carry_the_base_and_the_scaling() {
+        let c = ModelConfig::from_hf_json(
+            r#"{"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,
+                "num_attention_heads":2,"rope_parameters":{"rope_type":"linear","factor":2.0,"rope_theta":5e5}}"#,
+        )
+        .unwrap();
+        assert_eq!((c.rope_theta, c.rope_scaling.clone()), (5e5, RopeScaling::Linear { factor: 2.0 }));
+        let e = ModelConfig::from_hf_json(
+            r#"{"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,
+                "num_attention_heads":2,"rope_scaling":{"rope_type":"yarn","factor":4.0}}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("original_max_position_embeddings"), "{e}");
     }
 }

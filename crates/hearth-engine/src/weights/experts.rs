@@ -1,0 +1,84 @@
+//! A routed feed-forward's experts, one at a time, in every layout hearth reads:
+//! * Hugging Face, one tensor per expert (Qwen3-MoE): `model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight`;
+//! * Hugging Face, stacked (gpt-oss): `model.layers.L.mlp.experts.gate_up_proj` (E, hidden, 2I) with gate and up
+//!   interleaved along the last dimension (gate at even indices, up at odd), `down_proj` (E, I, hidden) — both
+//!   stored input-major — and their biases `gate_up_proj_bias` (E, 2I), `down_proj_bias` (E, hidden);
+//! * GGUF, stacked: index E of `blk.L.ffn_{gate,up,down}_exps.weight` (read in place, still quantized) and of
+//!   `blk.L.ffn_{gate,up,down}_exps.bias`.
+
+use super::{HfWeights, Weights};
+use crate::{Error, Result};
+use candle_core::quantized::QMatMul;
+use candle_core::{DType, Device, Tensor};
+use std::sync::Arc;
+
+/// `gate_proj`, `up_proj` or `down_proj` as GGUF's `gate`, `up`, `down`.
+fn kind(proj: &str) -> Result<&str> {
+    proj.strip_suffix("_proj")
+        .filter(|k| matches!(*k, "gate" | "up" | "down"))
+        .ok_or_else(|| Error::InvalidModel(format!("no expert matrix `{proj}`")))
+}
+
+/// One expert of a layer, as the loader asks for it.
+#[derive(Clone, Copy)]
+pub struct ExpertPart<'a> {
+    pub layer: usize,
+    pub expert: usize,
+    /// `gate_proj`, `up_proj` or `down_proj`.
+    pub proj: &'a str,
+}
+
+impl Weights {
+    /// The expert's matrix, as (out, in), kept quantized where the file is.
+    pub fn expert_matrix(&self, at: ExpertPart, dtype: DType, device: &Device) -> Result<QMatMul> {
+        let (ExpertPart { layer, expert, proj }, kind) = (at, kind(at.proj)?);
+        match self {
+            Weights::Gguf(g) => {
+                let q = g.qtensor_part(&format!("blk.{layer}.ffn_{kind}_exps.weight"), Some(expert), device)?;
+                Ok(QMatMul::from_arc(Arc::new(q))?)
+            }
+            Weights::Hf(h) => {
+                let name = format!("model.layers.{layer}.mlp.experts.{expert}.{proj}.weight");
+                if h.contains(&name) {
+                    return Ok(QMatMul::Tensor(h.tensor(&name, dtype, device)?));
+                }
+                Ok(QMatMul::Tensor(hf_stacked(h, at, kind, false, dtype, device)?.contiguous()?))
+            }
+        }
+    }
+
+    /// The expert's bias (models whose experts have biases: gpt-oss).
+    pub fn expert_bias(&self, at: ExpertPart, dtype: DType, device: &Device) -> Result<Tensor> {
+        let kind = kind(at.proj)?;
+        match self {
+            Weights::Gguf(g) => {
+                let name = format!("blk.{}.ffn_{kind}_exps.bias", at.layer);
+                Ok(g.tensor_f32(&name, device)?.get(at.expert)?.to_dtype(dtype)?)
+            }
+            Weights::Hf(h) => Ok(hf_stacked(h, at, kind, true, dtype, device)?.squeeze(1)?),
+        }
+    }
+}
+
+/// The expert's part of gpt-oss's stacked tensors, rows = outputs: the matrix (out, in), or the bias (out, 1);
+/// gate or up taken from their interleaved rows.
+fn hf_stacked(h: &HfWeights, at: ExpertPart, kind: &str, bias: bool, dtype: DType, device: &Device) -> Result<Tensor> {
+    let stacked = if kind == "down" { "down_proj" } else { "gate_up_proj" };
+    let name = format!("model.layers.{}.mlp.experts.{stacked}{}", at.layer, if bias { "_bias" } else { "" });
+    let part = h.tensor_part(&name, at.expert, dtype, device)?;
+    // a matrix is stored (in, out)
+    let rows = if bias { part.unsqueeze(1)? } else { part.t()? };
+    match kind {
+        "down" => Ok(rows),
+        _ => deinterleave(&rows, kind == "up"),
+    }
+}
+
+/// The even (`odd` false) or odd rows of `w` (2n, ..): gpt-oss's gate and up, interleaved.
+fn deinterleave(w: &Tensor, odd: bool) -> Result<Tensor> {
+    let (rows, cols) = w.dims2()?;
+    if rows % 2 != 0 {
+        return Err(Error::InvalidModel(format!("an interleaved gate|up of {rows} rows (odd)")));
+    }
+    Ok(w.contiguous()?.reshape((rows / 2, 2, cols))?.narrow(1, usize::from(odd), 1)?.squeeze(1)?.contiguous()?)
+}
