@@ -194,11 +194,7 @@ fn tiny_gpu_matches_transformers(name: &str) {
             assert!(d < tol, "tiny {name} {dtype:?} case {i}: max-abs {d}");
             let gaps = floats(&case["greedy_gaps"]);
             if let Some(k) = greedy.iter().zip(&want).position(|(a, b)| a != b) {
-                assert!(
-                    gaps[k] < margin,
-                    "tiny {name} {dtype:?} case {i}: greedy token {k} differs (gap {})",
-                    gaps[k]
-                );
+                assert!(gaps[k] < margin, "tiny {name} {dtype:?} case {i}: greedy token {k} differs (gap {})", gaps[k]);
             }
         }
     }

@@ -6,9 +6,11 @@
 //! * GGUF, stacked: index E of `blk.L.ffn_{gate,up,down}_exps.weight` (read in place, still quantized) and of
 //!   `blk.L.ffn_{gate,up,down}_exps.bias`.
 
+use super::mxfp4::Mxfp4;
 use super::{HfWeights, Weights};
 use crate::{Error, Result};
 use candle_core::quantized::QMatMul;
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
 use std::sync::Arc;
 
@@ -42,6 +44,9 @@ impl Weights {
                 if h.contains(&name) {
                     return Ok(QMatMul::Tensor(h.tensor(&name, dtype, device)?));
                 }
+                if let Some(w) = hf_mxfp4(h, at, kind, dtype, device)? {
+                    return Ok(w);
+                }
                 Ok(QMatMul::Tensor(hf_stacked(h, at, kind, false, dtype, device)?.contiguous()?))
             }
         }
@@ -58,6 +63,43 @@ impl Weights {
             Weights::Hf(h) => Ok(hf_stacked(h, at, kind, true, dtype, device)?.squeeze(1)?),
         }
     }
+}
+
+/// The expert's matrix from gpt-oss's published MXFP4 tensors (`{gate_up,down}_proj_blocks` (E, out, in/32, 16) and
+/// `_scales` (E, out, in/32), rows = outputs, gate and up interleaved): Q8_0 on the CPU (exact), else dequantized
+/// to `dtype`. None where the checkpoint has no such tensors.
+fn hf_mxfp4(h: &HfWeights, at: ExpertPart, kind: &str, dtype: DType, device: &Device) -> Result<Option<QMatMul>> {
+    let stacked = if kind == "down" { "down_proj" } else { "gate_up_proj" };
+    let base = format!("model.layers.{}.mlp.experts.{stacked}", at.layer);
+    if !h.contains(&format!("{base}_blocks")) {
+        return Ok(None);
+    }
+    let (bt, bshape, blocks) = h.raw_part(&format!("{base}_blocks"), at.expert)?;
+    let (st, sshape, scales) = h.raw_part(&format!("{base}_scales"), at.expert)?;
+    let u8_ = safetensors::Dtype::U8;
+    let (out, groups) = match (bshape.as_slice(), sshape.as_slice()) {
+        (&[o, g, 16], &[so, sg]) if bt == u8_ && st == u8_ && (so, sg) == (o, g) => (o, g),
+        _ => {
+            return Err(Error::InvalidModel(format!(
+                "{base}: MXFP4 blocks {bt:?} {bshape:?} and scales {st:?} {sshape:?} per expert; expected u8 \
+                 (out, in/32, 16) and (out, in/32)"
+            )))
+        }
+    };
+    let rows: Vec<usize> = match kind {
+        "down" => (0..out).collect(),
+        _ if out % 2 != 0 => return Err(Error::InvalidModel(format!("{base}: an interleaved gate|up of {out} rows"))),
+        _ => (usize::from(kind == "up")..out).step_by(2).collect(),
+    };
+    let m = Mxfp4 { blocks, scales, groups };
+    let shape = (rows.len(), groups * 32);
+    if device.is_cpu() {
+        if let Some(bytes) = m.to_q8_0(&rows) {
+            let storage = QStorage::from_data(std::borrow::Cow::Owned(bytes), device, GgmlDType::Q8_0)?;
+            return Ok(Some(QMatMul::from_arc(Arc::new(QTensor::new(storage, shape)?))?));
+        }
+    }
+    Ok(Some(QMatMul::Tensor(Tensor::from_vec(m.dequantize(&rows), shape, device)?.to_dtype(dtype)?)))
 }
 
 /// The expert's part of gpt-oss's stacked tensors, rows = outputs: the matrix (out, in), or the bias (out, 1);

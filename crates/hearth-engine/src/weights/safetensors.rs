@@ -25,6 +25,8 @@ impl HfWeights {
                 safetensors::Dtype::F32 | safetensors::Dtype::F16 | safetensors::Dtype::BF16 => {}
                 // An integer buffer older BERT checkpoints save beside the weights; never loaded.
                 safetensors::Dtype::I64 | safetensors::Dtype::I32 if name.ends_with("position_ids") => {}
+                // MXFP4 weights (gpt-oss's experts): 4-bit codes and power-of-two scales (`super::mxfp4`)
+                safetensors::Dtype::U8 if name.ends_with("_blocks") || name.ends_with("_scales") => {}
                 other => {
                     return Err(Error::Unsupported(format!(
                         "tensor `{name}` has dtype {other:?}; hearth loads bf16, f16 and f32 safetensors"
@@ -67,16 +69,22 @@ impl HfWeights {
 impl HfWeights {
     /// Index `index` of `name`'s first dimension (one expert of a stacked tensor), read alone.
     pub fn tensor_part(&self, name: &str, index: usize, dtype: DType, device: &Device) -> Result<Tensor> {
-        let view = self
-            .st
-            .get(self.stored(name))
-            .map_err(|_| Error::InvalidModel(format!("{}: missing tensor `{name}`", self.dir.display())))?;
-        let stored = match view.dtype() {
+        let (stored, shape, data) = self.raw_part(name, index)?;
+        let stored = match stored {
             safetensors::Dtype::F32 => DType::F32,
             safetensors::Dtype::F16 => DType::F16,
             safetensors::Dtype::BF16 => DType::BF16,
             other => return Err(Error::Unsupported(format!("tensor `{name}` has dtype {other:?}"))),
         };
+        Ok(Tensor::from_raw_buffer(data, stored, &shape, device)?.to_dtype(dtype)?)
+    }
+
+    /// The stored bytes of index `index` of `name`'s first dimension: (dtype, the part's shape, its bytes).
+    pub fn raw_part(&self, name: &str, index: usize) -> Result<(safetensors::Dtype, Vec<usize>, &[u8])> {
+        let view = self
+            .st
+            .get(self.stored(name))
+            .map_err(|_| Error::InvalidModel(format!("{}: missing tensor `{name}`", self.dir.display())))?;
         let shape = view.shape();
         let Some((&n, rest)) = shape.split_first() else {
             return Err(Error::InvalidModel(format!("tensor `{name}` is a scalar, not a stack")));
@@ -84,11 +92,11 @@ impl HfWeights {
         if index >= n {
             return Err(Error::InvalidModel(format!("tensor `{name}` has {n} entries, asked for index {index}")));
         }
-        let bytes = rest.iter().product::<usize>() * stored.size_in_bytes();
+        let bytes = rest.iter().product::<usize>() * view.dtype().bitsize() / 8;
         let data = view.data().get(index * bytes..(index + 1) * bytes).ok_or_else(|| {
             Error::InvalidModel(format!("tensor `{name}`: {} bytes for shape {shape:?}", view.data().len()))
         })?;
-        Ok(Tensor::from_raw_buffer(data, stored, rest, device)?.to_dtype(dtype)?)
+        Ok((view.dtype(), rest.to_vec(), data))
     }
 }
 

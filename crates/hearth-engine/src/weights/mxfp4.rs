@@ -1,0 +1,81 @@
+//! MXFP4 weights (the OCP microscaling 4-bit float, as gpt-oss publishes its experts): each output row's inputs in
+//! blocks of 32 values sharing one power-of-two scale, stored as an E8M0 byte (exponent + 127), each value an E2M1
+//! code (sign, then one of 0, 0.5, 1, 1.5, 2, 3, 4, 6), two codes a byte, low nibble first.
+//!
+//! Every MXFP4 value is an integer in ±{0, 1, 2, 3, 4, 6, 8, 12} times half its block's scale, so a block is
+//! exactly a Q8_0 block (32 int8 values and an f16 scale) wherever that half-scale is an f16 number
+//! (2^-24..2^15): on the CPU the experts become Q8_0 without rounding anything and run on hearth's int8 kernels
+//! at 8.5 bits a value. A block outside that range, or any other device, gets the weights dequantized.
+
+/// E2M1 codes as values.
+const LUT: [f32; 16] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
+
+/// Bytes of one Q8_0 block: an f16 scale, then 32 int8 values.
+const Q8_0_BYTES: usize = 34;
+
+/// One expert's MXFP4 matrix: `blocks` (out, groups, 16) and `scales` (out, groups), as stored.
+pub struct Mxfp4<'a> {
+    pub blocks: &'a [u8],
+    pub scales: &'a [u8],
+    pub groups: usize,
+}
+
+impl Mxfp4<'_> {
+    /// Rows `rows` as Q8_0 blocks (None where a block's half-scale is not an f16 number).
+    pub fn to_q8_0(&self, rows: &[usize]) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(rows.len() * self.groups * Q8_0_BYTES);
+        for &r in rows {
+            for g in 0..self.groups {
+                let exp = self.scales[r * self.groups + g] as i32 - 127 - 1;
+                if !(-24..=15).contains(&exp) {
+                    return None;
+                }
+                out.extend_from_slice(&half::f16::from_f32((exp as f32).exp2()).to_le_bytes());
+                for &b in &self.blocks[(r * self.groups + g) * 16..][..16] {
+                    // twice the E2M1 value: an exact integer
+                    out.push((2.0 * LUT[(b & 15) as usize]) as i8 as u8);
+                    out.push((2.0 * LUT[(b >> 4) as usize]) as i8 as u8);
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// Rows `rows` as f32 values (rows × groups·32).
+    pub fn dequantize(&self, rows: &[usize]) -> Vec<f32> {
+        let mut out = Vec::with_capacity(rows.len() * self.groups * 32);
+        for &r in rows {
+            for g in 0..self.groups {
+                let scale = ((self.scales[r * self.groups + g] as i32 - 127) as f32).exp2();
+                for &b in &self.blocks[(r * self.groups + g) * 16..][..16] {
+                    out.push(LUT[(b & 15) as usize] * scale);
+                    out.push(LUT[(b >> 4) as usize] * scale);
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q8_0_blocks_hold_the_mxfp4_values_exactly() {
+        // two rows of one block each: every code once per row, scales 2^-3 and 2^2
+        let blocks: Vec<u8> = (0..32u8).map(|i| (i % 16) | (((i + 5) % 16) << 4)).collect();
+        let m = Mxfp4 { blocks: &blocks, scales: &[124, 129], groups: 1 };
+        let want = m.dequantize(&[0, 1]);
+        let q = m.to_q8_0(&[1, 0]).unwrap();
+        for (k, (row, block)) in [(1, &q[..34]), (0, &q[34..])].into_iter().enumerate() {
+            let d = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
+            for (j, &v) in block[2..].iter().enumerate() {
+                assert_eq!(d * (v as i8) as f32, want[row * 32 + j], "block {k} value {j}");
+            }
+        }
+        assert_eq!(want[1], 0.375, "row 0's second value: code 5 (3.0) × 2^-3");
+        // a scale whose half is below f16's range: no Q8_0 form
+        assert!(Mxfp4 { blocks: &blocks[..16], scales: &[90], groups: 1 }.to_q8_0(&[0]).is_none());
+    }
+}
