@@ -40,7 +40,7 @@ struct How {
 
 /// Two steps over three sequences, GPU and CPU side by side on the same values (rounded to bf16): step 1 prefills
 /// `lens`, step 2 runs `next` tokens of each. After each step the GPU's cache bytes must equal the CPU's, and its
-/// outputs the CPU's within 2e-2. Returns what differed (every check runs, so one failing run tells all).
+/// outputs the CPU's within 3e-2 (prompt steps) or 2e-2 (decode steps). Returns what differed (every check runs, so one failing run tells all).
 #[allow(clippy::too_many_arguments)]
 fn case(
     enc: KvEncoding,
@@ -132,11 +132,15 @@ fn case(
                 ));
             }
         }
-        // bf16 outputs: their own rounding (8 bits of mantissa) dominates.
+        // bf16 outputs: their own rounding (8 bits of mantissa) dominates. A prompt step's tensor-core kernel also
+        // stages the decoded keys and values, and the probabilities, in bf16 (the float kernels get their K/V
+        // in bf16 already): about twice the rounding (measured on an H100: up to 2.3e-2; decode steps, which
+        // decode in f32, up to 5.6e-3).
+        let tol = if si == 0 { 3e-2 } else { 2e-2 };
         let mut worst = 0f32;
         for (i, (x, y)) in got.iter().zip(&want).enumerate() {
             let diff = max_abs_diff(x, y);
-            if !(diff.is_finite() && diff < 2e-2) && worst < 2e-2 {
+            if !(diff.is_finite() && diff < tol) && worst < tol {
                 failed.push(format!("{name} h{h} kv{kvh} d{d} {p:?} step {si} token {i}: max-abs {diff}"));
             }
             worst = if diff.is_finite() { worst.max(diff) } else { f32::INFINITY };

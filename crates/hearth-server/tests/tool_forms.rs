@@ -42,57 +42,12 @@ For each function call, return a json object with function name and arguments wi
 {%- if add_generation_prompt %}<|im_start|>assistant
 {% endif %}"#;
 
-/// What the scripted model keeps of a sequence (by KV slot): its prompt, its script, how much it wrote.
-#[derive(Default)]
-struct Row {
-    prompt: Vec<u32>,
-    written: usize,
-    script: Option<Vec<u32>>,
-}
-
-/// The scripted model's logits: each sequence writes its script — the text between `<<<` and `>>>` in its prompt,
-/// as the tokenizer's tokens — then EOS.
-fn scripted(
-    tok: &Tokenizer,
-    rows: &Mutex<HashMap<usize, Row>>,
-    toks: &[u32],
-    ctx: &BatchContext,
-    vocab: usize,
-) -> Vec<f32> {
-    let mut rows = rows.lock().expect("rows");
-    let mut out = Vec::new();
-    for r in &ctx.rows {
-        let row = rows.entry(r.slot).or_default();
-        if r.prompt {
-            if r.pos0 == 0 || row.written > 0 {
-                *row = Row::default();
-            }
-            row.prompt.extend_from_slice(&toks[r.start..r.start + r.len]);
-            row.script = None;
-        } else {
-            row.written += r.len;
-        }
-        let script = row.script.get_or_insert_with(|| {
-            let text = tok.decode(&row.prompt, false);
-            let inner = text.split_once("<<<").and_then(|(_, r)| r.split_once(">>>")).map_or("", |(s, _)| s);
-            tok.encode(inner, false).unwrap_or_default()
-        });
-        let next = script.get(row.written).copied().unwrap_or(tok.eos_ids()[0]);
-        for _ in served::wanted(ctx).filter(|(w, _)| w.slot == r.slot) {
-            let mut logits = vec![0f32; vocab];
-            logits[next as usize] = 10.0;
-            out.extend(logits);
-        }
-    }
-    out
-}
-
 fn router() -> (Router, Arc<Tokenizer>) {
     let mut tok = None;
     let (router, _) = served::ready_router("smollm2-135m", Template::Source(QWEN25_LIKE), 512, |cfg, t| {
         tok = Some(t.clone());
         let (t, rows) = (t.clone(), Mutex::new(HashMap::new()));
-        let logits = move |toks: &[u32], ctx: &BatchContext, vocab| scripted(&t, &rows, toks, ctx, vocab);
+        let logits = move |toks: &[u32], ctx: &BatchContext, vocab| served::scripted(&t, &rows, toks, ctx, vocab);
         Box::new(FnModel { cfg, max_positions: 4096, logits })
     });
     (router, tok.expect("the tokenizer"))

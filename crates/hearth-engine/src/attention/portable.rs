@@ -57,7 +57,7 @@ pub fn attend_row(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, kv_pos0: usiz
             let col: Vec<f32> = (0..h).flat_map(|head| std::iter::repeat_n(sinks[head], lq)).collect();
             let col = Tensor::from_vec(col, (kvh, groups * lq, 1), q.device())?;
             let probs = candle_nn::ops::softmax_last_dim(&Tensor::cat(&[&scores, &col], 2)?)?;
-            probs.narrow(2, 0, lk)?
+            probs.narrow(2, 0, lk)?.contiguous()?
         }
     };
     let out = probs.matmul(&v)?; // (KvH, G*Lq, D)

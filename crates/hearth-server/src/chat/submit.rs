@@ -54,8 +54,23 @@ pub fn prepare(ready: &Ready, req: ChatRequest) -> ApiResult<Prepared> {
         g.constraint = Some(Requested { spec, source: Source::Tools });
     }
     let (prompt_text, prompt) = template::prompt_ids(ready, &conversation, tools.as_ref())?;
+    // A harmony template (gpt-oss): the answer's channels are its parts, read from its special tokens.
+    let harmony = crate::output::harmony::template_speaks(source);
+    if harmony {
+        g.skip_special = false;
+        if let Some(c) = &g.constraint {
+            let f = c.param();
+            return Err(ApiError::param(
+                f,
+                format!(
+                    "this model answers in the harmony format (gpt-oss), whose channels a constraint from the \
+                     answer's first token would break: `{f}` is not supported for it"
+                ),
+            ));
+        }
+    }
     // A template that thinks: the answer's `<think>...</think>` part becomes the reasoning.
-    let thinks = reasoning::template_thinks(source);
+    let thinks = !harmony && reasoning::template_thinks(source);
     let opened = thinks && reasoning::prompt_opens_thought(&prompt_text);
     // A model that may open its own thought (the prompt neither opened nor closed one: Qwen3 with thinking on) may
     // think first: the constraint applies after `</think>`, or from the first token when it does not think.
@@ -71,7 +86,7 @@ pub fn prepare(ready: &Ready, req: ChatRequest) -> ApiResult<Prepared> {
             c.after_marker = Some(reasoning::END.to_string());
         }
     }
-    let shape = AnswerShape { thinks, opened, tools: tools.as_ref().map(Tools::offered) };
+    let shape = AnswerShape { thinks, opened, tools: tools.as_ref().map(Tools::offered), harmony };
     Ok(Prepared { req, g, shape, want_logprobs })
 }
 

@@ -2,6 +2,7 @@
 //! tool calls (a request that offers tools). Streaming feeds the decoded text piece by piece; a whole answer is split
 //! at once. Chat Completions, Anthropic Messages and Responses each turn these parts into their own shapes.
 
+use crate::output::harmony::{self, HarmonySplitter};
 use crate::output::reasoning::{Part, ReasoningSplitter};
 use crate::output::tools::parser::{CallParser, Piece};
 use crate::output::tools::{Call, Offered};
@@ -34,6 +35,8 @@ pub struct AnswerShape {
     pub opened: bool,
     /// The tools the request offers.
     pub tools: Option<Offered>,
+    /// The template speaks harmony (gpt-oss): the answer's channels are its thought, its text and its calls.
+    pub harmony: bool,
 }
 
 /// Where the text given to a splitter stands in its answer.
@@ -62,24 +65,48 @@ impl Flow {
 pub struct AnswerSplitter {
     thinker: Option<ReasoningSplitter>,
     parser: Option<CallParser>,
+    harmony: Option<HarmonySplitter>,
 }
 
 impl AnswerSplitter {
     pub fn new(shape: &AnswerShape) -> Self {
+        if shape.harmony {
+            return Self { thinker: None, parser: None, harmony: Some(HarmonySplitter::new()) };
+        }
         Self {
             thinker: shape.thinks.then(|| ReasoningSplitter::new(shape.opened)),
             parser: shape.tools.as_ref().map(|t| CallParser::new(t.format, t.functions.clone())),
+            harmony: None,
         }
     }
 
     /// Calls begun so far.
     pub fn calls(&self) -> usize {
-        self.parser.as_ref().map_or(0, CallParser::calls)
+        match &self.harmony {
+            Some(h) => h.calls(),
+            None => self.parser.as_ref().map_or(0, CallParser::calls),
+        }
     }
 
     /// The parts of the next text (at the answer's end what was held back is flushed).
     pub fn feed(&mut self, text: &str, flow: Flow) -> Vec<AnswerPart> {
         let end = flow != Flow::More;
+        if let Some(h) = self.harmony.as_mut() {
+            // the calls this text completes follow those before it
+            let mut index = h.calls();
+            return h
+                .feed(text, end, flow == Flow::Cut)
+                .into_iter()
+                .map(|p| match p {
+                    harmony::Part::Reasoning(r) => AnswerPart::Reasoning(r),
+                    harmony::Part::Content(c) => AnswerPart::Content(c),
+                    harmony::Part::Call { name, arguments } => {
+                        index += 1;
+                        AnswerPart::CallStart { index: index - 1, call: Call { name, arguments }, whole: true }
+                    }
+                })
+                .collect();
+        }
         let mut out = Vec::new();
         let answer = match self.thinker.as_mut() {
             Some(t) => {
@@ -177,7 +204,7 @@ mod tests {
 
     #[test]
     fn a_whole_answer_and_its_stream_split_alike() {
-        let shape = AnswerShape { thinks: true, opened: false, tools: Some(hermes(&["f"])) };
+        let shape = AnswerShape { thinks: true, opened: false, tools: Some(hermes(&["f"])), harmony: false };
         let text = "<think>hmm</think>\n\nSure.<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>";
         let whole = Answer::split(&shape, text, "stop");
         assert_eq!(whole.reasoning.as_deref(), Some("hmm"));
@@ -205,7 +232,7 @@ mod tests {
         let calls = AnswerShape { tools: Some(hermes(&["f"])), ..AnswerShape::default() };
         let a = Answer::split(&calls, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", "stop");
         assert_eq!((a.content, a.calls.len()), (None, 1));
-        let thought = AnswerShape { thinks: true, opened: true, tools: None };
+        let thought = AnswerShape { thinks: true, opened: true, ..AnswerShape::default() };
         assert_eq!(Answer::split(&thought, "still thinking", "length").content, None);
         assert_eq!(Answer::split(&AnswerShape::default(), "", "stop").content.as_deref(), Some(""));
     }

@@ -12,7 +12,8 @@ use hearth_engine::tokenizer::{ChatTemplate, Tokenizer};
 use hearth_engine::weights::resolve::{resolve, ModelLocation};
 use hearth_engine::weights::{GgufFile, ModelConfig};
 use hearth_server::{AppState, Ready, SamplingDefaults, ServerConfig};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A chat template other than the model's own.
@@ -151,4 +152,49 @@ pub fn wanted(ctx: &BatchContext) -> impl Iterator<Item = (&hearth_engine::atten
         let from = if ctx.all_logits { 0 } else { r.len - 1 };
         (from..r.len).map(move |i| (r, i))
     })
+}
+
+/// What the scripted model keeps of a sequence (by KV slot): its prompt, its script, how much it wrote.
+#[derive(Default)]
+pub struct Row {
+    prompt: Vec<u32>,
+    written: usize,
+    script: Option<Vec<u32>>,
+}
+
+/// The scripted model's logits: each sequence writes its script — the text between `<<<` and `>>>` in its prompt,
+/// as the tokenizer's tokens — then EOS.
+pub fn scripted(
+    tok: &Tokenizer,
+    rows: &Mutex<HashMap<usize, Row>>,
+    toks: &[u32],
+    ctx: &BatchContext,
+    vocab: usize,
+) -> Vec<f32> {
+    let mut rows = rows.lock().expect("rows");
+    let mut out = Vec::new();
+    for r in &ctx.rows {
+        let row = rows.entry(r.slot).or_default();
+        if r.prompt {
+            if r.pos0 == 0 || row.written > 0 {
+                *row = Row::default();
+            }
+            row.prompt.extend_from_slice(&toks[r.start..r.start + r.len]);
+            row.script = None;
+        } else {
+            row.written += r.len;
+        }
+        let script = row.script.get_or_insert_with(|| {
+            let text = tok.decode(&row.prompt, false);
+            let inner = text.split_once("<<<").and_then(|(_, r)| r.split_once(">>>")).map_or("", |(s, _)| s);
+            tok.encode(inner, false).unwrap_or_default()
+        });
+        let next = script.get(row.written).copied().unwrap_or(tok.eos_ids()[0]);
+        for _ in wanted(ctx).filter(|(w, _)| w.slot == r.slot) {
+            let mut logits = vec![0f32; vocab];
+            logits[next as usize] = 10.0;
+            out.extend(logits);
+        }
+    }
+    out
 }

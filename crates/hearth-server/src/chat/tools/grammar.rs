@@ -44,6 +44,10 @@ impl Tools {
     /// The grammar that enforces `required` or a named function, or guides `auto` (see the module's text).
     pub fn constraint(&self, tok: &Tokenizer) -> Option<ConstraintSpec> {
         let auto = self.choice == ToolChoice::Auto;
+        if self.format == Format::Harmony {
+            // the answer's channels carry the calls; `resolve` takes only `auto` for harmony templates
+            return None;
+        }
         // `auto`: the loose forms' openers besides the format's own (`output::tools::loose`); tags in the text of
         // the formats whose calls may follow text.
         let text_calls = matches!(self.format, Format::Hermes | Format::Mistral);
@@ -105,6 +109,8 @@ impl Tools {
                 whole('{', format!("{} call{} \"]}}\"", lark_string("{\"tool_calls\": ["), more(", ")), None)
             }
             Format::Pythonic => whole('[', format!("\"[\" call{} \"]\"", more(", ")), None),
+            // (no grammar is built for harmony: `constraint` returns first) free text
+            Format::Harmony => format!("start: TEXT\n{TEXT}"),
         };
         let rules = match self.format {
             Format::Pythonic => pythonic::call_rules(self.callable()),

@@ -107,7 +107,15 @@ impl Tools {
             Some(_) => return Err(ApiError::param("parallel_tool_calls", "`parallel_tool_calls` must be a boolean")),
         };
         let in_template = template.contains("tools");
-        Ok(Some(Tools { format: Format::of_template(template), choice, parallel, functions, in_template }))
+        let format = Format::of_template(template);
+        if format == Format::Harmony && choice != ToolChoice::Auto {
+            return Err(ApiError::param(
+                "tool_choice",
+                "this model answers in the harmony format (gpt-oss), whose calls hearth reads but does not enforce: \
+                 `tool_choice` must be `auto` or `none`",
+            ));
+        }
+        Ok(Some(Tools { format, choice, parallel, functions, in_template }))
     }
 
     /// What the answer side reads calls by: the format, and every function in `tools`.

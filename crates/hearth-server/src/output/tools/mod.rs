@@ -10,7 +10,9 @@
 //! templates that do not render tools: the tools are described in a system message and the model answers
 //! `{"tool_calls": [{"name": .., "arguments": {..}}]}`. Gemma's own templates do not render tools either: they are
 //! described in a system message too, asking for the pythonic form. Besides its template's format, a model's calls
-//! are read in the [`loose`] forms that models write when they leave it (fenced or bare JSON, tags).
+//! are read in the [`loose`] forms that models write when they leave it (fenced or bare JSON, tags). Harmony
+//! templates (gpt-oss) render the tools themselves and the answer's channels carry the calls
+//! (`crate::output::harmony`).
 
 pub mod generic;
 pub mod hermes;
@@ -31,13 +33,17 @@ pub enum Format {
     Llama3,
     Pythonic,
     Generic,
+    /// OpenAI's harmony (gpt-oss): calls are commentary messages to `functions.NAME` (`crate::output::harmony`).
+    Harmony,
 }
 
 impl Format {
     /// The format a chat template speaks (a template that spells out the pythonic form is pythonic even where it
     /// has Llama 3's markers too).
     pub fn of_template(source: &str) -> Format {
-        if source.contains(hermes::START) {
+        if crate::output::harmony::template_speaks(source) {
+            Format::Harmony
+        } else if source.contains(hermes::START) {
             Format::Hermes
         } else if mistral::speaks(source) {
             Format::Mistral

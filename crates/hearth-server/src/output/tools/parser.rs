@@ -206,7 +206,8 @@ impl CallParser {
     /// it is known.
     fn start(&mut self, end: bool) -> bool {
         let native = match self.format {
-            Format::Hermes => Some(false),
+            // harmony's calls are read by `crate::output::harmony`, not here: only loose forms
+            Format::Hermes | Format::Harmony => Some(false),
             Format::Mistral => mistral::opens(&self.buf),
             Format::Pythonic => pythonic::opens(&self.buf),
             Format::Llama3 | Format::Generic => self.buf.trim_start().chars().next().map(|c| c == '{'),
