@@ -7,6 +7,10 @@ Run from the repo root (needs bench/setup-llama-cpp.sh: its llama.cpp checkout h
 Writes tests/fixtures/tiny-<name>.gguf and tests/goldens/tiny_<name>_gguf.json for:
   qwen3moe-q8_0: tiny_models.py's qwen3-moe with every layer routed (llama.cpp's qwen3moe has no dense layers),
                  converted with --outtype q8_0 (stacked ffn_*_exps expert tensors, a float router).
+  gpt-oss-mxfp4: tests/fixtures/tiny-gpt-oss-mxfp4 (tiny_mxfp4.py: the experts in MXFP4 as gpt-oss publishes
+                 them), converted with --outtype q8_0: the experts stay MXFP4 (GGML's type 39), the rest Q8_0 / F32.
+                 llama.cpp's gpt-oss has its clamped SwiGLU's limit built in (7.0; the GGUF stores none), so this
+                 file's experts clamp at 7.0 where the Hugging Face fixture's clamp at 0.5.
 The tokenizer's pre-tokenizer is tiny_models.py's own, which the converter does not know: it is written as
 `default`. Goldens are computed from token ids, so tokenization takes no part in them.
 """
@@ -84,6 +88,26 @@ def llama_logits(path: Path, cases: list[list[int]]):
     return out
 
 
+def write_golden(name: str, gguf: Path, ids: list[int], note: str) -> None:
+    cases = llama_logits(gguf, [ids[:n] for n in tm.CASE_LENGTHS])
+    for c in cases:
+        print(f"  {name} len {len(c['input_ids'])}: greedy {c['greedy'][:8]}... min gap {min(c['gaps']):.4g}")
+    golden = {
+        "reference": reference("llama-cpp-python", "gguf", "torch", "transformers"),
+        "model": name,
+        "fixture": f"tests/fixtures/tiny-{name}.gguf",
+        "notes": [
+            note,
+            "logits_last: llama.cpp's logits after the prompt; greedy: argmax continuing it, one token at a time "
+            "through llama.cpp's KV cache; gaps: top1-top2 logit gap at each greedy step. Floats rounded to 6 "
+            "significant digits.",
+        ],
+        "cases": cases,
+    }
+    dump_json(golden, GOLDENS / f"tiny_{name.replace('-', '_')}_gguf.json")
+    print(f"  fixture {gguf.name}: {gguf.stat().st_size} bytes")
+
+
 def main() -> None:
     if not (LLAMA_CPP / "convert_hf_to_gguf.py").exists():
         raise SystemExit("run bench/setup-llama-cpp.sh first: it checks out llama.cpp, whose converter this uses")
@@ -98,24 +122,12 @@ def main() -> None:
         hf_checkpoint("qwen3-moe", spec, src, tok)
         gguf = FIXTURES / f"tiny-{name}.gguf"
         convert(src, gguf, "q8_0")
-    cases = llama_logits(gguf, [ids[:n] for n in tm.CASE_LENGTHS])
-    for c in cases:
-        print(f"  {name} len {len(c['input_ids'])}: greedy {c['greedy'][:8]}... min gap {min(c['gaps']):.4g}")
-    golden = {
-        "reference": reference("llama-cpp-python", "gguf", "torch", "transformers"),
-        "model": name,
-        "fixture": f"tests/fixtures/tiny-{name}.gguf",
-        "notes": [
-            "tiny_models.py's qwen3-moe checkpoint with every layer routed, converted by llama.cpp's "
-            "convert_hf_to_gguf.py --outtype q8_0 (bench/.build/llama.cpp).",
-            "logits_last: llama.cpp's logits after the prompt; greedy: argmax continuing it, one token at a time "
-            "through llama.cpp's KV cache; gaps: top1-top2 logit gap at each greedy step. Floats rounded to 6 "
-            "significant digits.",
-        ],
-        "cases": cases,
-    }
-    dump_json(golden, GOLDENS / f"tiny_{name.replace('-', '_')}_gguf.json")
-    print(f"  fixture {gguf.name}: {gguf.stat().st_size} bytes")
+    write_golden(name, gguf, ids, "tiny_models.py's qwen3-moe checkpoint with every layer routed, converted by "
+                 "llama.cpp's convert_hf_to_gguf.py --outtype q8_0 (bench/.build/llama.cpp).")
+    gguf = FIXTURES / "tiny-gpt-oss-mxfp4.gguf"
+    convert((FIXTURES / "tiny-gpt-oss-mxfp4").resolve(), gguf, "q8_0")
+    write_golden("gpt-oss-mxfp4", gguf, ids, "tests/fixtures/tiny-gpt-oss-mxfp4 (MXFP4 experts) converted by "
+                 "llama.cpp's convert_hf_to_gguf.py --outtype q8_0: experts MXFP4, the rest Q8_0 / F32.")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 //! * GGUF, stacked: index E of `blk.L.ffn_{gate,up,down}_exps.weight` (read in place, still quantized) and of
 //!   `blk.L.ffn_{gate,up,down}_exps.bias`.
 
-use super::mxfp4::Mxfp4;
+use super::mxfp4::{Layout, Mxfp4};
 use super::{HfWeights, Weights};
 use crate::{Error, Result};
 use candle_core::quantized::QMatMul;
@@ -36,8 +36,12 @@ impl Weights {
         let (ExpertPart { layer, expert, proj }, kind) = (at, kind(at.proj)?);
         match self {
             Weights::Gguf(g) => {
-                let q = g.qtensor_part(&format!("blk.{layer}.ffn_{kind}_exps.weight"), Some(expert), device)?;
-                Ok(QMatMul::from_arc(Arc::new(q))?)
+                let name = format!("blk.{layer}.ffn_{kind}_exps.weight");
+                if let Some((blocks, rows, cols)) = g.mxfp4_part(&name, expert)? {
+                    let m = Mxfp4 { blocks, scales: &[], groups: cols / 32, layout: Layout::Ggml };
+                    return mxfp4_matrix(&m, &(0..rows).collect::<Vec<_>>(), dtype, device);
+                }
+                Ok(QMatMul::from_arc(Arc::new(g.qtensor_part(&name, Some(expert), device)?))?)
             }
             Weights::Hf(h) => {
                 let name = format!("model.layers.{layer}.mlp.experts.{expert}.{proj}.weight");
@@ -91,15 +95,19 @@ fn hf_mxfp4(h: &HfWeights, at: ExpertPart, kind: &str, dtype: DType, device: &De
         _ if out % 2 != 0 => return Err(Error::InvalidModel(format!("{base}: an interleaved gate|up of {out} rows"))),
         _ => (usize::from(kind == "up")..out).step_by(2).collect(),
     };
-    let m = Mxfp4 { blocks, scales, groups };
-    let shape = (rows.len(), groups * 32);
+    Ok(Some(mxfp4_matrix(&Mxfp4 { blocks, scales, groups, layout: Layout::Hf }, &rows, dtype, device)?))
+}
+
+/// Rows `rows` of an MXFP4 matrix as a weight: Q8_0 on the CPU (the same values), else dequantized to `dtype`.
+fn mxfp4_matrix(m: &Mxfp4, rows: &[usize], dtype: DType, device: &Device) -> Result<QMatMul> {
+    let shape = (rows.len(), m.groups * 32);
     if device.is_cpu() {
-        if let Some(bytes) = m.to_q8_0(&rows) {
+        if let Some(bytes) = m.to_q8_0(rows) {
             let storage = QStorage::from_data(std::borrow::Cow::Owned(bytes), device, GgmlDType::Q8_0)?;
-            return Ok(Some(QMatMul::from_arc(Arc::new(QTensor::new(storage, shape)?))?));
+            return Ok(QMatMul::from_arc(Arc::new(QTensor::new(storage, shape)?))?);
         }
     }
-    Ok(Some(QMatMul::Tensor(Tensor::from_vec(m.dequantize(&rows), shape, device)?.to_dtype(dtype)?)))
+    Ok(QMatMul::Tensor(Tensor::from_vec(m.dequantize(rows), shape, device)?.to_dtype(dtype)?))
 }
 
 /// The expert's part of gpt-oss's stacked tensors, rows = outputs: the matrix (out, in), or the bias (out, 1);

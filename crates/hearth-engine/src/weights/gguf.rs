@@ -32,6 +32,9 @@ pub struct GgufFile {
     mmap: memmap2::Mmap,
     file: std::fs::File,
     pub content: gguf_file::Content,
+    /// Tensors of the MXFP4 type (gpt-oss's experts), which candle cannot read: `content` lists them under a
+    /// stand-in type, and [`GgufFile::mxfp4_part`] reads them.
+    mxfp4: std::collections::HashSet<String>,
 }
 
 impl GgufFile {
@@ -40,10 +43,43 @@ impl GgufFile {
         // SAFETY: the map is read-only; a file truncated underneath us is the same hazard llama.cpp accepts.
         let mmap = unsafe { memmap2::Mmap::map(&file) }
             .map_err(|e| Error::io(format!("memory-mapping {}", path.display()), e))?;
-        let mut cursor = std::io::Cursor::new(&mmap[..]);
-        let content = gguf_file::Content::read(&mut cursor)
-            .map_err(|e| Error::InvalidModel(format!("{}: not a readable GGUF v2/v3 file: {e}", path.display())))?;
-        Ok(Self { path: path.to_path_buf(), mmap, file, content })
+        let unreadable = |e| Error::InvalidModel(format!("{}: not a readable GGUF v2/v3 file: {e}", path.display()));
+        let (content, mxfp4) = match gguf_file::Content::read(&mut std::io::Cursor::new(&mmap[..])) {
+            Ok(c) => (c, Default::default()),
+            // candle refuses types it does not know: MXFP4 experts are read here instead
+            Err(e) => match super::gguf_scan::patch_mxfp4(&mmap)? {
+                Some((header, names)) => {
+                    let c = gguf_file::Content::read(&mut std::io::Cursor::new(&header)).map_err(unreadable)?;
+                    (c, names.into_iter().collect())
+                }
+                None => return Err(unreadable(e)),
+            },
+        };
+        Ok(Self { path: path.to_path_buf(), mmap, file, content, mxfp4 })
+    }
+
+    /// Index `part` of an MXFP4 tensor's first dimension (one expert): its GGML blocks (a power-of-two scale byte,
+    /// then 16 bytes of 4-bit codes, per 32 values) and its (rows, columns). None where `gguf_name` is not MXFP4.
+    pub fn mxfp4_part(&self, gguf_name: &str, part: usize) -> Result<Option<(&[u8], usize, usize)>> {
+        if !self.mxfp4.contains(gguf_name) {
+            return Ok(None);
+        }
+        let info = &self.content.tensor_infos[gguf_name];
+        let (n, rows, cols) = match info.shape.dims() {
+            &[n, rows, cols] if cols % 32 == 0 && part < n => (n, rows, cols),
+            dims => {
+                return Err(Error::InvalidModel(format!(
+                    "MXFP4 tensor `{gguf_name}` of shape {dims:?} has no expert {part} of whole blocks"
+                )))
+            }
+        };
+        let per = rows * cols / 32 * super::mxfp4::GGML_BLOCK_BYTES;
+        let start = (self.content.tensor_data_offset as usize).checked_add(info.offset as usize);
+        let range = start.and_then(|s| s.checked_add(part * per)).map(|s| s..s + per);
+        match range.filter(|r| r.end <= self.mmap.len() && n * per <= self.mmap.len()) {
+            Some(r) => Ok(Some((&self.mmap[r], rows, cols))),
+            None => Err(Error::InvalidModel(format!("MXFP4 tensor `{gguf_name}` lies outside the file"))),
+        }
     }
 
     pub fn metadata(&self) -> &HashMap<String, gguf_file::Value> {
@@ -109,6 +145,11 @@ impl GgufFile {
             .tensor_infos
             .get(gguf_name)
             .ok_or_else(|| Error::InvalidModel(format!("{}: missing tensor `{gguf_name}`", self.path.display())))?;
+        if self.mxfp4.contains(gguf_name) {
+            return Err(Error::Unsupported(format!(
+                "tensor `{gguf_name}` has type MXFP4, which hearth reads as a routed feed-forward's experts only"
+            )));
+        }
         if !SUPPORTED_DTYPES.contains(&info.ggml_dtype) {
             return Err(Error::Unsupported(format!(
                 "tensor `{gguf_name}` has type {:?}; hearth supports {}",
@@ -228,18 +269,22 @@ impl GgufFile {
 
     /// (elements, bytes as stored) over every tensor.
     pub fn sizes(&self) -> (u64, u64) {
-        self.content.tensor_infos.values().fold((0, 0), |(n, b), info| {
+        self.content.tensor_infos.iter().fold((0, 0), |(n, b), (name, info)| {
             let elems = info.shape.elem_count() as u64;
             let d = info.ggml_dtype;
-            (n + elems, b + elems / d.block_size().max(1) as u64 * d.type_size() as u64)
+            let (block, bytes) = match self.mxfp4.contains(name) {
+                true => (32, super::mxfp4::GGML_BLOCK_BYTES),
+                false => (d.block_size().max(1), d.type_size()),
+            };
+            (n + elems, b + elems / block as u64 * bytes as u64)
         })
     }
 
     /// Count of tensors per type, for `hearth models` and load logs.
     pub fn dtype_summary(&self) -> String {
         let mut counts: Vec<(String, usize)> = Vec::new();
-        for info in self.content.tensor_infos.values() {
-            let name = format!("{:?}", info.ggml_dtype);
+        for (tensor, info) in &self.content.tensor_infos {
+            let name = if self.mxfp4.contains(tensor) { "MXFP4".into() } else { format!("{:?}", info.ggml_dtype) };
             match counts.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, c)) => *c += 1,
                 None => counts.push((name, 1)),
@@ -285,6 +330,9 @@ pub fn hf_to_gguf_name(arch: &str, hf: &str) -> Option<String> {
     let rest = hf.strip_prefix("model.layers.")?;
     let (layer, param) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
+    if param == "self_attn.sinks" {
+        return Some(format!("blk.{layer}.attn_sinks.weight"));
+    }
     let (module, suffix) = param.rsplit_once('.')?; // suffix: weight | bias
     let gemma = arch.starts_with("gemma");
     let g = match module {
@@ -299,7 +347,8 @@ pub fn hf_to_gguf_name(arch: &str, hf: &str) -> Option<String> {
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
         "input_layernorm" => "attn_norm",
-        "post_attention_layernorm" if gemma => "post_attention_norm",
+        "post_attention_layernorm" if gemma || arch == "gpt-oss" => "post_attention_norm",
+        "mlp.router" => "ffn_gate_inp",
         "post_attention_layernorm" => "ffn_norm",
         "pre_feedforward_layernorm" => "ffn_norm",
         "post_feedforward_layernorm" => "post_ffw_norm",

@@ -4,6 +4,7 @@
 pub mod config;
 mod experts;
 pub mod gguf;
+mod gguf_scan;
 mod mxfp4;
 pub mod resolve;
 pub mod safetensors;

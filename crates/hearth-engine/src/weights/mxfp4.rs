@@ -12,30 +12,64 @@ const LUT: [f32; 16] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0
 
 /// Bytes of one Q8_0 block: an f16 scale, then 32 int8 values.
 const Q8_0_BYTES: usize = 34;
+/// Bytes of one GGML MXFP4 block: the scale, then 16 bytes of codes.
+pub const GGML_BLOCK_BYTES: usize = 17;
 
-/// One expert's MXFP4 matrix: `blocks` (out, groups, 16) and `scales` (out, groups), as stored.
+/// How a file lays the blocks out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Hugging Face (gpt-oss's safetensors): the scales in their own tensor; a block's 16 bytes hold values 2j
+    /// (low nibble) and 2j + 1 (high nibble).
+    Hf,
+    /// GGUF: each block is its scale byte, then 16 bytes holding values j (low nibble) and j + 16 (high nibble).
+    Ggml,
+}
+
+/// One expert's MXFP4 matrix, as stored: `blocks` (out, groups, 16) and `scales` (out, groups) for [`Layout::Hf`],
+/// `blocks` (out, groups, 17) for [`Layout::Ggml`] (`scales` empty).
 pub struct Mxfp4<'a> {
     pub blocks: &'a [u8],
     pub scales: &'a [u8],
     pub groups: usize,
+    pub layout: Layout,
 }
 
 impl Mxfp4<'_> {
+    /// Block `g` of row `r`: its scale byte and its 32 codes in value order.
+    fn block(&self, r: usize, g: usize) -> (u8, [u8; 32]) {
+        let i = r * self.groups + g;
+        let mut codes = [0u8; 32];
+        let (scale, bytes) = match self.layout {
+            Layout::Hf => (self.scales[i], &self.blocks[i * 16..][..16]),
+            Layout::Ggml => {
+                let b = &self.blocks[i * GGML_BLOCK_BYTES..][..GGML_BLOCK_BYTES];
+                (b[0], &b[1..])
+            }
+        };
+        for (j, &b) in bytes.iter().enumerate() {
+            let (lo, hi) = match self.layout {
+                Layout::Hf => (2 * j, 2 * j + 1),
+                Layout::Ggml => (j, j + 16),
+            };
+            codes[lo] = b & 15;
+            codes[hi] = b >> 4;
+        }
+        (scale, codes)
+    }
+
     /// Rows `rows` as Q8_0 blocks (None where a block's half-scale is not an f16 number).
     pub fn to_q8_0(&self, rows: &[usize]) -> Option<Vec<u8>> {
         let mut out = Vec::with_capacity(rows.len() * self.groups * Q8_0_BYTES);
         for &r in rows {
             for g in 0..self.groups {
-                let exp = self.scales[r * self.groups + g] as i32 - 127 - 1;
+                let (scale, codes) = self.block(r, g);
+                let exp = scale as i32 - 127 - 1;
                 if !(-24..=15).contains(&exp) {
                     return None;
                 }
                 out.extend_from_slice(&half::f16::from_f32((exp as f32).exp2()).to_le_bytes());
-                for &b in &self.blocks[(r * self.groups + g) * 16..][..16] {
-                    // twice the E2M1 value: an exact integer
-                    out.push((2.0 * LUT[(b & 15) as usize]) as i8 as u8);
-                    out.push((2.0 * LUT[(b >> 4) as usize]) as i8 as u8);
-                }
+                // twice the E2M1 value: an exact integer
+                out.extend(codes.iter().map(|&c| (2.0 * LUT[c as usize]) as i8 as u8));
             }
         }
         Some(out)
@@ -46,11 +80,9 @@ impl Mxfp4<'_> {
         let mut out = Vec::with_capacity(rows.len() * self.groups * 32);
         for &r in rows {
             for g in 0..self.groups {
-                let scale = ((self.scales[r * self.groups + g] as i32 - 127) as f32).exp2();
-                for &b in &self.blocks[(r * self.groups + g) * 16..][..16] {
-                    out.push(LUT[(b & 15) as usize] * scale);
-                    out.push(LUT[(b >> 4) as usize] * scale);
-                }
+                let (scale, codes) = self.block(r, g);
+                let scale = ((scale as i32 - 127) as f32).exp2();
+                out.extend(codes.iter().map(|&c| LUT[c as usize] * scale));
             }
         }
         out
@@ -65,7 +97,7 @@ mod tests {
     fn q8_0_blocks_hold_the_mxfp4_values_exactly() {
         // two rows of one block each: every code once per row, scales 2^-3 and 2^2
         let blocks: Vec<u8> = (0..32u8).map(|i| (i % 16) | (((i + 5) % 16) << 4)).collect();
-        let m = Mxfp4 { blocks: &blocks, scales: &[124, 129], groups: 1 };
+        let m = Mxfp4 { blocks: &blocks, scales: &[124, 129], groups: 1, layout: Layout::Hf };
         let want = m.dequantize(&[0, 1]);
         let q = m.to_q8_0(&[1, 0]).unwrap();
         for (k, (row, block)) in [(1, &q[..34]), (0, &q[34..])].into_iter().enumerate() {
@@ -76,6 +108,17 @@ mod tests {
         }
         assert_eq!(want[1], 0.375, "row 0's second value: code 5 (3.0) × 2^-3");
         // a scale whose half is below f16's range: no Q8_0 form
-        assert!(Mxfp4 { blocks: &blocks[..16], scales: &[90], groups: 1 }.to_q8_0(&[0]).is_none());
+        assert!(Mxfp4 { blocks: &blocks[..16], scales: &[90], groups: 1, layout: Layout::Hf }.to_q8_0(&[0]).is_none());
+        // the same values in GGML's layout: the scale inline, values j and j + 16 in byte j
+        let mut ggml = Vec::new();
+        for (row, scale) in [(0usize, 124u8), (1, 129)] {
+            let hf = &blocks[row * 16..][..16];
+            let code = |v: usize| if v.is_multiple_of(2) { hf[v / 2] & 15 } else { hf[v / 2] >> 4 };
+            ggml.push(scale);
+            ggml.extend((0..16).map(|j| code(j) | (code(j + 16) << 4)));
+        }
+        let g = Mxfp4 { blocks: &ggml, scales: &[], groups: 1, layout: Layout::Ggml };
+        assert_eq!(g.dequantize(&[0, 1]), want);
+        assert_eq!(g.to_q8_0(&[1, 0]).unwrap(), q);
     }
 }

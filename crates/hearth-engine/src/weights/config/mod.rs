@@ -196,12 +196,49 @@ const SUPPORTED_ARCHS: &str = "llama, mistral, qwen2, qwen3, qwen3_moe (GGUF qwe
 
 fn family_of(arch: &str) -> Result<Family> {
     match arch {
-        "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "qwen3moe" | "gpt_oss" | "smollm" | "smollm2" => {
-            Ok(Family::Llama)
-        }
+        "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "qwen3moe" | "gpt_oss" | "gpt-oss" | "smollm"
+        | "smollm2" => Ok(Family::Llama),
         "gemma3" | "gemma3_text" => Ok(Family::Gemma3),
         other => Err(Error::Unsupported(format!("architecture `{other}`; supported: {SUPPORTED_ARCHS}"))),
     }
+}
+
+/// A GGUF file's rope scaling: `rope_freqs.weight`'s per-dimension divisors, else `ARCH.rope.scaling.*`.
+fn gguf_rope_scaling(g: &GgufFile, arch: &str) -> Result<RopeScaling> {
+    let key = |k: &str| format!("{arch}.{k}");
+    Ok(if g.has_tensor("rope_freqs.weight") {
+        let t = g.tensor_f32("rope_freqs.weight", &candle_core::Device::Cpu)?;
+        RopeScaling::FreqFactors(t.flatten_all()?.to_vec1::<f32>()?)
+    } else {
+        match g.get_str(&key("rope.scaling.type")) {
+            Some("linear") => RopeScaling::Linear { factor: g.get_f64(&key("rope.scaling.factor")).unwrap_or(1.0) },
+            // llama.cpp's YaRN: the correction range rounded outward, cos and sin scaled by 0.1·ln(factor) + 1
+            Some("yarn") => {
+                let factor = g.get_f64(&key("rope.scaling.factor")).unwrap_or(1.0);
+                RopeScaling::Yarn {
+                    factor,
+                    beta_fast: g.get_f64(&key("rope.scaling.yarn_beta_fast")).unwrap_or(32.0),
+                    beta_slow: g.get_f64(&key("rope.scaling.yarn_beta_slow")).unwrap_or(1.0),
+                    original_max_position_embeddings: g
+                        .get_f64(&key("rope.scaling.original_context_length"))
+                        .ok_or_else(|| {
+                            Error::InvalidModel(format!(
+                                "GGUF metadata lacks `{}`",
+                                key("rope.scaling.original_context_length")
+                            ))
+                        })?,
+                    truncate: true,
+                    attention_factor: if factor > 1.0 { 0.1 * factor.ln() + 1.0 } else { 1.0 },
+                }
+            }
+            None | Some("none") => RopeScaling::None,
+            Some(other) => {
+                return Err(Error::Unsupported(format!(
+                    "GGUF rope scaling `{other}`; supported: none, linear, llama3, yarn"
+                )))
+            }
+        }
+    })
 }
 
 /// Gemma 3: every `pattern`-th layer (1-based) is global, the others slide.
@@ -233,24 +270,14 @@ impl ModelConfig {
                 })?
             }
         };
-        let rope_scaling = if g.has_tensor("rope_freqs.weight") {
-            let t = g.tensor_f32("rope_freqs.weight", &candle_core::Device::Cpu)?;
-            RopeScaling::FreqFactors(t.flatten_all()?.to_vec1::<f32>()?)
-        } else {
-            match g.get_str(&key("rope.scaling.type")) {
-                Some("linear") => RopeScaling::Linear { factor: g.get_f64(&key("rope.scaling.factor")).unwrap_or(1.0) },
-                None | Some("none") => RopeScaling::None,
-                Some(other) => {
-                    return Err(Error::Unsupported(format!(
-                        "GGUF rope scaling `{other}`; supported: none, linear, llama3"
-                    )))
-                }
-            }
-        };
+        let rope_scaling = gguf_rope_scaling(g, &arch)?;
         let is_gemma = family == Family::Gemma3;
         let window = g.get_u64(&key("attention.sliding_window")).map(|w| w as usize);
-        let layer_window = match (is_gemma, window) {
-            (true, Some(w)) => gemma_windows(layers, w, 6),
+        let is_oss = arch == "gpt-oss";
+        let layer_window = match (is_gemma, is_oss, window) {
+            (true, _, Some(w)) => gemma_windows(layers, w, 6),
+            // llama.cpp's gpt-oss: even layers slide
+            (_, true, Some(w)) => (0..layers).map(|i| (i % 2 == 0).then_some(w)).collect(),
             _ => vec![None; layers],
         };
         let eos = g.get_u64("tokenizer.ggml.eos_token_id").map(|v| v as u32);
@@ -262,8 +289,9 @@ impl ModelConfig {
                 intermediate_size: need("expert_feed_forward_length")? as usize,
                 norm_topk_prob: true,
                 sparse_layers: vec![true; layers],
-                routing: Routing::SoftmaxTopK,
-                biases: false,
+                // gpt-oss: top-k then softmax, biased router and experts
+                routing: if is_oss { Routing::TopKSoftmax } else { Routing::SoftmaxTopK },
+                biases: g.has_tensor("blk.0.ffn_gate_inp.bias"),
             }),
             _ => None,
         };
@@ -299,13 +327,18 @@ impl ModelConfig {
             },
             final_logit_softcapping: g.get_f64(&key("final_logit_softcapping")),
             attn_logit_softcapping: g.get_f64(&key("attn_logit_softcapping")),
-            activation: if is_gemma { Activation::GeluTanh } else { Activation::Silu },
+            // llama.cpp's gpt-oss has its clamped SwiGLU's constants built in (GGUF stores none)
+            activation: match (is_gemma, is_oss) {
+                (true, _) => Activation::GeluTanh,
+                (_, true) => Activation::SwigluOai { alpha: 1.702, limit: 7.0 },
+                _ => Activation::Silu,
+            },
             norm_weight_offset: 0.0,
             bos_token_id: g.get_u64("tokenizer.ggml.bos_token_id").map(|v| v as u32),
             eos_token_ids: eos.into_iter().collect(),
             moe,
-            attention_sinks: false,
-            o_bias: false,
+            attention_sinks: g.has_tensor("blk.0.attn_sinks.weight"),
+            o_bias: g.has_tensor("blk.0.attn_output.bias"),
             arch_name: arch,
         }
         .validate()
