@@ -160,14 +160,7 @@ pub fn kv_encoding(choice: Option<KvEncoding>, dtype: DType, device: &Device, he
     let why = match enc {
         e if e.is_quantized() && cpu && levers.cpu_attn => return Ok(enc),
         e if e.is_quantized() && cpu => "the CPU's in-place attention reads it, and HEARTH_CPU_ATTN=0 is set".into(),
-        e if e.is_quantized() && cuda_reads && matches!(dtype, DType::BF16 | DType::F16) => {
-            tracing::warn!(
-                "--kv-cache-dtype {}: the CUDA kernels over encoded caches are experimental (their test against the \
-                 CPU's encoder does not pass yet: docs/parity.md)",
-                enc.name()
-            );
-            return Ok(enc);
-        }
+        e if e.is_quantized() && cuda_reads && matches!(dtype, DType::BF16 | DType::F16) => return Ok(enc),
         e if e.is_quantized() && cuda_reads => "the CUDA kernels read it for models computing in bf16 or f16".into(),
         e if e.is_quantized() && cuda_encoded(enc) => {
             "the CUDA paged kernels read it, and HEARTH_CUDA_PAGED_ATTN=0 is set".into()
