@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""A random Qwen3-MoE checkpoint of a chosen size, written as a GGUF by llama.cpp's own converter: for measuring
-routed-expert models on the CPU against llama.cpp on the same file (speed only: the weights are random).
+"""A random Qwen3-MoE (or gpt-oss) checkpoint of a chosen size, written as a GGUF by llama.cpp's own converter: for
+measuring routed-expert models on the CPU against llama.cpp on the same file (speed only: the weights are random).
 
     .venv-oracle/bin/python bench/make_moe_gguf.py OUT.gguf [--hidden 1024] [--layers 16] [--experts 64]
-        [--top-k 8] [--expert-ffn 256] [--heads 16] [--kv-heads 4] [--outtype q8_0]
+        [--top-k 8] [--expert-ffn 256] [--heads 16] [--kv-heads 4] [--outtype q8_0] [--arch qwen3-moe|gpt-oss]
+
+`--arch gpt-oss` makes gpt-oss's shape instead (attention sinks and biases, alternating 128-token sliding and full
+layers, YaRN, biased experts) with its experts in MXFP4 as gpt-oss is published (tools/oracle/tiny_mxfp4.py's
+quantizer), which the converter keeps as GGML's MXFP4.
 
 Needs tools/oracle/setup.sh (torch, transformers) and bench/setup-llama-cpp.sh (the converter). The defaults make
 ~0.95B parameters of which ~0.25B are read per token (8 of 64 experts, attention, embeddings and the untied output
@@ -32,6 +36,7 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--outtype", default="q8_0")
+    ap.add_argument("--arch", default="qwen3-moe", choices=["qwen3-moe", "gpt-oss"])
     a = ap.parse_args()
 
     import torch
@@ -40,15 +45,20 @@ def main() -> None:
 
     tok_dir = ROOT / "bench" / "gpu" / "smollm2-tokenizer"
     vocab = len(json.loads((tok_dir / "tokenizer.json").read_text())["model"]["vocab"])
-    cfg = Qwen3MoeConfig(vocab_size=vocab, hidden_size=a.hidden, intermediate_size=4 * a.hidden,
-                         num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
-                         head_dim=a.hidden // a.heads, num_experts=a.experts, num_experts_per_tok=a.top_k,
-                         moe_intermediate_size=a.expert_ffn, norm_topk_prob=True, decoder_sparse_step=1,
-                         mlp_only_layers=[], tie_word_embeddings=False, max_position_embeddings=32768,
-                         rope_theta=1000000.0, bos_token_id=1, eos_token_id=2)
+    shape = dict(vocab_size=vocab, hidden_size=a.hidden, num_hidden_layers=a.layers, num_attention_heads=a.heads,
+                 num_key_value_heads=a.kv_heads, head_dim=a.hidden // a.heads, num_experts_per_tok=a.top_k,
+                 tie_word_embeddings=False, max_position_embeddings=32768, bos_token_id=1, eos_token_id=2)
+    if a.arch == "gpt-oss":
+        from transformers import GptOssConfig, GptOssForCausalLM
+        cls, cfg = GptOssForCausalLM, GptOssConfig(**shape, num_local_experts=a.experts,
+                                                   intermediate_size=a.expert_ffn, sliding_window=128)
+    else:
+        cls, cfg = Qwen3MoeForCausalLM, Qwen3MoeConfig(
+            **shape, intermediate_size=4 * a.hidden, num_experts=a.experts, moe_intermediate_size=a.expert_ffn,
+            norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], rope_theta=1000000.0)
     torch.manual_seed(0)
     with torch.device("meta"):
-        model = Qwen3MoeForCausalLM(cfg)
+        model = cls(cfg)
     model = model.to_empty(device="cpu").to(torch.bfloat16)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -66,9 +76,29 @@ def main() -> None:
         model.save_pretrained(str(src))
         for f in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(tok_dir / f, src / f)
+        if a.arch == "gpt-oss":
+            to_mxfp4(src)
         del model
         convert(src, Path(a.out).resolve(), a.outtype)
     print(f"wrote {a.out}", file=sys.stderr)
+
+
+def to_mxfp4(src: Path) -> None:
+    """Rewrite a saved gpt-oss checkpoint's experts as MXFP4 blocks and scales, as gpt-oss is published."""
+    from safetensors.torch import load_file, save_file
+    from tiny_mxfp4 import quantize
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "mxfp4"}
+    (src / "config.json").write_text(json.dumps(cfg))
+    for f in src.glob("*.safetensors"):
+        tensors = load_file(str(f))
+        out = {}
+        for name, t in tensors.items():
+            if name.endswith("mlp.experts.gate_up_proj") or name.endswith("mlp.experts.down_proj"):
+                out[name + "_blocks"], out[name + "_scales"] = quantize(t.transpose(1, 2))
+            else:
+                out[name] = t
+        save_file(out, str(f), metadata={"format": "pt"})
 
 
 if __name__ == "__main__":
