@@ -246,6 +246,11 @@ impl FastQMatMul {
         self.plan
     }
 
+    /// The weight's rows (the output width).
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+
     /// Whether this holds the weight's only copy (repacked): the caller may drop its own.
     pub fn owns_weights(&self) -> bool {
         self.ggml.is_none()

@@ -122,10 +122,8 @@ impl<'a> Loader<'a> {
     /// A small vector of `len` values in f32 on the host (attention sinks).
     pub fn vector_f32(&self, name: &str, len: usize) -> Result<Vec<f32>> {
         let v = self.weights.vector(name, DType::F32, &Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
-        if v.len() != len {
-            return Err(crate::Error::InvalidModel(format!("`{name}` has {} values, expected {len}", v.len())));
-        }
-        Ok(v)
+        let n = v.len();
+        (n == len).then_some(v).ok_or_else(|| crate::Error::InvalidModel(format!("`{name}`: {n} values, not {len}")))
     }
 
     pub fn rms_norm(&self, name: &str) -> Result<RmsNorm> {
@@ -256,6 +254,16 @@ impl Linear {
         let fast = FastQMatMul::new(&w);
         let w = (!fast.as_ref().is_some_and(FastQMatMul::owns_weights)).then_some(w);
         Self { w, fast, b }
+    }
+
+    /// Its output width (the weight's rows).
+    pub fn out_features(&self) -> Option<usize> {
+        match (&self.fast, &self.w) {
+            (Some(f), _) => Some(f.rows()),
+            (None, Some(QMatMul::QTensor(q))) => q.shape().dims2().ok().map(|d| d.0),
+            (None, Some(QMatMul::Tensor(t) | QMatMul::TensorF16(t))) => t.dims2().ok().map(|d| d.0),
+            (None, None) => None,
+        }
     }
 
     /// Whether this layer multiplies on hearth's CPU kernels (which split their work with

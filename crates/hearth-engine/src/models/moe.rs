@@ -28,6 +28,13 @@ impl SparseMoe {
             true => l.linear(&gpt_oss_router, m.biases)?,
             false => l.linear(&format!("model.layers.{layer}.mlp.gate"), m.biases)?,
         };
+        let scores = router.out_features();
+        if scores != Some(m.experts) {
+            return Err(crate::Error::InvalidModel(format!(
+                "layer {layer}'s router scores {scores:?} experts; the model has {}",
+                m.experts
+            )));
+        }
         let experts = (0..m.experts).map(|e| Mlp::load_expert(l, layer, e)).collect::<Result<Vec<_>>>()?;
         Ok(Self { router, experts, top_k: m.top_k, norm_topk_prob: m.norm_topk_prob, routing: m.routing })
     }

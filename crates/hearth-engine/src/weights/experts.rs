@@ -61,8 +61,9 @@ impl Weights {
         let kind = kind(at.proj)?;
         match self {
             Weights::Gguf(g) => {
+                // this expert's row alone (not the whole stack once per expert)
                 let name = format!("blk.{}.ffn_{kind}_exps.bias", at.layer);
-                Ok(g.tensor_f32(&name, device)?.get(at.expert)?.to_dtype(dtype)?)
+                Ok(g.qtensor_part(&name, Some(at.expert), device)?.dequantize(device)?.to_dtype(dtype)?)
             }
             Weights::Hf(h) => Ok(hf_stacked(h, at, kind, true, dtype, device)?.squeeze(1)?),
         }

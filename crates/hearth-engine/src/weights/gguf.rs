@@ -73,11 +73,13 @@ impl GgufFile {
                 )))
             }
         };
-        let per = rows * cols / 32 * super::mxfp4::GGML_BLOCK_BYTES;
-        let start = (self.content.tensor_data_offset as usize).checked_add(info.offset as usize);
-        let range = start.and_then(|s| s.checked_add(part * per)).map(|s| s..s + per);
-        match range.filter(|r| r.end <= self.mmap.len() && n * per <= self.mmap.len()) {
-            Some(r) => Ok(Some((&self.mmap[r], rows, cols))),
+        // every size from the file, checked: a malformed header must not wrap an offset
+        let per = rows.checked_mul(cols / 32).and_then(|b| b.checked_mul(super::mxfp4::GGML_BLOCK_BYTES));
+        let base = (self.content.tensor_data_offset as usize).checked_add(info.offset as usize);
+        let whole = base.zip(per).and_then(|(b, p)| b.checked_add(p.checked_mul(n)?));
+        let range = base.zip(per).and_then(|(b, p)| Some(b.checked_add(p.checked_mul(part)?)?..b + p * (part + 1)));
+        match range.filter(|_| whole.is_some_and(|w| w <= self.mmap.len())).and_then(|r| self.mmap.get(r)) {
+            Some(bytes) => Ok(Some((bytes, rows, cols))),
             None => Err(Error::InvalidModel(format!("MXFP4 tensor `{gguf_name}` lies outside the file"))),
         }
     }

@@ -58,6 +58,14 @@ pub fn prepare(ready: &Ready, req: ChatRequest) -> ApiResult<Prepared> {
     let harmony = crate::output::harmony::template_speaks(source);
     if harmony {
         g.skip_special = false;
+        // a call or a return ends the answer (a GGUF names only one end-of-sequence token)
+        for end in ["<|call|>", "<|return|>"] {
+            if let Some(id) = ready.tokenizer.control_id(end) {
+                if !g.stop_token_ids.contains(&id) {
+                    g.stop_token_ids.push(id);
+                }
+            }
+        }
         if let Some(c) = &g.constraint {
             let f = c.param();
             return Err(ApiError::param(

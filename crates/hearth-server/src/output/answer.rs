@@ -71,7 +71,8 @@ pub struct AnswerSplitter {
 impl AnswerSplitter {
     pub fn new(shape: &AnswerShape) -> Self {
         if shape.harmony {
-            return Self { thinker: None, parser: None, harmony: Some(HarmonySplitter::new()) };
+            let offered = shape.tools.iter().flat_map(|t| t.functions.iter().map(|f| f.name.clone())).collect();
+            return Self { thinker: None, parser: None, harmony: Some(HarmonySplitter::new(offered)) };
         }
         Self {
             thinker: shape.thinks.then(|| ReasoningSplitter::new(shape.opened)),

@@ -7,7 +7,9 @@
 //! and they never reach the client.
 //!
 //! The split streams: a body's text is released as it comes, a marker split over several pieces held back until it
-//! is known; a header is read whole. An answer that does not begin with a marker is plain content.
+//! is known; a header is read whole. An answer that does not begin with a marker is plain content. Only a call of a
+//! function the request offers is a call (any other recipient's message is read by its channel), and the answer
+//! ends at `<|call|>` or `<|return|>`, or at a message from anyone but the assistant: what follows is dropped.
 
 use crate::output::text::partial_marker_len;
 
@@ -27,7 +29,7 @@ const START: &str = "<|start|>";
 const CHANNEL: &str = "<|channel|>";
 const MESSAGE: &str = "<|message|>";
 const CONSTRAIN: &str = "<|constrain|>";
-/// Markers that end a message's body.
+/// Markers that end a message's body: the first ends the message, the others the answer.
 const ENDS: [&str; 3] = ["<|end|>", "<|return|>", "<|call|>"];
 
 /// Whether a chat template speaks harmony.
@@ -53,6 +55,8 @@ enum State {
     Body(Sink),
     /// Not harmony: everything is content.
     Plain,
+    /// The answer ended; anything more is dropped.
+    Done,
 }
 
 pub struct HarmonySplitter {
@@ -61,17 +65,14 @@ pub struct HarmonySplitter {
     /// The arguments of the call being read.
     args: String,
     calls: usize,
-}
-
-impl Default for HarmonySplitter {
-    fn default() -> Self {
-        Self::new()
-    }
+    /// The functions the request offers.
+    offered: Vec<String>,
 }
 
 impl HarmonySplitter {
-    pub fn new() -> Self {
-        Self { state: State::Header { first: true }, buf: String::new(), args: String::new(), calls: 0 }
+    /// `offered`: the names of the functions the request offers (none: no message is a call).
+    pub fn new(offered: Vec<String>) -> Self {
+        Self { state: State::Header { first: true }, buf: String::new(), args: String::new(), calls: 0, offered }
     }
 
     /// Calls begun so far.
@@ -86,6 +87,10 @@ impl HarmonySplitter {
         let mut out = Vec::new();
         loop {
             match self.state.clone() {
+                State::Done => {
+                    self.buf.clear();
+                    return out;
+                }
                 State::Plain => {
                     push(&mut out, Part::Content(std::mem::take(&mut self.buf)));
                     return out;
@@ -97,19 +102,28 @@ impl HarmonySplitter {
                         continue;
                     }
                     let Some(at) = self.buf.find(MESSAGE) else {
+                        if end && first {
+                            // it never became harmony: text
+                            push(&mut out, Part::Content(std::mem::take(&mut self.buf)));
+                        }
                         if end {
                             self.buf.clear();
                         }
                         return out;
                     };
-                    let sink = sink_of(&self.buf[..at]);
+                    let header = self.buf[..at].to_string();
                     self.buf.drain(..at + MESSAGE.len());
-                    self.state = State::Body(sink);
+                    self.state = match sink_of(&header, &self.offered) {
+                        Some(sink) => State::Body(sink),
+                        None => State::Done,
+                    };
                 }
                 State::Body(sink) => {
-                    let hit = ENDS.iter().filter_map(|m| self.buf.find(m).map(|i| (i, m.len()))).min();
+                    let hit =
+                        ENDS.iter().enumerate().filter_map(|(k, m)| self.buf.find(m).map(|i| (i, m.len(), k))).min();
+                    let answer_ends = hit.is_some_and(|(_, _, k)| k > 0);
                     let (body, rest) = match hit {
-                        Some((i, len)) => (self.buf[..i].to_string(), Some(self.buf[i + len..].to_string())),
+                        Some((i, len, _)) => (self.buf[..i].to_string(), Some(self.buf[i + len..].to_string())),
                         None if end => (std::mem::take(&mut self.buf), None),
                         None => {
                             let hold = ENDS.iter().map(|m| partial_marker_len(&self.buf, m)).max().unwrap_or(0);
@@ -136,7 +150,7 @@ impl HarmonySplitter {
                     match rest {
                         Some(rest) => {
                             self.buf = rest;
-                            self.state = State::Header { first: false };
+                            self.state = if answer_ends { State::Done } else { State::Header { first: false } };
                         }
                         None => return out,
                     }
@@ -154,8 +168,14 @@ fn push(out: &mut Vec<Part>, part: Part) {
 }
 
 /// Where a message with this header goes: `[<|start|>]ROLE[ to=RECIPIENT]<|channel|>CHANNEL[ to=RECIPIENT][ TYPE |
-/// <|constrain|>TYPE]`.
-fn sink_of(header: &str) -> Sink {
+/// <|constrain|>TYPE]`; None for a message from anyone but the assistant (the answer is over).
+fn sink_of(header: &str, offered: &[String]) -> Option<Sink> {
+    if let Some((_, after)) = header.split_once(START) {
+        let role = after.split(|c: char| c.is_whitespace() || c == '<').next().unwrap_or("");
+        if role != "assistant" {
+            return None;
+        }
+    }
     let header = header.replace(START, " ").replace(CONSTRAIN, " ");
     let channel = header
         .split_once(CHANNEL)
@@ -166,11 +186,12 @@ fn sink_of(header: &str) -> Sink {
         .flat_map(|w| w.split(CHANNEL))
         .find_map(|w| w.strip_prefix("to="))
         .filter(|r| !r.is_empty());
-    match (recipient, channel) {
-        (Some(r), _) => Sink::Call(r.strip_prefix("functions.").unwrap_or(r).to_string()),
+    let call = recipient.and_then(|r| r.strip_prefix("functions.")).filter(|f| offered.iter().any(|o| o == f));
+    Some(match (call, channel) {
+        (Some(f), _) => Sink::Call(f.to_string()),
         (None, "analysis") => Sink::Reasoning,
         (None, _) => Sink::Content,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -187,7 +208,7 @@ mod tests {
 
     /// (reasoning, content, calls) of an answer fed in `pieces`.
     fn run(pieces: &[&str], cut: bool) -> (String, String, Vec<Call>) {
-        let mut s = HarmonySplitter::new();
+        let mut s = HarmonySplitter::new(vec!["get_weather".into(), "f".into()]);
         let (mut r, mut c, mut calls) = (String::new(), String::new(), Vec::new());
         for (i, p) in pieces.iter().enumerate() {
             for part in s.feed(p, i + 1 == pieces.len(), cut) {
@@ -240,6 +261,22 @@ mod tests {
         assert_eq!(run(&[text, "1}"], false).2, vec![call("f", "{\"a\": 1}")]);
         let got = same_at_every_split("Just text, <|no marker first.", |p| run(p, false));
         assert_eq!(got, (String::new(), "Just text, <|no marker first.".into(), vec![]));
+        assert_eq!(run(&["<|never a header"], false).1, "<|never a header");
+    }
+
+    #[test]
+    fn the_answer_ends_at_a_call_or_a_return_and_calls_are_offered_functions_only() {
+        // after `<|call|>`, a made-up tool reply and more text are dropped
+        let text = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|><|start|>functions.f \
+                    to=assistant<|channel|>commentary<|message|>\"sunny\"<|end|><|start|>assistant<|channel|>final\
+                    <|message|>made up";
+        assert_eq!(same_at_every_split(text, |p| run(p, false)), (String::new(), String::new(), vec![call("f", "{}")]));
+        let text = "<|channel|>final<|message|>Done.<|return|>more";
+        assert_eq!(run(&[text], false).1, "Done.");
+        // a recipient the request does not offer: read by its channel
+        let text = "<|channel|>analysis to=python<|message|>print(1)<|end|><|start|>assistant to=functions.nope\
+                    <|channel|>commentary json<|message|>{}<|call|>";
+        assert_eq!(run(&[text], false), ("print(1)".into(), "{}".into(), vec![]));
     }
 
     #[test]
