@@ -95,10 +95,15 @@ impl SparseMoe {
     /// One expert's output on its rows of `x`, times their routing weights: (rows, hidden).
     fn expert_out(&self, x: &Tensor, r: &Routed) -> Result<Tensor> {
         let n = r.rows.len();
-        let weights = Tensor::from_slice(&r.weights, (n, 1), x.device())?.to_dtype(x.dtype())?;
         let input =
             if n == x.dim(0)? { x.clone() } else { x.index_select(&Tensor::from_slice(&r.rows, n, x.device())?, 0)? };
-        Ok(self.experts[r.expert].forward(&input)?.broadcast_mul(&weights)?)
+        let y = self.experts[r.expert].forward(&input)?;
+        if n == 1 {
+            // one row (a decode step): a scalar, no weights tensor
+            return Ok(y.affine(r.weights[0] as f64, 0.0)?);
+        }
+        let weights = Tensor::from_slice(&r.weights, (n, 1), x.device())?.to_dtype(x.dtype())?;
+        Ok(y.broadcast_mul(&weights)?)
     }
 
     /// Whether this step's experts run one per thread ([`SparseMoe::experts_grouped`]): on the CPU with
