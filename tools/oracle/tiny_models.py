@@ -29,6 +29,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, Gemma3ForCausalLM
                           GenerationConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
                           PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
                           Qwen3MoeConfig, Qwen3MoeForCausalLM, GptOssConfig, GptOssForCausalLM)
+from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig  # noqa: E402
 
 torch.set_num_threads(2)
 torch.use_deterministic_algorithms(True)
@@ -148,6 +149,19 @@ def specs():
             legacy=dict(rope_theta=150000.0, rope_scaling=GPT_OSS_YARN),
             # the o and expert biases add the same vector at every position: smaller than the tokens' own signal
             init=dict(bias_std=0.02, embed_std=0.1)),
+        # Qwen3.5 (text): three gated-DeltaNet layers then one full-attention layer (output-gated, partial rotary
+        # of a quarter of the head), 2 key heads serving 4 value heads; zero-centred norms (x * (1 + w)) except
+        # the DeltaNet's gated norm. Its config keeps transformers 5's `rope_parameters` as published.
+        "qwen3_5": dict(
+            cls=Qwen3_5ForCausalLM, dtype=torch.bfloat16, shard=False,
+            cfg=Qwen3_5TextConfig(**common_cfg(
+                num_hidden_layers=4, rms_norm_eps=1e-6, tie_word_embeddings=False, head_dim=32,
+                linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                linear_num_key_heads=2, linear_num_value_heads=4,
+                layer_types=["linear_attention"] * 3 + ["full_attention"],
+                rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                                 "mrope_interleaved": True, "mrope_section": [11, 11, 10]})),
+            legacy=None, init=dict(zero_centered=True)),
         "gemma3": dict(
             cls=Gemma3ForCausalLM, dtype=torch.float32, shard=False,
             cfg=Gemma3TextConfig(**common_cfg(
@@ -162,7 +176,7 @@ def specs():
 
 
 def randomize(model: torch.nn.Module, name: str, gemma_norms: bool, bias_std: float = 0.1,
-              embed_std: float = 0.02) -> None:
+              embed_std: float = 0.02, zero_centered: bool = False) -> None:
     g = torch.Generator().manual_seed(zlib.crc32(name.encode()))
     with torch.no_grad():
         for pname, p in model.named_parameters():
@@ -170,8 +184,15 @@ def randomize(model: torch.nn.Module, name: str, gemma_norms: bool, bias_std: fl
             is_norm = "norm" in pname.split(".")[-2]
             if is_norm:
                 v = 0.1 * torch.randn(shape, generator=g)
-                if not gemma_norms:
+                # a DeltaNet's gated norm multiplies by w itself, every other Qwen3.5 norm by 1 + w
+                if not (gemma_norms or (zero_centered and not pname.endswith("linear_attn.norm.weight"))):
                     v = 1.0 + v
+            elif pname.endswith(".A_log"):
+                v = torch.empty(shape).uniform_(0.5, 8.0, generator=g).log()  # decay rates exp(A_log) as trained
+            elif pname.endswith(".dt_bias"):
+                v = 0.5 * torch.randn(shape, generator=g)
+            elif pname.endswith("conv1d.weight"):
+                v = 0.3 * torch.randn(shape, generator=g)
             elif pname.endswith(".sinks"):
                 v = torch.randn(shape, generator=g)  # a sink logit on the scale of the scores it competes with
             elif pname.endswith(".bias"):
@@ -185,9 +206,12 @@ def randomize(model: torch.nn.Module, name: str, gemma_norms: bool, bias_std: fl
             p.copy_(v.to(p.dtype))
 
 
-def rewrite_config_legacy(path: Path, legacy: dict, dtype: torch.dtype) -> None:
+def rewrite_config_legacy(path: Path, legacy: dict | None, dtype: torch.dtype) -> None:
     cfg = json.loads(path.read_text())
-    cfg.pop("rope_parameters", None)
+    if legacy is None:  # a config published in transformers 5's layout: only the dtype's name is rewritten
+        legacy = {}
+    else:
+        cfg.pop("rope_parameters", None)
     if "num_experts" in legacy:  # published Qwen3-MoE configs name it num_experts (transformers 5: num_local_experts)
         cfg.pop("num_local_experts", None)
     cfg.update(legacy)

@@ -8,6 +8,7 @@ mod models;
 mod open;
 mod parse;
 mod serve;
+mod serve_check;
 mod tokenize;
 
 use clap::{Args, Parser, Subcommand};
@@ -124,8 +125,8 @@ fn main() {
         Command::KvQuality(a) => kv_quality::run(a),
         Command::Models => models::run(),
         Command::Levers(a) => levers::run(a),
-        Command::Serve(a) => serve::run(*a),
-        Command::EngineChild(a) => serve::run_engine_child(*a),
+        Command::Serve(a) => serve_check::check(&a).and_then(|_| serve::run(*a)),
+        Command::EngineChild(a) => serve_check::check(&a.serve).and_then(|_| serve::run_engine_child(*a)),
     };
     if let Err(e) = result {
         eprintln!("hearth: error: {e:#}");

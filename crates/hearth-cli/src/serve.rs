@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// default: the whole KV cache).
     #[arg(long, env = "HEARTH_PROMPT_CACHE")]
     pub prompt_cache: Option<f64>,
+    /// Hybrid models (linear attention): GiB of recurrent-state snapshots the prompt cache keeps (a cached
+    /// prefix resumes only where one was kept).
+    #[arg(long, env = "HEARTH_PROMPT_CACHE_STATE", default_value_t = 1.0)]
+    pub prompt_cache_state: f64,
     /// Directory of the SSD tier of the prompt cache: evicted and idle KV blocks are written there and restored
     /// on a later hit, across restarts.
     #[arg(long, env = "HEARTH_SSD_CACHE")]
@@ -180,53 +184,8 @@ pub struct ServeArgs {
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-fn check(a: &ServeArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(a.batch >= 1, "--batch must be at least 1");
-    anyhow::ensure!(a.kv_block_size >= 1, "--kv-block-size must be at least 1");
-    anyhow::ensure!(a.prefill_chunk.is_none_or(|c| c >= 1), "--prefill-chunk must be at least 1");
-    anyhow::ensure!(a.prefill_chunk_decoding.is_none_or(|c| c >= 1), "--prefill-chunk-decoding must be at least 1");
-    anyhow::ensure!(
-        a.kv_budget.is_none_or(|g| g.is_finite() && g > 0.0),
-        "--kv-budget must be a positive number of GiB"
-    );
-    anyhow::ensure!(
-        a.prompt_cache.is_none_or(|g| g.is_finite() && g >= 0.0),
-        "--prompt-cache must be a number of GiB >= 0 (0 disables it)"
-    );
-    anyhow::ensure!(
-        a.ssd_cache_max.is_finite() && a.ssd_cache_max > 0.0,
-        "--ssd-cache-max must be a positive number of GiB"
-    );
-    anyhow::ensure!(a.temperature.is_none_or(|t| t.is_finite() && t >= 0.0), "--temperature must be >= 0");
-    anyhow::ensure!(a.top_p.is_none_or(|p| p > 0.0 && p <= 1.0), "--top-p must be in (0, 1]");
-    anyhow::ensure!(a.max_tokens.is_none_or(|m| m >= 1), "--max-tokens must be at least 1");
-    anyhow::ensure!(a.timeout >= 1, "--timeout must be at least 1 second");
-    anyhow::ensure!(a.header_timeout >= 1, "--header-timeout must be at least 1 second");
-    anyhow::ensure!(a.max_connections.is_none_or(|m| m >= 1), "--max-connections must be at least 1");
-    anyhow::ensure!(a.api_key.as_deref().is_none_or(|k| !k.trim().is_empty()), "--api-key must not be empty");
-    anyhow::ensure!(
-        a.isolate_backoff_max.is_finite() && (0.0..=3600.0).contains(&a.isolate_backoff_max),
-        "--isolate-backoff-max must be a number of seconds from 0 to 3600"
-    );
-    anyhow::ensure!(a.model_pool >= 1, "--model-pool must be at least 1");
-    anyhow::ensure!(
-        a.served_model_name.as_deref().is_none_or(|n| !n.trim().is_empty()),
-        "--served-model-name must not be empty"
-    );
-    anyhow::ensure!(
-        a.served_model_name.is_none() || a.model.model.len() <= 1,
-        "--served-model-name names one model; a model pool's models are named by their --model"
-    );
-    crate::draft::check(a.draft_model.as_deref(), a.model.model.len(), a.speculative)?;
-    let mut seen = std::collections::HashSet::new();
-    for m in &a.model.model {
-        anyhow::ensure!(seen.insert(m.as_str()), "--model {m} is given twice");
-    }
-    Ok(())
-}
-
+/// Serve (`a` checked by `serve_check::check`).
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
-    check(&a)?;
     let cfg = ServerConfig {
         host: a.host.clone(),
         port: a.port,
@@ -362,6 +321,8 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
             verify: a.ssd_cache_verify,
             demote_idle: (a.ssd_demote_idle > 0).then(|| Duration::from_secs(a.ssd_demote_idle)),
         }),
+        state_bytes: (a.prompt_cache_state * GIB) as u64,
+        ..Default::default()
     };
     if a.ssd_cache.is_some() && cache.max_blocks == 0 {
         tracing::warn!("--ssd-cache has no effect with --prompt-cache 0");
@@ -521,7 +482,6 @@ pub struct EngineChildArgs {
 /// closes, which is also what happens when the parent dies (the kernel closes its end). PR_SET_PDEATHSIG is not
 /// used: it fires when the spawning *thread* ends, and the parent spawns from pooled threads.
 pub fn run_engine_child(a: EngineChildArgs) -> anyhow::Result<()> {
-    check(&a.serve)?;
     let ready = load(&a.serve)?;
     let Engine::Local(handle) = ready.engine else { anyhow::bail!("the engine child has no local engine") };
     let rt = tokio::runtime::Builder::new_multi_thread()

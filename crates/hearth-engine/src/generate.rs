@@ -117,11 +117,11 @@ pub fn single_sequence_kv_in(m: &LoadedModel, tokens: usize, dtype: crate::kv::K
     let c = m.model.config();
     let in_place = crate::levers::get().cpu_attn && cpu_inplace::supports(dtype.storage_dtype(), &m.device);
     if !in_place && !dtype.is_quantized() {
-        return Ok(Box::new(ContiguousKv::new(c.num_layers, tokens)));
+        return Ok(Box::new(ContiguousKv::new(c.kv_layers(), tokens)));
     }
     let blocks = tokens.max(1).div_ceil(GENERATE_BLOCK);
     let mut kv = PagedAttention::new(
-        c.num_layers,
+        c.kv_layers(),
         blocks,
         GENERATE_BLOCK,
         c.num_heads,

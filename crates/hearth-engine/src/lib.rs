@@ -17,6 +17,7 @@ pub mod levers;
 pub mod loader;
 pub mod malloc;
 pub mod models;
+pub mod recurrent;
 pub mod sampling;
 pub mod scheduler;
 pub mod sizing;

@@ -91,7 +91,7 @@ pub fn blocks_for_budget(model: &dyn Model, budget_bytes: u64, block_size: usize
 /// The bytes of `blocks` KV blocks of `block_size` tokens for `model`.
 pub fn kv_bytes(model: &dyn Model, blocks: usize, block_size: usize) -> u64 {
     let c = model.config();
-    let per_token = crate::kv::PagedKv::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, model.kv_encoding());
+    let per_token = crate::kv::PagedKv::bytes_per_token(c.kv_layers(), c.num_kv_heads, c.head_dim, model.kv_encoding());
     per_token as u64 * block_size as u64 * blocks as u64
 }
 

@@ -267,6 +267,9 @@ pub struct PromptCacheStats {
     pub restored_tokens: u64,
     /// Cached blocks given up for room (spilled to the SSD tier when it is on).
     pub evictions: u64,
+    /// Hybrid models: recurrent-state snapshots kept at block boundaries (a cached prefix resumes at one).
+    #[serde(default)]
+    pub state_snapshots: usize,
 }
 
 /// Engine sizing (the defaults on a device: `EngineConfig::defaults_for`, in `crate::sizing`).
@@ -304,6 +307,13 @@ pub struct CacheConfig {
     pub namespace: u128,
     /// The SSD tier (`--ssd-cache`).
     pub ssd: Option<SsdSettings>,
+    /// The model keeps recurrent state (linear-attention layers): cached prefixes resume only at snapshots of it.
+    /// The engine sets this from the model.
+    pub recurrent: bool,
+    /// Most recurrent-state snapshots kept (hybrid models; the engine derives it from `state_bytes`).
+    pub state_snapshots: usize,
+    /// The bytes snapshots of recurrent state may take (`--prompt-cache-state`; hybrid models only).
+    pub state_bytes: u64,
 }
 
 /// `--ssd-cache DIR`, `--ssd-cache-max`, `--ssd-cache-verify`, `--ssd-demote-idle`.

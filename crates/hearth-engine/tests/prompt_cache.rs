@@ -48,6 +48,7 @@ fn cache(ssd: Option<&Path>) -> CacheConfig {
         max_blocks: 128,
         namespace: 0,
         ssd: ssd.map(|dir| SsdSettings { dir: dir.to_path_buf(), max_bytes: 1 << 30, verify: true, demote_idle: None }),
+        ..Default::default()
     }
 }
 

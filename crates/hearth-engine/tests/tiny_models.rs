@@ -33,7 +33,12 @@ fn check(name: &str) {
 /// relative RMS of the last); greedy tokens equal up to the first step whose reference top-1/top-2 gap is below
 /// `margin` (0: every token).
 fn check_with(name: &str, opts: &LoadOptions, tol: Tol, margin: f32) {
-    let dir = fixture(&format!("tiny-{name}"));
+    check_fixture(&format!("tiny-{name}"), name, opts, tol, margin);
+}
+
+/// [`check_with`] of fixture directory `dir` against model `name`'s goldens.
+fn check_fixture(dir: &str, name: &str, opts: &LoadOptions, tol: Tol, margin: f32) {
+    let dir = fixture(dir);
     let m = load_with(dir.to_str().unwrap(), &candle_core::Device::Cpu, None, opts)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let g = golden(&format!("tiny_{}.json", name.replace('-', "_")));
@@ -171,6 +176,21 @@ fn gguf_matches_llama_cpp(name: &str, tol: Tol) {
     }
 }
 
+/// Qwen3.5: gated-DeltaNet layers (their recurrent state in the KV store, in 16-token chunks whose arithmetic
+/// differs from transformers' 64-token chunks only in summation order) and an output-gated full-attention layer
+/// with a partial rotation; the greedy run prefills in pieces of 5 and decodes one token at a time.
+#[test]
+fn tiny_qwen3_5_hybrid_linear_attention() {
+    check("qwen3_5");
+}
+
+/// Qwen3.5 as published: the text model nested under `text_config` and `model.language_model.*`, beside a vision
+/// tower and an MTP head (tools/oracle/tiny_qwen3_5_nested.py: the same text weights, so the same goldens).
+#[test]
+fn tiny_qwen3_5_published_nested_layout() {
+    check_fixture("tiny-qwen3_5-nested", "qwen3_5", &LoadOptions::default(), Tol { max_abs: TOL, rel_rms: 1.0 }, 0.0);
+}
+
 #[test]
 fn tiny_gemma3_sliding_window() {
     check("gemma3");
@@ -222,6 +242,12 @@ fn tiny_gpt_oss_batched_and_cached_like_alone() {
     batched_and_cached_like_alone("tiny-gpt-oss", "tiny_gpt_oss.json", false);
 }
 
+/// Qwen3.5 in the engine: linear-attention state per row, batched, and resumed from snapshots on cache hits.
+#[test]
+fn tiny_qwen3_5_batched_and_cached_like_alone() {
+    batched_and_cached_like_alone("tiny-qwen3_5", "tiny_qwen3_5.json", false);
+}
+
 const LOGPROB_TOL: f32 = 1e-4;
 
 fn batched_and_cached_like_alone(model: &str, golden_name: &str, exact: bool) {
@@ -232,7 +258,7 @@ fn batched_and_cached_like_alone(model: &str, golden_name: &str, exact: bool) {
     let mut prompts: Vec<Vec<u32>> = g["cases"].as_array().unwrap().iter().map(|c| ids(&c["input_ids"])).collect();
     prompts.push(prompts[2].repeat(2)); // 48 tokens: three cache blocks of 16
     let cfg = hearth_engine::engine::EngineConfig {
-        cache: CacheConfig { max_blocks: 64, namespace: m.fingerprint, ssd: None },
+        cache: CacheConfig { max_blocks: 64, namespace: m.fingerprint, state_bytes: 64 << 20, ..Default::default() },
         ..test_config(64, 4)
     };
     let eng = start(m.model, m.device, cfg, vec![]).unwrap();

@@ -12,15 +12,26 @@ pub struct ContiguousKv {
     /// Initial per-sequence capacity in tokens; buffers grow beyond it as needed.
     capacity: usize,
     slots: HashMap<usize, Vec<KvCache>>,
+    /// Linear-attention layers' state (chunk 16).
+    recurrent: crate::recurrent::RecurrentStates,
 }
 
 impl ContiguousKv {
     pub fn new(num_layers: usize, capacity: usize) -> Self {
-        Self { num_layers, capacity: capacity.max(16), slots: HashMap::new() }
+        Self {
+            num_layers,
+            capacity: capacity.max(16),
+            slots: HashMap::new(),
+            recurrent: crate::recurrent::RecurrentStates::new(16),
+        }
     }
 }
 
 impl KvStore for ContiguousKv {
+    fn recurrent(&mut self) -> Option<&mut crate::recurrent::RecurrentStates> {
+        Some(&mut self.recurrent)
+    }
+
     fn attend(
         &mut self,
         layer: usize,

@@ -85,6 +85,12 @@ pub trait KvStore {
         Ok(None)
     }
 
+    /// The recurrent state of linear-attention layers beside the KV (`crate::recurrent`); None where this store
+    /// keeps none.
+    fn recurrent(&mut self) -> Option<&mut crate::recurrent::RecurrentStates> {
+        None
+    }
+
     /// Append this step's k/v for every row of `ctx` at `layer`, then attend.
     /// `q`: (T, H, D), `k`/`v`: (T, KvH, D), all packed in `ctx` row order. Returns (T, H*D).
     fn attend(

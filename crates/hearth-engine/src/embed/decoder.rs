@@ -73,7 +73,7 @@ impl Encoder for DecoderEncoder {
         let packed: Vec<u32> = rows.iter().zip(&lens).flat_map(|(r, &n)| r[..n].iter().copied()).collect();
         let spans: Vec<(usize, usize, usize)> = lens.iter().enumerate().map(|(i, &n)| (i, 0, n)).collect();
         let ctx = BatchContext::new(&spans, true, &self.device)?;
-        let mut kv = ContiguousKv::new(self.model.config().num_layers, l);
+        let mut kv = ContiguousKv::new(self.model.config().kv_layers(), l);
         let tokens = Tensor::new(packed.as_slice(), &self.device)?;
         let hidden = self.model.hidden(&tokens, &ctx, &mut kv)?;
         let width = hidden.dim(1)?;

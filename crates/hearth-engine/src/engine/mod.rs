@@ -29,7 +29,7 @@ fn open_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Arc<SsdSt
     let c = model.config();
     let enc = model.kv_encoding();
     let layout = BlockLayout {
-        layers: c.num_layers,
+        layers: c.kv_layers(),
         kv_heads: c.num_kv_heads,
         head_dim: c.head_dim,
         block_size: cfg.kv_block_size,
@@ -39,6 +39,36 @@ fn open_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Arc<SsdSt
     let key = format!("{:032x}/{layout:?}", cfg.cache.namespace);
     let fingerprint = BlockHash::root(key.as_bytes()).0;
     SsdStore::open(SsdConfig { dir: s.dir.clone(), max_bytes: s.max_bytes, verify: s.verify, fingerprint, layout })
+}
+
+/// A hybrid model (linear-attention layers with recurrent state): snapshots of its state within the prompt
+/// cache's `state_bytes`; no speculation (its state cannot be rolled back yet: an explicit draft model is an
+/// error, lookup modes turn off) and no SSD tier (it keeps no state yet).
+fn recurrent_settings(c: &crate::weights::ModelConfig, cfg: &mut EngineConfig) -> Result<()> {
+    let Some(lin) = &c.linear_attn else { return Ok(()) };
+    if cfg.spec.draft_model {
+        return Err(Error::Unsupported(format!(
+            "speculative decoding with a draft model on {}: its linear-attention state cannot be rolled back yet",
+            c.arch_name
+        )));
+    }
+    if cfg.spec.mode != crate::speculative::SpecMode::Off {
+        tracing::info!("speculative decoding is off for {} (linear-attention state)", c.arch_name);
+        cfg.spec.mode = crate::speculative::SpecMode::Off;
+    }
+    if cfg.cache.ssd.take().is_some() {
+        tracing::warn!("the SSD tier keeps no linear-attention state yet: it is off for {}", c.arch_name);
+    }
+    let per = crate::recurrent::snapshot_bytes(lin, c.kv_layers(), cfg.kv_block_size) as u64;
+    cfg.cache.recurrent = true;
+    cfg.cache.state_snapshots =
+        if cfg.cache.max_blocks == 0 { 0 } else { (cfg.cache.state_bytes / per.max(1)) as usize };
+    tracing::info!(
+        snapshots = cfg.cache.state_snapshots,
+        bytes_each = per,
+        "prompt cache: recurrent-state snapshots at block boundaries"
+    );
+    Ok(())
 }
 
 /// Start the engine thread for `model` on `device`; `eos` ends a choice (unless a request ignores it).
@@ -56,6 +86,7 @@ pub fn start_with_draft(
     eos: Vec<u32>,
 ) -> Result<EngineHandle> {
     cfg.spec.draft_model = draft.is_some();
+    recurrent_settings(model.config(), &mut cfg)?;
     cfg.check().map_err(Error::InvalidRequest)?;
     let max_positions = model.max_positions();
     let info = EngineInfo {

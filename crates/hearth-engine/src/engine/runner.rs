@@ -71,7 +71,7 @@ impl ModelRunner {
         let c = model.config();
         let kv_dtype = model.kv_encoding();
         let kv = PagedAttention::new(
-            c.num_layers,
+            c.kv_layers(),
             cfg.kv_blocks,
             cfg.kv_block_size,
             c.num_heads,
@@ -82,7 +82,7 @@ impl ModelRunner {
         )?;
         tracing::info!(backend = kv.backend_name(), kv_dtype = ?kv_dtype, "paged attention");
         let block_bytes =
-            (PagedKv::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, kv_dtype) * cfg.kv_block_size) as u64;
+            (PagedKv::bytes_per_token(c.kv_layers(), c.num_kv_heads, c.head_dim, kv_dtype) * cfg.kv_block_size) as u64;
         let argmax_on_device = cfg!(feature = "cuda") && device.is_cuda() && crate::levers::get().gpu_argmax;
         Ok(Self {
             mover: BlockMover::new(&device, cold, block_bytes, cfg.cache.max_blocks)?,
@@ -113,6 +113,7 @@ impl ModelRunner {
         ctx.set_logits(plan.rows.iter().map(|r| r.logits));
         let input = Tensor::new(tokens.as_slice(), &self.device)?;
         let logits = self.model.forward(&input, &ctx, &mut self.kv)?;
+        self.kv.states().end_step();
         self.observer.issued();
         let out = match masks {
             #[cfg(feature = "cuda")]
@@ -153,7 +154,9 @@ impl ModelRunner {
 
 impl Runner for ModelRunner {
     fn transfer(&mut self, plan: &StepPlan) -> Result<RestoreReport> {
-        self.mover.transfer(self.kv.storage_mut(), &plan.transfers, plan.rows.is_empty())
+        let report = self.mover.transfer(self.kv.storage_mut(), &plan.transfers, plan.rows.is_empty())?;
+        self.kv.states().apply(&plan.states)?;
+        Ok(report)
     }
 
     fn flush(&mut self) -> Option<std::sync::mpsc::Receiver<()>> {
@@ -182,6 +185,7 @@ impl Runner for ModelRunner {
 
     fn reset(&mut self) {
         self.kv.storage_mut().clear_tables();
+        self.kv.states().clear();
         self.mover.reset();
         if let Some(d) = self.drafter.as_mut() {
             d.reset();

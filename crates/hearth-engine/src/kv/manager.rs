@@ -13,6 +13,7 @@
 use super::block_pool::{BlockPool, CachedBlock};
 use super::inflight::{InflightRestores, RowRestores};
 use super::prefix::{chain, BlockHash, ColdTier};
+use super::state_book::StateBook;
 use super::transfer::{BlockCopy, Restore, RestoreReport, Spill, SpillKind, Transfers};
 use crate::types::{EngineConfig, EngineStats, PromptCacheStats};
 use std::sync::Arc;
@@ -74,6 +75,17 @@ impl Hit {
     }
 }
 
+/// A hybrid model resumes only where a snapshot of its recurrent state was kept: keep the blocks `got` found for
+/// the addresses `hashes` up to the last one that has one, giving the rest back. Returns how many stay.
+fn trim_to_snapshot(pool: &mut BlockPool, book: &mut StateBook, hashes: &[BlockHash], got: &mut Vec<u32>) -> usize {
+    let keep = (0..got.len()).rev().find(|&i| book.has(hashes[i])).map_or(0, |i| i + 1);
+    for &b in &got[keep..] {
+        pool.release(b);
+    }
+    got.truncate(keep);
+    keep
+}
+
 /// Why a choice could not fork off its parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ForkError {
@@ -96,6 +108,8 @@ pub struct KvCacheManager {
     pending: Transfers,
     inflight: InflightRestores,
     stats: PromptCacheStats,
+    /// Hybrid models: the recurrent-state snapshots a cached prefix needs (None: a model of attention only).
+    states: Option<StateBook>,
 }
 
 impl KvCacheManager {
@@ -112,6 +126,7 @@ impl KvCacheManager {
             pending: Transfers::default(),
             inflight: InflightRestores::default(),
             stats,
+            states: cfg.cache.recurrent.then(|| StateBook::new(cfg.cache.state_snapshots)),
         }
     }
 
@@ -151,6 +166,7 @@ impl KvCacheManager {
             blocks: self.pool.num_cached(),
             parked_blocks: self.pool.num_parked(),
             evictions: self.pool.evictions(),
+            state_snapshots: self.states.as_ref().map_or(0, StateBook::len),
             ..self.stats.clone()
         };
     }
@@ -164,7 +180,12 @@ impl KvCacheManager {
         let bs = self.pool.block_size();
         let limit = (tokens.len() - 1) / bs * bs;
         let hashes = chain(self.root, &tokens[..limit], bs);
-        let ram = self.pool.lookup(&hashes);
+        let mut ram = self.pool.lookup(&hashes);
+        if let Some(book) = self.states.as_mut() {
+            // no cold tier, no partial block: their ends have no snapshot
+            let keep = trim_to_snapshot(&mut self.pool, book, &hashes, &mut ram);
+            return Hit { hashes: hashes[..keep].to_vec(), ram, cold: Vec::new(), partial: None };
+        }
         let mut cold = Vec::new();
         if let Some(tier) = self.cold.as_ref().filter(|_| !skip_cold) {
             for (i, &h) in hashes.iter().enumerate().skip(ram.len()) {
@@ -209,6 +230,9 @@ impl KvCacheManager {
         row.blocks = hit.ram;
         row.hashes = hit.hashes;
         row.hashes.truncate(row.blocks.len());
+        if let (Some(book), Some(&last)) = (self.states.as_mut(), row.hashes.last()) {
+            book.restore(slot, last);
+        }
         if let Some((src, n)) = hit.partial {
             // Copy-on-write: the row writes after the shared tokens, so it gets its own copy of the block (made
             // before the next step's forward; the source stays referenced until then).
@@ -237,7 +261,7 @@ impl KvCacheManager {
     /// A row that has computed nothing of its own yet (of `prompt_len` prompt tokens) looks again every step and
     /// extends its hit: a row admitted beside another with the same prefix (eight agents on one system prompt)
     /// picks up the blocks the first one computes, as it computes them, instead of computing them too.
-    pub fn extend_hit(&mut self, row: &mut RowKv, tokens: &[u32], prompt_len: usize) {
+    pub fn extend_hit(&mut self, slot: usize, row: &mut RowKv, tokens: &[u32], prompt_len: usize) {
         if !self.pool.caching() {
             return;
         }
@@ -252,7 +276,13 @@ impl KvCacheManager {
         }
         let parent = row.hashes.last().copied().unwrap_or(self.root);
         let more = chain(parent, &tokens[row.computed..limit], bs);
-        let got = self.pool.lookup(&more);
+        let mut got = self.pool.lookup(&more);
+        if let Some(book) = self.states.as_mut() {
+            let keep = trim_to_snapshot(&mut self.pool, book, &more, &mut got);
+            if let Some(&last) = more[..keep].last() {
+                book.restore(slot, last);
+            }
+        }
         if got.is_empty() {
             return;
         }
@@ -308,6 +338,47 @@ impl KvCacheManager {
         Ok(())
     }
 
+    /// Choice `to` continues from `from`'s recurrent state (hybrid models; after a [`Self::fork`]).
+    pub fn fork_state(&mut self, from: usize, to: usize) {
+        if let Some(book) = self.states.as_mut() {
+            book.fork(from, to);
+        }
+    }
+
+    /// Hybrid models: the snapshots row `slot` takes in a step that computes `n_new` more of its `tokens` (of which
+    /// `prompt_len` are prompt): at the prompt's last block boundary and the one before its last token, and at
+    /// every boundary it reaches while decoding (each replacing the one before).
+    pub fn plan_captures(&mut self, slot: usize, row: &RowKv, tokens: &[u32], prompt_len: usize, n_new: usize) {
+        let Some(book) = self.states.as_mut().filter(|_| self.pool.caching()) else { return };
+        let bs = self.pool.block_size();
+        let marks = [prompt_len / bs * bs, prompt_len.saturating_sub(1) / bs * bs];
+        let end = (row.computed + n_new).min(tokens.len());
+        let done = row.hashes.len() * bs;
+        let mut q = (row.computed / bs + 1) * bs;
+        while q <= end {
+            let decoding = q > prompt_len;
+            if (decoding || marks.contains(&q)) && q > done {
+                let parent = row.hashes.last().copied().unwrap_or(self.root);
+                if let Some(&name) = chain(parent, &tokens[done..q], bs).last() {
+                    book.capture(slot, q, name, decoding);
+                }
+            }
+            q += bs;
+        }
+    }
+
+    /// A step's captures did not happen (its forward pass failed).
+    pub fn captures_failed(&mut self, captures: &[(usize, usize, BlockHash)]) {
+        if let Some(book) = self.states.as_mut() {
+            book.captures_failed(captures);
+        }
+    }
+
+    /// The recurrent-state orders for the next step (none for a model of attention only).
+    pub fn take_state_ops(&mut self) -> crate::recurrent::StateOps {
+        self.states.as_mut().map(StateBook::take).unwrap_or_default()
+    }
+
     /// Register the row's newly completed full blocks (of `tokens`) under their addresses.
     pub fn register_computed(&mut self, row: &mut RowKv, tokens: &[u32]) {
         if !self.pool.caching() {
@@ -357,6 +428,9 @@ impl KvCacheManager {
         }
         self.release_copy_sources(&dropped);
         self.pool.release_all(&mut row.blocks);
+        if let Some(book) = self.states.as_mut() {
+            book.release(slot);
+        }
     }
 
     /// Free the row and forget its progress: it computes again from its tokens (preempted, or its restore failed).
@@ -451,5 +525,8 @@ impl KvCacheManager {
         self.pool = BlockPool::with_cache(self.shape.0, self.shape.1, self.shape.2);
         self.pending = Transfers::default();
         self.inflight.clear();
+        if let Some(book) = self.states.as_mut() {
+            book.clear();
+        }
     }
 }

@@ -18,6 +18,7 @@ pub mod prefix;
 pub mod restorer;
 pub mod ssd;
 pub mod ssd_file;
+pub mod state_book;
 pub mod transfer;
 
 pub use block_pool::{BlockPool, CachedBlock, Evicted};

@@ -138,25 +138,7 @@ impl Gemma3 {
 }
 
 impl Model for Gemma3 {
-    fn config(&self) -> &ModelConfig {
-        &self.cfg
-    }
-
-    fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    fn kv_encoding(&self) -> crate::kv::KvEncoding {
-        self.kv_encoding
-    }
-
-    fn max_positions(&self) -> usize {
-        self.rope_global.max_positions()
-    }
-
-    fn kernel_pool(&self) -> KernelPool {
-        self.kernel_pool
-    }
+    super::model_accessors!(rope_global);
 
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
         self.kernel_pool.run(|| {

@@ -199,25 +199,7 @@ impl Llama {
 }
 
 impl Model for Llama {
-    fn config(&self) -> &ModelConfig {
-        &self.cfg
-    }
-
-    fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    fn kv_encoding(&self) -> crate::kv::KvEncoding {
-        self.kv_encoding
-    }
-
-    fn max_positions(&self) -> usize {
-        self.rope.max_positions()
-    }
-
-    fn kernel_pool(&self) -> KernelPool {
-        self.kernel_pool
-    }
+    super::model_accessors!(rope);
 
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
         self.kernel_pool.run(|| {

@@ -3,11 +3,13 @@
 //! [`Encoder`]: a pure function of (weights, a padded batch of token ids and its mask) to hidden states.
 
 pub mod bert;
+pub mod delta_net;
 pub mod gemma3;
 pub mod layers;
 pub mod llama;
 pub mod mlp;
 pub mod moe;
+pub mod qwen3_5;
 
 use crate::attention::{BatchContext, KvStore};
 use crate::weights::config::Family;
@@ -15,6 +17,33 @@ use crate::weights::{ModelConfig, Weights};
 use crate::work_pool::KernelPool;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
+
+/// The [`Model`] accessors of a model struct with `cfg`, `dtype`, `kv_encoding` and `kernel_pool` fields; `$rope`
+/// names the rotary table that bounds its positions.
+macro_rules! model_accessors {
+    ($rope:ident) => {
+        fn config(&self) -> &crate::weights::ModelConfig {
+            &self.cfg
+        }
+
+        fn dtype(&self) -> candle_core::DType {
+            self.dtype
+        }
+
+        fn kv_encoding(&self) -> crate::kv::KvEncoding {
+            self.kv_encoding
+        }
+
+        fn max_positions(&self) -> usize {
+            self.$rope.max_positions()
+        }
+
+        fn kernel_pool(&self) -> crate::work_pool::KernelPool {
+            self.kernel_pool
+        }
+    };
+}
+pub(crate) use model_accessors;
 
 pub trait Model: Send + Sync {
     fn config(&self) -> &ModelConfig;
@@ -96,6 +125,7 @@ pub fn load_model(weights: &Weights, cfg: &ModelConfig, device: &Device, opts: &
     Ok(match cfg.family {
         Family::Llama => Box::new(llama::Llama::load(&l)?),
         Family::Gemma3 => Box::new(gemma3::Gemma3::load(&l)?),
+        Family::Qwen35 => Box::new(qwen3_5::Qwen35::load(&l)?),
     })
 }
 

@@ -186,6 +186,14 @@ impl FeedForward {
         }
     }
 
+    /// ffn(x).
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Dense(m) => m.forward(x),
+            Self::Moe(m) => m.forward(x),
+        }
+    }
+
     /// (h + a, ffn(rmsnorm(h + a))).
     pub fn forward_add_norm(&self, h: &Tensor, a: Option<&Tensor>, norm: &RmsNorm) -> Result<(Tensor, Tensor)> {
         match self {

@@ -135,7 +135,7 @@ impl Scheduler {
         self.kv.demote_idle();
         self.admit();
         for s in self.running.iter_mut().filter(|s| s.prompt_scores.is_none()) {
-            self.kv.extend_hit(&mut s.kv, &s.tokens, s.prompt_len);
+            self.kv.extend_hit(s.slot, &mut s.kv, &s.tokens, s.prompt_len);
         }
         let pieces = self.plan_pieces();
         let pieces = self.add_drafts(pieces);
@@ -154,6 +154,7 @@ impl Scheduler {
                     && s.siblings.is_empty()
                     && s.draft.is_empty();
                 let own = n - s.draft.len();
+                self.kv.plan_captures(slot, &s.kv, &s.tokens, s.prompt_len, own);
                 let mut tokens = s.tokens[computed..computed + own].to_vec();
                 tokens.extend_from_slice(&s.draft);
                 let decoding = computed >= s.prompt_len;
@@ -174,8 +175,9 @@ impl Scheduler {
             })
             .collect();
         let transfers = self.kv.take_transfers();
+        let states = self.kv.take_state_ops();
         self.refresh_stats();
-        StepPlan { rows, transfers }
+        StepPlan { rows, transfers, states }
     }
 
     /// A cancelled row whose client still listens (one choice stopped by the server) gets its usage.

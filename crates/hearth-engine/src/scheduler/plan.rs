@@ -32,17 +32,20 @@ pub struct PlannedRow {
     pub scores_prompt: bool,
 }
 
-/// A step: block transfers first (planned by the KV cache manager), then the rows, packed in this order.
+/// A step: block transfers and recurrent-state orders first (planned by the KV cache manager), then the rows,
+/// packed in this order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepPlan {
     pub rows: Vec<PlannedRow>,
     pub transfers: Transfers,
+    /// Hybrid models: what happens to the rows' recurrent states (empty for a model of attention only).
+    pub states: crate::recurrent::StateOps,
 }
 
 impl StepPlan {
-    /// Nothing to run (no rows and no transfers).
+    /// Nothing to run (no rows, no transfers, no state orders).
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty() && self.transfers.is_empty()
+        self.rows.is_empty() && self.transfers.is_empty() && self.states.is_empty()
     }
 
     /// Tokens packed into the step.

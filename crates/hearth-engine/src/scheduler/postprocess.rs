@@ -98,6 +98,7 @@ impl Scheduler {
             None => RestoreReport::all_failed(&plan.transfers.restores),
         };
         self.transfers_done(plan.transfers, &report);
+        self.kv.captures_failed(&plan.states.captures);
         for row in &plan.rows {
             if let Some(i) = self.index_of(row.slot) {
                 let s = self.running.remove(i);
@@ -165,7 +166,10 @@ impl Scheduler {
     /// back to the queue to compute on its own when the pool is out of blocks.
     fn fork(&mut self, parent: &Sequence, mut sib: Sequence) -> Option<Sequence> {
         match self.kv.fork(&parent.kv, &mut sib.kv, sib.prompt_len) {
-            Ok(()) => Some(sib),
+            Ok(()) => {
+                self.kv.fork_state(parent.slot, sib.slot);
+                Some(sib)
+            }
             Err(ForkError::NoRoom) => {
                 self.waiting.push_front(sib);
                 None

@@ -73,7 +73,7 @@ impl Drafter {
     pub fn new(model: Box<dyn Model>, device: Device, blocks: usize, block_size: usize, vocab: usize) -> Result<Self> {
         let c = model.config();
         let kv = PagedAttention::new(
-            c.num_layers,
+            c.kv_layers(),
             blocks,
             block_size,
             c.num_heads,

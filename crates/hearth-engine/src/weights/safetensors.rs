@@ -9,9 +9,11 @@ use std::path::{Path, PathBuf};
 pub struct HfWeights {
     pub dir: PathBuf,
     st: MmapedSafetensors,
-    /// The checkpoint holds a bare base model (`embed_tokens.weight`, `layers.0...`, as Qwen3-Embedding saves its
-    /// `Qwen3Model`) rather than a causal LM (`model.embed_tokens.weight`): names asked as `model.X` are read as `X`.
-    bare: bool,
+    /// Where the text model's tensors sit: names asked as `model.X` are read as `X` in a bare base model
+    /// (`embed_tokens.weight`, `layers.0...`, as Qwen3-Embedding saves its `Qwen3Model`), as
+    /// `model.language_model.X` in a multimodal checkpoint that nests it (Qwen3.5, Gemma 3 as transformers 5 saves
+    /// them; their vision tower and Qwen3.5's `mtp.*` head stay unread), and as themselves in a causal LM.
+    prefix: &'static str,
 }
 
 impl HfWeights {
@@ -34,15 +36,24 @@ impl HfWeights {
                 }
             }
         }
-        let bare = st.get("model.embed_tokens.weight").is_err() && st.get("embed_tokens.weight").is_ok();
-        Ok(Self { dir: dir.to_path_buf(), st, bare })
+        let has = |n: &str| st.get(n).is_ok();
+        let prefix = if has("model.embed_tokens.weight") {
+            "model."
+        } else if has("model.language_model.embed_tokens.weight") {
+            "model.language_model."
+        } else if has("embed_tokens.weight") {
+            ""
+        } else {
+            "model."
+        };
+        Ok(Self { dir: dir.to_path_buf(), st, prefix })
     }
 
     /// The stored name of the tensor the model code calls `name`.
-    fn stored<'a>(&self, name: &'a str) -> &'a str {
+    fn stored<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
         match name.strip_prefix("model.") {
-            Some(rest) if self.bare => rest,
-            _ => name,
+            Some(rest) if self.prefix != "model." => format!("{}{rest}", self.prefix).into(),
+            _ => name.into(),
         }
     }
 
@@ -55,14 +66,14 @@ impl HfWeights {
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.st.get(self.stored(name)).is_ok()
+        self.st.get(&self.stored(name)).is_ok()
     }
 
     pub fn tensor(&self, name: &str, dtype: DType, device: &Device) -> Result<Tensor> {
         if !self.contains(name) {
             return Err(Error::InvalidModel(format!("{}: missing tensor `{name}`", self.dir.display())));
         }
-        Ok(self.st.load(self.stored(name), device)?.to_dtype(dtype)?)
+        Ok(self.st.load(&self.stored(name), device)?.to_dtype(dtype)?)
     }
 }
 
@@ -83,7 +94,7 @@ impl HfWeights {
     pub fn raw_part(&self, name: &str, index: usize) -> Result<(safetensors::Dtype, Vec<usize>, &[u8])> {
         let view = self
             .st
-            .get(self.stored(name))
+            .get(&self.stored(name))
             .map_err(|_| Error::InvalidModel(format!("{}: missing tensor `{name}`", self.dir.display())))?;
         let shape = view.shape();
         let Some((&n, rest)) = shape.split_first() else {

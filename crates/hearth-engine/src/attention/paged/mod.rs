@@ -34,6 +34,8 @@ enum Backend {
 pub struct PagedAttention {
     kv: PagedKv,
     backend: Backend,
+    /// Linear-attention layers' state, in chunks that divide the block size (snapshots at block boundaries).
+    recurrent: crate::recurrent::RecurrentStates,
 }
 
 impl PagedAttention {
@@ -78,7 +80,8 @@ impl PagedAttention {
                 cuda_served()
             )));
         }
-        Ok(Self { kv, backend })
+        let recurrent = crate::recurrent::RecurrentStates::new(crate::recurrent::chunk_for_block(block_size));
+        Ok(Self { kv, backend, recurrent })
     }
 
     /// Which backend serves attention, in words.
@@ -94,9 +97,17 @@ impl PagedAttention {
     pub fn storage_mut(&mut self) -> &mut PagedKv {
         &mut self.kv
     }
+
+    pub fn states(&mut self) -> &mut crate::recurrent::RecurrentStates {
+        &mut self.recurrent
+    }
 }
 
 impl KvStore for PagedAttention {
+    fn recurrent(&mut self) -> Option<&mut crate::recurrent::RecurrentStates> {
+        Some(&mut self.recurrent)
+    }
+
     #[allow(unused_variables)]
     fn attend_qkv(
         &mut self,

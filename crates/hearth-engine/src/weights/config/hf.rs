@@ -1,21 +1,25 @@
 //! A Hugging Face `config.json` as a [`ModelConfig`]: the classic (transformers 4) layout and transformers 5's
 //! `rope_parameters`, Gemma 3's nested text config, Qwen3-MoE's and gpt-oss's experts.
 
-use super::{family_of, gemma_windows, Activation, Family, ModelConfig, MoeConfig, RopeScaling, Routing};
+use super::{
+    family_of, gemma_windows, Activation, Family, LinearAttnConfig, ModelConfig, MoeConfig, RopeScaling, Routing,
+};
 use crate::{Error, Result};
 use serde::Deserialize;
 
 impl ModelConfig {
     pub fn from_hf_json(text: &str) -> Result<Self> {
         let c: HfConfig = serde_json::from_str(text).map_err(|e| Error::InvalidModel(format!("config.json: {e}")))?;
-        // Gemma 3 multimodal checkpoints nest the text model.
-        let c = match c.text_config {
-            Some(inner) if c.model_type.as_deref() == Some("gemma3") => {
+        // Gemma 3 and Qwen3.5 multimodal checkpoints nest the text model.
+        let outer_type = c.model_type.clone();
+        let c = match (c.text_config, outer_type.as_deref()) {
+            (Some(inner), Some(outer @ ("gemma3" | "qwen3_5"))) => {
                 let mut inner = *inner;
-                inner.model_type.get_or_insert_with(|| "gemma3_text".into());
+                inner.model_type.get_or_insert_with(|| format!("{outer}_text"));
+                inner.tie_word_embeddings = inner.tie_word_embeddings.or(c.tie_word_embeddings);
                 inner
             }
-            _ => c,
+            (text_config, _) => HfConfig { text_config, ..c },
         };
         let arch = c.model_type.clone().unwrap_or_else(|| "llama".into());
         let family = family_of(&arch)?;
@@ -26,6 +30,7 @@ impl ModelConfig {
         let layers = req(c.num_hidden_layers, "num_hidden_layers")?;
         let head_dim = c.head_dim.unwrap_or(hidden.checked_div(heads).unwrap_or(0));
         let is_oss = arch == "gpt_oss";
+        let is_qwen35 = family == Family::Qwen35;
         // transformers 5 writes `rope_parameters` (with the base inside) where older configs have `rope_scaling`
         let rope = c.rope_scaling.as_ref().or(c.rope_parameters.as_ref());
         let rope_scaling = match rope {
@@ -33,6 +38,7 @@ impl ModelConfig {
             Some(s) => hf_rope_scaling(s, c.max_position_embeddings)?,
         };
         let rope_theta = c.rope_theta.or(rope.and_then(|r| r.rope_theta));
+        let linear_attn = if is_qwen35 { Some(hf_linear_attn(&c, layers)?) } else { None };
         let layer_window = if let Some(types) = &c.layer_types {
             types.iter().map(|t| if t == "sliding_attention" { c.sliding_window } else { None }).collect()
         } else if is_gemma {
@@ -71,7 +77,7 @@ impl ModelConfig {
             rope_interleaved: false,
             max_position_embeddings: c.max_position_embeddings.unwrap_or(4096),
             attention_bias,
-            qk_norm: arch == "qwen3" || arch == "qwen3_moe" || is_gemma,
+            qk_norm: arch == "qwen3" || arch == "qwen3_moe" || is_gemma || is_qwen35,
             tie_word_embeddings: c.tie_word_embeddings.unwrap_or(is_gemma),
             layer_window,
             query_pre_attn_scalar: c.query_pre_attn_scalar.unwrap_or(head_dim as f64),
@@ -89,12 +95,15 @@ impl ModelConfig {
                     return Err(Error::Unsupported(format!("hidden_act `{other}`; supported: silu, gelu_pytorch_tanh")))
                 }
             },
-            norm_weight_offset: if is_gemma { 1.0 } else { 0.0 },
+            // Gemma's and Qwen3.5's norms multiply by 1 + w
+            norm_weight_offset: if is_gemma || is_qwen35 { 1.0 } else { 0.0 },
             bos_token_id: c.bos_token_id.as_ref().and_then(|v| v.ids().first().copied()),
             eos_token_ids: c.eos_token_id.as_ref().map(|v| v.ids()).unwrap_or_default(),
             moe,
             attention_sinks: is_oss,
             o_bias: is_oss && attention_bias,
+            linear_attn,
+            rotary_dim: hf_rotary_dim(&c, rope, head_dim, is_qwen35),
             arch_name: arch,
         }
         .validate()
@@ -176,6 +185,43 @@ fn hf_moe(c: &HfConfig, layers: usize, gpt_oss: bool) -> Result<Option<MoeConfig
     }))
 }
 
+/// The rotated dims of each head: `partial_rotary_factor` of it (top level or in `rope_parameters`; Qwen3.5 turns
+/// a quarter unless its config says otherwise), rounded down to even.
+fn hf_rotary_dim(c: &HfConfig, rope: Option<&HfRopeScaling>, head_dim: usize, qwen35: bool) -> usize {
+    let partial = c.partial_rotary_factor.or(rope.and_then(|r| r.partial_rotary_factor));
+    let partial = partial.unwrap_or(if qwen35 { 0.25 } else { 1.0 });
+    ((head_dim as f64 * partial) as usize) & !1
+}
+
+/// Qwen3.5's linear-attention layers: `layer_types` (else every `full_attention_interval`-th layer is full
+/// attention, transformers' default of 4) and the DeltaNet's heads.
+fn hf_linear_attn(c: &HfConfig, layers: usize) -> Result<LinearAttnConfig> {
+    let layer_flags = match &c.layer_types {
+        Some(types) => types
+            .iter()
+            .map(|t| match t.as_str() {
+                "linear_attention" => Ok(true),
+                "full_attention" => Ok(false),
+                other => Err(Error::Unsupported(format!(
+                    "layer type `{other}` in a Qwen3.5 config; supported: linear_attention, full_attention"
+                ))),
+            })
+            .collect::<Result<Vec<bool>>>()?,
+        None => {
+            let every = c.full_attention_interval.unwrap_or(4).max(1);
+            (0..layers).map(|i| (i + 1) % every != 0).collect()
+        }
+    };
+    Ok(LinearAttnConfig {
+        layers: layer_flags,
+        conv_kernel: c.linear_conv_kernel_dim.unwrap_or(4),
+        k_heads: c.linear_num_key_heads.unwrap_or(16),
+        v_heads: c.linear_num_value_heads.unwrap_or(32),
+        key_dim: c.linear_key_head_dim.unwrap_or(128),
+        value_dim: c.linear_value_head_dim.unwrap_or(128),
+    })
+}
+
 /// A token id field that may be a single id or a list (HF allows both).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
@@ -209,6 +255,7 @@ struct HfRopeScaling {
     mscale_all_dim: Option<f64>,
     /// transformers 5's `rope_parameters` carry the base.
     rope_theta: Option<f64>,
+    partial_rotary_factor: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -251,4 +298,11 @@ struct HfConfig {
     norm_topk_prob: Option<bool>,
     decoder_sparse_step: Option<usize>,
     mlp_only_layers: Option<Vec<usize>>,
+    partial_rotary_factor: Option<f64>,
+    full_attention_interval: Option<usize>,
+    linear_conv_kernel_dim: Option<usize>,
+    linear_key_head_dim: Option<usize>,
+    linear_value_head_dim: Option<usize>,
+    linear_num_key_heads: Option<usize>,
+    linear_num_value_heads: Option<usize>,
 }

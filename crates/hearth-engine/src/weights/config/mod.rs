@@ -16,6 +16,31 @@ pub enum Family {
     Llama,
     /// Gemma 3 text.
     Gemma3,
+    /// Qwen3.5 text: gated-DeltaNet linear-attention layers ([`LinearAttnConfig`]) between output-gated
+    /// full-attention layers with partial rotary embeddings.
+    Qwen35,
+}
+
+/// The linear-attention (gated DeltaNet) layers of a hybrid model (Qwen3.5): a causal depthwise convolution over
+/// the q|k|v projection, then the gated delta rule over a per-sequence state of `v_heads` × `key_dim` ×
+/// `value_dim` (`crate::recurrent`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinearAttnConfig {
+    /// Per layer: whether it is a linear-attention layer (else full attention).
+    pub layers: Vec<bool>,
+    /// The convolution's kernel size (it keeps `conv_kernel - 1` inputs per sequence).
+    pub conv_kernel: usize,
+    pub k_heads: usize,
+    pub v_heads: usize,
+    pub key_dim: usize,
+    pub value_dim: usize,
+}
+
+impl LinearAttnConfig {
+    /// The channels the convolution runs over: q, k (`k_heads` × `key_dim` each) and v.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.k_heads * self.key_dim + self.v_heads * self.value_dim
+    }
 }
 
 /// The gated MLP's activation: `out = act(gate) * up`.
@@ -138,14 +163,30 @@ pub struct ModelConfig {
     pub attention_sinks: bool,
     /// The attention's output projection has a bias (gpt-oss).
     pub o_bias: bool,
+    /// Hybrid models: which layers are linear attention, and their shape.
+    pub linear_attn: Option<LinearAttnConfig>,
+    /// The rotary embedding turns the first this many dims of each head (`head_dim` unless partial).
+    pub rotary_dim: usize,
 }
 
 impl ModelConfig {
+    /// Layers that keep KV (every layer but the linear-attention ones).
+    pub fn kv_layers(&self) -> usize {
+        match &self.linear_attn {
+            Some(l) => l.layers.iter().filter(|&&lin| !lin).count(),
+            None => self.num_layers,
+        }
+    }
+
     pub fn describe(&self) -> String {
-        let experts = match &self.moe {
+        let mut experts = match &self.moe {
             Some(m) => format!(", {} experts of {}, {} per token", m.experts, m.intermediate_size, m.top_k),
             None => String::new(),
         };
+        if let Some(l) = &self.linear_attn {
+            let n = l.layers.iter().filter(|&&x| x).count();
+            experts += &format!(", {n} linear-attention layers of {} value heads", l.v_heads);
+        }
         format!(
             "{} ({} layers, hidden {}, heads {}/{} kv, head_dim {}, vocab {}{experts})",
             self.arch_name,
@@ -175,6 +216,33 @@ impl ModelConfig {
         if self.layer_window.contains(&Some(0)) {
             return bad("a sliding window of 0 tokens would hide every key".into());
         }
+        if self.rotary_dim == 0 || self.rotary_dim > self.head_dim || !self.rotary_dim.is_multiple_of(2) {
+            return bad(format!(
+                "rotary dims {} must be even, non-zero and at most head_dim {}",
+                self.rotary_dim, self.head_dim
+            ));
+        }
+        if let Some(l) = &self.linear_attn {
+            if l.layers.len() != self.num_layers {
+                return bad("the per-layer list of linear-attention layers does not match the layer count".into());
+            }
+            if l.conv_kernel == 0
+                || l.k_heads == 0
+                || l.key_dim == 0
+                || l.value_dim == 0
+                || l.v_heads == 0
+                || !l.v_heads.is_multiple_of(l.k_heads)
+            {
+                return bad(format!(
+                    "linear attention: {} value heads over {} key heads (a multiple of it), key dim {}, value dim {}, \
+                     kernel {}: all must be non-zero",
+                    l.v_heads, l.k_heads, l.key_dim, l.value_dim, l.conv_kernel
+                ));
+            }
+            if l.layers.iter().all(|&lin| lin) {
+                return bad("a hybrid model needs at least one full-attention layer".into());
+            }
+        }
         if let Some(m) = &self.moe {
             if m.experts == 0 || m.top_k == 0 || m.top_k > m.experts || m.intermediate_size == 0 {
                 return bad(format!(
@@ -191,14 +259,15 @@ impl ModelConfig {
     }
 }
 
-const SUPPORTED_ARCHS: &str = "llama, mistral, qwen2, qwen3, qwen3_moe (GGUF qwen3moe), gpt_oss, gemma3 (GGUF \
-                               general.architecture or HF model_type)";
+const SUPPORTED_ARCHS: &str = "llama, mistral, qwen2, qwen3, qwen3_moe (GGUF qwen3moe), gpt_oss, gemma3, \
+                               qwen3_5 (Hugging Face only) (GGUF general.architecture or HF model_type)";
 
 fn family_of(arch: &str) -> Result<Family> {
     match arch {
         "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "qwen3moe" | "gpt_oss" | "gpt-oss" | "smollm"
         | "smollm2" => Ok(Family::Llama),
         "gemma3" | "gemma3_text" => Ok(Family::Gemma3),
+        "qwen3_5" | "qwen3_5_text" => Ok(Family::Qwen35),
         other => Err(Error::Unsupported(format!("architecture `{other}`; supported: {SUPPORTED_ARCHS}"))),
     }
 }
@@ -241,6 +310,16 @@ fn gguf_rope_scaling(g: &GgufFile, arch: &str) -> Result<RopeScaling> {
     })
 }
 
+/// A GGUF architecture's family (Qwen3.5 is read from Hugging Face checkpoints only).
+fn gguf_family(arch: &str) -> Result<Family> {
+    match family_of(arch)? {
+        Family::Qwen35 => Err(Error::Unsupported(format!(
+            "GGUF architecture `{arch}`: hearth reads Qwen3.5 from Hugging Face checkpoints only"
+        ))),
+        f => Ok(f),
+    }
+}
+
 /// Gemma 3: every `pattern`-th layer (1-based) is global, the others slide.
 fn gemma_windows(n: usize, window: usize, pattern: usize) -> Vec<Option<usize>> {
     (0..n).map(|i| if pattern > 0 && (i + 1) % pattern == 0 { None } else { Some(window) }).collect()
@@ -249,7 +328,7 @@ fn gemma_windows(n: usize, window: usize, pattern: usize) -> Vec<Option<usize>> 
 impl ModelConfig {
     pub fn from_gguf(g: &GgufFile) -> Result<Self> {
         let arch = g.architecture()?.to_string();
-        let family = family_of(&arch)?;
+        let family = gguf_family(&arch)?;
         let key = |k: &str| format!("{arch}.{k}");
         let need = |k: &str| -> Result<u64> {
             g.get_u64(&key(k)).ok_or_else(|| Error::InvalidModel(format!("GGUF metadata lacks `{}`", key(k))))
@@ -339,6 +418,8 @@ impl ModelConfig {
             moe,
             attention_sinks: g.has_tensor("blk.0.attn_sinks.weight"),
             o_bias: g.has_tensor("blk.0.attn_output.bias"),
+            linear_attn: None,
+            rotary_dim: head_dim,
             arch_name: arch,
         }
         .validate()

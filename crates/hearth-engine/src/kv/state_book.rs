@@ -1,0 +1,162 @@
+//! The prompt cache's ledger of recurrent-state snapshots, for hybrid models (linear-attention layers beside the
+//! KV; `crate::recurrent`). A block's KV alone cannot resume such a model: a cached prefix is usable only up to a
+//! block whose end has a snapshot of every linear layer's state. The ledger records which block addresses have
+//! one (least recently used first out, at most `max`), and turns the KV cache manager's decisions into the
+//! runner's orders ([`StateOps`]: restore, fork, release, capture, drop), which ride in each step's plan.
+//!
+//! Which boundaries are captured is the scheduler's policy: the last block boundary of each prompt (and the one
+//! before the prompt's last token, which a repeat of the same prompt resumes from), and while a row decodes the
+//! latest boundary it reaches (each replaces the row's previous one), so a finished turn leaves the state at its
+//! last full block for the next turn.
+
+use super::prefix::BlockHash;
+use crate::recurrent::StateOps;
+use std::collections::HashMap;
+
+#[derive(Debug, Default)]
+pub struct StateBook {
+    /// Snapshot name → its last use (a counter).
+    kept: HashMap<BlockHash, u64>,
+    max: usize,
+    tick: u64,
+    pending: StateOps,
+    /// Per slot: its latest decode-time snapshot (dropped when it takes the next one).
+    rolling: HashMap<usize, BlockHash>,
+}
+
+impl StateBook {
+    pub fn new(max: usize) -> Self {
+        Self { max, ..Default::default() }
+    }
+
+    /// Whether a snapshot of the state after this block exists (marking it used).
+    pub fn has(&mut self, name: BlockHash) -> bool {
+        self.tick += 1;
+        match self.kept.get_mut(&name) {
+            Some(t) => {
+                *t = self.tick;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Row `slot` starts from snapshot `name` (one that [`Self::has`] found).
+    pub fn restore(&mut self, slot: usize, name: BlockHash) {
+        self.pending.restores.retain(|r| r.0 != slot);
+        self.pending.restores.push((slot, name));
+    }
+
+    /// Choice `to` continues from `from`'s state.
+    pub fn fork(&mut self, from: usize, to: usize) {
+        self.pending.forks.push((from, to));
+    }
+
+    /// Row `slot` left (or starts over): its state goes, with any order about it not yet carried out.
+    pub fn release(&mut self, slot: usize) {
+        self.pending.restores.retain(|r| r.0 != slot);
+        self.pending.forks.retain(|f| f.1 != slot);
+        self.pending.captures.retain(|c| c.0 != slot);
+        self.pending.release.push(slot);
+        self.rolling.remove(&slot);
+    }
+
+    /// Keep row `slot`'s state when it reaches `pos` this step, as `name`; `rolling`: a decode-time capture, which
+    /// replaces the row's previous one.
+    pub fn capture(&mut self, slot: usize, pos: usize, name: BlockHash, rolling: bool) {
+        if self.max == 0 || self.has(name) {
+            return;
+        }
+        self.kept.insert(name, self.tick);
+        self.pending.captures.push((slot, pos, name));
+        if rolling {
+            if let Some(old) = self.rolling.insert(slot, name) {
+                self.drop_one(old);
+            }
+        }
+        while self.kept.len() > self.max {
+            let Some((&oldest, _)) = self.kept.iter().min_by_key(|(_, &t)| t) else { break };
+            self.drop_one(oldest);
+        }
+    }
+
+    fn drop_one(&mut self, name: BlockHash) {
+        if self.kept.remove(&name).is_some() {
+            self.pending.captures.retain(|c| c.2 != name);
+            self.pending.drops.push(name);
+        }
+    }
+
+    /// A step failed: its captures never happened.
+    pub fn captures_failed(&mut self, captures: &[(usize, usize, BlockHash)]) {
+        for c in captures {
+            self.kept.remove(&c.2);
+        }
+    }
+
+    /// The orders for the next step.
+    pub fn take(&mut self) -> StateOps {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Snapshots kept.
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
+
+    /// Forget everything (the pool starts afresh; the runner clears its states).
+    pub fn clear(&mut self) {
+        let max = self.max;
+        *self = Self::new(max);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(i: u128) -> BlockHash {
+        BlockHash(i)
+    }
+
+    #[test]
+    fn least_recently_used_snapshot_goes_first() {
+        let mut b = StateBook::new(2);
+        b.capture(1, 16, h(1), false);
+        b.capture(2, 16, h(2), false);
+        assert!(b.has(h(1))); // h(2) is now the oldest
+        b.capture(3, 16, h(3), false);
+        let ops = b.take();
+        assert_eq!(ops.drops, vec![h(2)]);
+        // a capture dropped before its step never reaches the runner
+        assert_eq!(ops.captures, vec![(1, 16, h(1)), (3, 16, h(3))]);
+        assert!(b.has(h(1)) && b.has(h(3)) && !b.has(h(2)));
+    }
+
+    #[test]
+    fn a_rolling_capture_replaces_the_rows_previous_one() {
+        let mut b = StateBook::new(8);
+        b.capture(1, 16, h(1), false); // the prompt's: kept
+        b.capture(1, 32, h(2), true);
+        b.capture(1, 48, h(3), true);
+        let ops = b.take();
+        assert_eq!(ops.drops, vec![h(2)]);
+        assert_eq!(ops.captures, vec![(1, 16, h(1)), (1, 48, h(3))]);
+        assert_eq!(b.len(), 2);
+    }
+
+    #[test]
+    fn a_released_row_loses_its_pending_orders() {
+        let mut b = StateBook::new(8);
+        b.restore(4, h(9));
+        b.fork(1, 4);
+        b.release(4);
+        let ops = b.take();
+        assert!(ops.restores.is_empty() && ops.forks.is_empty());
+        assert_eq!(ops.release, vec![4]);
+    }
+}

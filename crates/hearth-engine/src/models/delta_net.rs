@@ -1,0 +1,83 @@
+//! The gated DeltaNet linear-attention layer (Qwen3.5's `linear_attn`): q|k|v, z, a and b projections, the
+//! causal convolution and the gated delta rule over each sequence's recurrent state (`crate::recurrent`, run on
+//! the host in f32), then an RMSNorm of each value head gated by SiLU(z), and the output projection.
+
+use super::layers::{Linear, Loader};
+use crate::attention::{BatchContext, KvStore};
+use crate::recurrent::delta::{DeltaWeights, RowInputs};
+use crate::weights::config::LinearAttnConfig;
+use crate::{Error, Result};
+use candle_core::{DType, Tensor};
+
+pub struct GatedDeltaNet {
+    in_proj_qkv: Linear,
+    in_proj_z: Linear,
+    in_proj_b: Linear,
+    in_proj_a: Linear,
+    out_proj: Linear,
+    cfg: LinearAttnConfig,
+    /// conv_dim × kernel.
+    conv: Vec<f32>,
+    /// exp(A_log) per value head.
+    decay_rate: Vec<f32>,
+    dt_bias: Vec<f32>,
+    /// The gated norm's weight (value_dim; multiplied as stored, not 1 + w).
+    norm: Vec<f32>,
+    eps: f32,
+    /// This layer's index among the linear-attention layers, and their count.
+    ordinal: usize,
+    layers: usize,
+}
+
+impl GatedDeltaNet {
+    pub fn load(l: &Loader, p: &str, cfg: &LinearAttnConfig, ordinal: usize, layers: usize) -> Result<Self> {
+        let a_log = l.vector_f32(&format!("{p}.A_log"), cfg.v_heads)?;
+        Ok(Self {
+            in_proj_qkv: l.linear(&format!("{p}.in_proj_qkv"), false)?,
+            in_proj_z: l.linear(&format!("{p}.in_proj_z"), false)?,
+            in_proj_b: l.linear(&format!("{p}.in_proj_b"), false)?,
+            in_proj_a: l.linear(&format!("{p}.in_proj_a"), false)?,
+            out_proj: l.linear(&format!("{p}.out_proj"), false)?,
+            conv: l.vector_f32(&format!("{p}.conv1d.weight"), cfg.conv_dim() * cfg.conv_kernel)?,
+            decay_rate: a_log.iter().map(|a| a.exp()).collect(),
+            dt_bias: l.vector_f32(&format!("{p}.dt_bias"), cfg.v_heads)?,
+            norm: l.vector_f32(&format!("{p}.norm.weight"), cfg.value_dim)?,
+            eps: l.cfg.rms_norm_eps as f32,
+            cfg: cfg.clone(),
+            ordinal,
+            layers,
+        })
+    }
+
+    /// x: (T, hidden), the normed input of every packed token. Returns (T, hidden).
+    pub fn forward(&self, x: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
+        let c = &self.cfg;
+        let (hv, dv, cd) = (c.v_heads, c.value_dim, c.conv_dim());
+        let host = |t: Tensor| -> Result<Vec<f32>> { Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?) };
+        let mixed = host(self.in_proj_qkv.forward(x)?)?;
+        let z = host(self.in_proj_z.forward(x)?)?;
+        let b = host(self.in_proj_b.forward(x)?)?;
+        let a = host(self.in_proj_a.forward(x)?)?;
+        let n = x.dim(0)?;
+        let mut out = vec![0.0f32; n * hv * dv];
+        let states = kv.recurrent().ok_or_else(|| {
+            Error::Unsupported("this KV store keeps no recurrent state (a linear-attention model)".into())
+        })?;
+        let w = DeltaWeights { conv: &self.conv, decay_rate: &self.decay_rate, dt_bias: &self.dt_bias };
+        for r in &ctx.rows {
+            let (s, e) = (r.start, r.start + r.len);
+            let inputs = RowInputs { mixed: &mixed[s * cd..e * cd], a: &a[s * hv..e * hv], b: &b[s * hv..e * hv] };
+            let o = &mut out[s * hv * dv..e * hv * dv];
+            states.run_row(self.ordinal, self.layers, c, &w, r.slot, r.pos0, &inputs, o)?;
+        }
+        // RMSNorm of each value head, times SiLU(z) (transformers' Qwen3_5RMSNormGated, in f32)
+        for (o, zh) in out.chunks_exact_mut(dv).zip(z.chunks_exact(dv)) {
+            let inv = 1.0 / (o.iter().map(|v| v * v).sum::<f32>() / dv as f32 + self.eps).sqrt();
+            for ((v, &wt), &g) in o.iter_mut().zip(&self.norm).zip(zh) {
+                *v = *v * inv * wt * (g / (1.0 + (-g).exp()));
+            }
+        }
+        let y = Tensor::from_vec(out, (n, hv * dv), x.device())?.to_dtype(x.dtype())?;
+        self.out_proj.forward(&y)
+    }
+}

@@ -1,0 +1,131 @@
+//! A hybrid model (Qwen3.5: gated-DeltaNet layers with per-sequence recurrent state beside the KV) in the engine:
+//! a second turn resumes from the state snapshot the first left at its last full block, and answers as a cold run
+//! does; a request's choices fork the state; preempted rows resume from their snapshots; with no room for
+//! snapshots nothing is reused and the answers stay the same.
+
+mod common;
+use common::*;
+use hearth_engine::engine::{start, EngineConfig, EngineEvent, EngineHandle, EngineRequest, RequestStream};
+use hearth_engine::loader::load;
+use hearth_engine::sampling::SamplingParams;
+use hearth_engine::types::CacheConfig;
+use std::time::{Duration, Instant};
+
+/// Logprobs of the same tokens computed with different matmul row counts (candle's f32 GEMM rounds differently).
+const LOGPROB_TOL: f32 = 1e-4;
+
+fn engine(blocks: usize, batch: usize, cache_blocks: usize, state_bytes: u64) -> EngineHandle {
+    let m = load(fixture("tiny-qwen3_5").to_str().unwrap(), &candle_core::Device::Cpu, None).unwrap();
+    let cfg = EngineConfig {
+        cache: CacheConfig { max_blocks: cache_blocks, namespace: m.fingerprint, state_bytes, ..Default::default() },
+        ..test_config(blocks, batch)
+    };
+    start(m.model, m.device, cfg, vec![]).unwrap()
+}
+
+fn req(prompt: &[u32], max_tokens: usize) -> EngineRequest {
+    EngineRequest {
+        sampling: SamplingParams { logprobs: Some(0), ..SamplingParams::default() },
+        ..greedy(prompt.to_vec(), max_tokens)
+    }
+}
+
+/// One choice's tokens and their logprobs.
+type Choice = (Vec<u32>, Vec<f32>);
+
+/// Each choice's tokens and logprobs, and the cached prompt tokens of the request.
+fn finish(mut s: RequestStream, n: usize) -> (Vec<Choice>, usize) {
+    let mut out = vec![(Vec::new(), Vec::new()); n];
+    let (mut done, mut cached) = (0, 0);
+    while done < n {
+        match s.blocking_next().expect("stream ended early") {
+            EngineEvent::Token { choice, id, logprob, .. } => {
+                out[choice].0.push(id);
+                out[choice].1.push(logprob.unwrap_or(f32::NAN));
+            }
+            EngineEvent::Finished { usage, .. } => {
+                cached = usage.cached_tokens;
+                done += 1;
+            }
+            EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
+            EngineEvent::PromptLogprobs { .. } => {}
+        }
+    }
+    (out, cached)
+}
+
+fn same(what: &str, a: &Choice, b: &Choice) {
+    assert_eq!(a.0, b.0, "{what}: tokens differ");
+    for (j, (x, y)) in a.1.iter().zip(&b.1).enumerate() {
+        assert!((x - y).abs() <= LOGPROB_TOL, "{what}: token {j} logprob {x} vs {y}");
+    }
+}
+
+fn prompt() -> Vec<u32> {
+    let g = golden("tiny_qwen3_5.json");
+    ids(&g["cases"][2]["input_ids"]) // 24 tokens
+}
+
+fn wait_idle(e: &EngineHandle) -> hearth_engine::types::EngineStats {
+    let t0 = Instant::now();
+    loop {
+        let st = e.stats();
+        if st.rows_running == 0 || t0.elapsed() > Duration::from_secs(10) {
+            return st;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn second_turn_resumes_from_the_first_turns_state() {
+    let p1 = prompt();
+    let warm = engine(64, 4, 64, 64 << 20);
+    let (t1, _) = finish(warm.submit(req(&p1, 20)).unwrap(), 1);
+    // turn 2: turn 1's prompt and answer, then more text (a next user message)
+    let mut p2 = p1.clone();
+    p2.extend(&t1[0].0);
+    p2.extend(&p1[3..12]);
+    let (hit, cached) = finish(warm.submit(req(&p2, 12)).unwrap(), 1);
+    // turn 1 computed 24 + 19 tokens: its last full block ends at 32, where its decode left a snapshot
+    assert_eq!(cached, 32, "turn 2 resumes at turn 1's last full block");
+    let cold = engine(64, 4, 0, 0);
+    let (want, cached_cold) = finish(cold.submit(req(&p2, 12)).unwrap(), 1);
+    assert_eq!(cached_cold, 0);
+    same("turn 2 from the snapshot vs cold", &hit[0], &want[0]);
+    let st = wait_idle(&warm);
+    assert!(st.prompt_cache.state_snapshots >= 2, "snapshots kept: {:?}", st.prompt_cache);
+}
+
+#[test]
+fn choices_fork_the_state_and_preempted_rows_resume() {
+    let p = prompt();
+    let e = engine(64, 8, 64, 64 << 20);
+    let (solo, _) = finish(e.submit(req(&p, 30)).unwrap(), 1);
+    // three greedy choices of one request: forked off the computed prompt, each continues as the solo run
+    let (choices, _) = finish(e.submit(EngineRequest { n: 3, ..req(&p, 30) }).unwrap(), 3);
+    for (i, c) in choices.iter().enumerate() {
+        same(&format!("choice {i}"), c, &solo[0]);
+    }
+    // six rows of 24 + 40 tokens in a pool of 12 blocks (each needs 4): rows are preempted, come back, and resume
+    let small = engine(12, 8, 12, 64 << 20);
+    let prompts: Vec<Vec<u32>> = (0..6).map(|i| p[i..].iter().chain(&p[..i]).copied().collect()).collect();
+    let alone: Vec<_> = prompts.iter().map(|q| finish(e.submit(req(q, 40)).unwrap(), 1).0.remove(0)).collect();
+    let streams: Vec<_> = prompts.iter().map(|q| small.submit(req(q, 40)).unwrap()).collect();
+    for (i, (s, a)) in streams.into_iter().zip(&alone).enumerate() {
+        same(&format!("preempted row {i}"), &finish(s, 1).0[0], a);
+    }
+    let st = wait_idle(&small);
+    assert!(st.preemptions_total > 0, "expected preemptions with 12 blocks: {st:?}");
+    assert_eq!(st.kv_blocks_used, 0);
+}
+
+#[test]
+fn without_room_for_snapshots_nothing_is_reused() {
+    let p = prompt();
+    let e = engine(64, 4, 64, 0);
+    let (first, _) = finish(e.submit(req(&p, 10)).unwrap(), 1);
+    let (again, cached) = finish(e.submit(req(&p, 10)).unwrap(), 1);
+    assert_eq!(cached, 0, "no snapshot, no reuse");
+    same("repeat without snapshots", &again[0], &first[0]);
+}
