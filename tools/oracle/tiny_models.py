@@ -29,7 +29,8 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, Gemma3ForCausalLM
                           GenerationConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
                           PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
                           Qwen3MoeConfig, Qwen3MoeForCausalLM, GptOssConfig, GptOssForCausalLM)
-from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig  # noqa: E402
+from transformers import (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig, Qwen3_5TextConfig,  # noqa: E402
+                          Qwen3NextConfig, Qwen3NextForCausalLM)
 
 torch.set_num_threads(2)
 torch.use_deterministic_algorithms(True)
@@ -96,6 +97,18 @@ def common_cfg(**kw):
     return base
 
 
+QWEN3_5_ROPE = {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                "mrope_interleaved": True, "mrope_section": [11, 11, 10]}
+
+
+def hybrid_cfg(**kw):
+    """The tiny hybrid (gated-DeltaNet) models' shape: three linear-attention layers, then full attention."""
+    return common_cfg(**{**dict(
+        num_hidden_layers=4, rms_norm_eps=1e-6, tie_word_embeddings=False, head_dim=32, linear_conv_kernel_dim=4,
+        linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+        layer_types=["linear_attention"] * 3 + ["full_attention"]), **kw})
+
+
 # name -> (model class, config, storage dtype, shard?, legacy rope fields)
 def specs():
     return {
@@ -154,13 +167,26 @@ def specs():
         # the DeltaNet's gated norm. Its config keeps transformers 5's `rope_parameters` as published.
         "qwen3_5": dict(
             cls=Qwen3_5ForCausalLM, dtype=torch.bfloat16, shard=False,
-            cfg=Qwen3_5TextConfig(**common_cfg(
-                num_hidden_layers=4, rms_norm_eps=1e-6, tie_word_embeddings=False, head_dim=32,
-                linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
-                linear_num_key_heads=2, linear_num_value_heads=4,
-                layer_types=["linear_attention"] * 3 + ["full_attention"],
-                rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
-                                 "mrope_interleaved": True, "mrope_section": [11, 11, 10]})),
+            cfg=Qwen3_5TextConfig(**hybrid_cfg(
+                rope_parameters=QWEN3_5_ROPE)),
+            legacy=None, init=dict(zero_centered=True)),
+        # Qwen3.5's MoE variant: the same hybrid layers, every feed-forward routed (8 experts, 2 per token,
+        # renormalized) beside a shared expert weighed by a sigmoid gate
+        "qwen3_5-moe": dict(
+            cls=Qwen3_5MoeForCausalLM, dtype=torch.bfloat16, shard=False,
+            cfg=Qwen3_5MoeTextConfig(**hybrid_cfg(
+                num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                rope_parameters=QWEN3_5_ROPE)),
+            legacy=None, init=dict(zero_centered=True)),
+        # Qwen3-Next: Qwen3.5-MoE's layers with the DeltaNet's projections fused per key head (in_proj_qkvz,
+        # in_proj_ba); layer 1 keeps a dense MLP (mlp_only_layers)
+        "qwen3-next": dict(
+            cls=Qwen3NextForCausalLM, dtype=torch.bfloat16, shard=False,
+            cfg=Qwen3NextConfig(**hybrid_cfg(
+                mlp_only_layers=[1],
+                num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                norm_topk_prob=True,
+                rope_parameters={k: QWEN3_5_ROPE[k] for k in ("rope_type", "rope_theta", "partial_rotary_factor")})),
             legacy=None, init=dict(zero_centered=True)),
         "gemma3": dict(
             cls=Gemma3ForCausalLM, dtype=torch.float32, shard=False,

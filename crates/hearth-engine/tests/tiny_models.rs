@@ -184,6 +184,19 @@ fn tiny_qwen3_5_hybrid_linear_attention() {
     check("qwen3_5");
 }
 
+/// Qwen3.5-MoE: the hybrid layers with every feed-forward routed, beside a sigmoid-gated shared expert.
+#[test]
+fn tiny_qwen3_5_moe_shared_expert() {
+    check("qwen3_5-moe");
+}
+
+/// Qwen3-Next: the same hybrid machinery, its DeltaNet projections fused per key head (regrouped at load), a
+/// dense layer among the routed ones.
+#[test]
+fn tiny_qwen3_next_fused_projections() {
+    check("qwen3-next");
+}
+
 /// Qwen3.5 as published: the text model nested under `text_config` and `model.language_model.*`, beside a vision
 /// tower and an MTP head (tools/oracle/tiny_qwen3_5_nested.py: the same text weights, so the same goldens).
 #[test]
@@ -240,6 +253,12 @@ fn tiny_qwen3_moe_batched_and_cached_like_alone() {
 #[test]
 fn tiny_gpt_oss_batched_and_cached_like_alone() {
     batched_and_cached_like_alone("tiny-gpt-oss", "tiny_gpt_oss.json", false);
+}
+
+/// Qwen3.5-MoE in the engine: routed rows beside recurrent state, batched and resumed from snapshots.
+#[test]
+fn tiny_qwen3_5_moe_batched_and_cached_like_alone() {
+    batched_and_cached_like_alone("tiny-qwen3_5-moe", "tiny_qwen3_5_moe.json", false);
 }
 
 /// Qwen3.5 in the engine: linear-attention state per row, batched, and resumed from snapshots on cache hits.

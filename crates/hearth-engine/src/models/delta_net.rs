@@ -32,11 +32,17 @@ pub struct GatedDeltaNet {
 impl GatedDeltaNet {
     pub fn load(l: &Loader, p: &str, cfg: &LinearAttnConfig, ordinal: usize, layers: usize) -> Result<Self> {
         let a_log = l.vector_f32(&format!("{p}.A_log"), cfg.v_heads)?;
+        let proj = |n: &str| l.linear(&format!("{p}.in_proj_{n}"), false);
+        let [in_proj_qkv, in_proj_z, in_proj_b, in_proj_a] =
+            match l.weights.contains(&format!("{p}.in_proj_qkvz.weight")) {
+                true => regrouped(l, p, cfg)?,
+                false => [proj("qkv")?, proj("z")?, proj("b")?, proj("a")?],
+            };
         Ok(Self {
-            in_proj_qkv: l.linear(&format!("{p}.in_proj_qkv"), false)?,
-            in_proj_z: l.linear(&format!("{p}.in_proj_z"), false)?,
-            in_proj_b: l.linear(&format!("{p}.in_proj_b"), false)?,
-            in_proj_a: l.linear(&format!("{p}.in_proj_a"), false)?,
+            in_proj_qkv,
+            in_proj_z,
+            in_proj_b,
+            in_proj_a,
             out_proj: l.linear(&format!("{p}.out_proj"), false)?,
             conv: l.vector_f32(&format!("{p}.conv1d.weight"), cfg.conv_dim() * cfg.conv_kernel)?,
             decay_rate: a_log.iter().map(|a| a.exp()).collect(),
@@ -80,4 +86,36 @@ impl GatedDeltaNet {
         let y = Tensor::from_vec(out, (n, hv * dv), x.device())?.to_dtype(x.dtype())?;
         self.out_proj.forward(&y)
     }
+}
+
+/// Qwen3-Next's fused projections as Qwen3.5's four: `in_proj_qkvz` holds, per key head, [q (key_dim), k (key_dim),
+/// v (rep × value_dim), z (rep × value_dim)] with rep value heads per key head, and `in_proj_ba` per key head
+/// [b (rep), a (rep)]; their rows are gathered into q|k|v, z, b and a.
+fn regrouped(l: &Loader, p: &str, c: &LinearAttnConfig) -> Result<[Linear; 4]> {
+    let (hk, dk, dv) = (c.k_heads, c.key_dim, c.value_dim);
+    let rep = c.v_heads / hk;
+    let group = 2 * dk + 2 * rep * dv;
+    let span = |g: usize, from: usize, n: usize| (g * group + from..g * group + from + n).map(|r| r as u32);
+    let (mut qkv, mut z) = (Vec::new(), Vec::new());
+    for part in [(0, dk), (dk, dk), (2 * dk, rep * dv)] {
+        qkv.extend((0..hk).flat_map(|g| span(g, part.0, part.1)));
+    }
+    z.extend((0..hk).flat_map(|g| span(g, 2 * dk + rep * dv, rep * dv)));
+    let ba = |first: usize| -> Vec<u32> {
+        (0..hk).flat_map(|g| (g * 2 * rep + first..g * 2 * rep + first + rep).map(|r| r as u32)).collect()
+    };
+    let (qkvz, fused_ba) = (format!("{p}.in_proj_qkvz"), format!("{p}.in_proj_ba"));
+    Ok([
+        linear_rows(l, &qkvz, &qkv)?,
+        linear_rows(l, &qkvz, &z)?,
+        linear_rows(l, &fused_ba, &ba(0))?,
+        linear_rows(l, &fused_ba, &ba(rep))?,
+    ])
+}
+
+/// A linear layer over the rows `rows` (in that order) of `prefix`'s weight, dense in the activation dtype.
+fn linear_rows(l: &Loader, prefix: &str, rows: &[u32]) -> Result<Linear> {
+    let w = l.weights.vector(&format!("{prefix}.weight"), l.dtype, l.device)?;
+    let idx = Tensor::from_slice(rows, rows.len(), l.device)?;
+    Ok(l.new_linear(candle_core::quantized::QMatMul::Tensor(w.index_select(&idx, 0)?), None))
 }

@@ -36,7 +36,7 @@ impl<'a> Loader<'a> {
     }
 
     /// A linear layer over `w`, noted in the model's kernel pool.
-    fn new_linear(&self, w: QMatMul, b: Option<Tensor>) -> Linear {
+    pub(crate) fn new_linear(&self, w: QMatMul, b: Option<Tensor>) -> Linear {
         crate::cpu_matmul::note_weight(&self.pool, &w);
         Linear::new(w, b)
     }

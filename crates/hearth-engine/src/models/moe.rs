@@ -17,6 +17,8 @@ pub struct SparseMoe {
     top_k: usize,
     norm_topk_prob: bool,
     routing: Routing,
+    /// Qwen3.5-MoE: an MLP on every token, weighed by sigmoid(gate(x)) (hidden -> 1).
+    shared: Option<Box<(Mlp, Linear)>>,
 }
 
 impl SparseMoe {
@@ -36,7 +38,15 @@ impl SparseMoe {
             )));
         }
         let experts = (0..m.experts).map(|e| Mlp::load_expert(l, layer, e)).collect::<Result<Vec<_>>>()?;
-        Ok(Self { router, experts, top_k: m.top_k, norm_topk_prob: m.norm_topk_prob, routing: m.routing })
+        let shared = match m.shared_expert {
+            Some(_) => {
+                let p = format!("model.layers.{layer}.mlp");
+                let gate = l.linear(&format!("{p}.shared_expert_gate"), false)?;
+                Some(Box::new((Mlp::load(l, &format!("{p}.shared_expert"))?, gate)))
+            }
+            None => None,
+        };
+        Ok(Self { router, experts, top_k: m.top_k, norm_topk_prob: m.norm_topk_prob, routing: m.routing, shared })
     }
 
     /// The block over rmsnorm(h + a) (of rmsnorm(h) without `a`): (h + a, moe(..)).
@@ -45,8 +55,16 @@ impl SparseMoe {
         Ok((h, self.forward(&x)?))
     }
 
-    /// x: (T, hidden) -> (T, hidden).
+    /// x: (T, hidden) -> (T, hidden): the routed experts' sum, plus the gated shared expert where the model has one.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let routed = self.routed(x)?;
+        let Some((mlp, gate)) = self.shared.as_deref() else { return Ok(routed) };
+        let g = candle_nn::ops::sigmoid(&gate.forward(x)?.to_dtype(DType::F32)?)?.to_dtype(x.dtype())?;
+        Ok((routed + mlp.forward(x)?.broadcast_mul(&g)?)?)
+    }
+
+    /// The routed experts' weighted sum.
+    fn routed(&self, x: &Tensor) -> Result<Tensor> {
         let scores = self.router.forward(x)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
         let t = scores.len();
         // Each expert's rows (in token order) and their weights.

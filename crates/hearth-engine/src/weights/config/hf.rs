@@ -13,7 +13,7 @@ impl ModelConfig {
         // Gemma 3 and Qwen3.5 multimodal checkpoints nest the text model.
         let outer_type = c.model_type.clone();
         let c = match (c.text_config, outer_type.as_deref()) {
-            (Some(inner), Some(outer @ ("gemma3" | "qwen3_5"))) => {
+            (Some(inner), Some(outer @ ("gemma3" | "qwen3_5" | "qwen3_5_moe"))) => {
                 let mut inner = *inner;
                 inner.model_type.get_or_insert_with(|| format!("{outer}_text"));
                 inner.tie_word_embeddings = inner.tie_word_embeddings.or(c.tie_word_embeddings);
@@ -178,10 +178,14 @@ fn hf_moe(c: &HfConfig, layers: usize, gpt_oss: bool) -> Result<Option<MoeConfig
         experts,
         top_k: req(c.num_experts_per_tok, "num_experts_per_tok")?,
         intermediate_size,
-        norm_topk_prob: c.norm_topk_prob.unwrap_or(false),
+        // Qwen3.5-MoE's router always renormalizes (its config has no such field); Qwen3-Next's by default
+        norm_topk_prob: c
+            .norm_topk_prob
+            .unwrap_or(matches!(c.model_type.as_deref(), Some("qwen3_5_moe_text" | "qwen3_next"))),
         sparse_layers: (0..layers).map(|i| !dense.contains(&i) && step > 0 && (i + 1) % step == 0).collect(),
         routing: if gpt_oss { Routing::TopKSoftmax } else { Routing::SoftmaxTopK },
         biases: gpt_oss,
+        shared_expert: c.shared_expert_intermediate_size.filter(|&n| n > 0),
     }))
 }
 
@@ -299,6 +303,7 @@ struct HfConfig {
     decoder_sparse_step: Option<usize>,
     mlp_only_layers: Option<Vec<usize>>,
     partial_rotary_factor: Option<f64>,
+    shared_expert_intermediate_size: Option<usize>,
     full_attention_interval: Option<usize>,
     linear_conv_kernel_dim: Option<usize>,
     linear_key_head_dim: Option<usize>,

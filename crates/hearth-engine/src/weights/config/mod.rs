@@ -121,6 +121,9 @@ pub struct MoeConfig {
     pub routing: Routing,
     /// The router and the experts' projections have biases (gpt-oss).
     pub biases: bool,
+    /// A shared expert of this intermediate size runs on every token beside the routed ones, its output weighed
+    /// by sigmoid(`shared_expert_gate`(x)) (Qwen3.5-MoE).
+    pub shared_expert: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -260,14 +263,14 @@ impl ModelConfig {
 }
 
 const SUPPORTED_ARCHS: &str = "llama, mistral, qwen2, qwen3, qwen3_moe (GGUF qwen3moe), gpt_oss, gemma3, \
-                               qwen3_5 (Hugging Face only) (GGUF general.architecture or HF model_type)";
+                               qwen3_5, qwen3_5_moe and qwen3_next (Hugging Face only) (GGUF general.architecture or HF model_type)";
 
 fn family_of(arch: &str) -> Result<Family> {
     match arch {
         "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "qwen3moe" | "gpt_oss" | "gpt-oss" | "smollm"
         | "smollm2" => Ok(Family::Llama),
         "gemma3" | "gemma3_text" => Ok(Family::Gemma3),
-        "qwen3_5" | "qwen3_5_text" => Ok(Family::Qwen35),
+        "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" => Ok(Family::Qwen35),
         other => Err(Error::Unsupported(format!("architecture `{other}`; supported: {SUPPORTED_ARCHS}"))),
     }
 }
@@ -371,6 +374,7 @@ impl ModelConfig {
                 // gpt-oss: top-k then softmax, biased router and experts
                 routing: if is_oss { Routing::TopKSoftmax } else { Routing::SoftmaxTopK },
                 biases: g.has_tensor("blk.0.ffn_gate_inp.bias"),
+                shared_expert: None,
             }),
             _ => None,
         };
