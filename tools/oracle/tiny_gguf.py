@@ -3,7 +3,7 @@ logits for them (llama-cpp-python): GGUF loading of architectures without reacha
 the implementation that defines the format.
 
 Run from the repo root (needs bench/setup-llama-cpp.sh: its llama.cpp checkout holds convert_hf_to_gguf.py):
-    .venv-oracle/bin/python tools/oracle/tiny_gguf.py
+    .venv-oracle/bin/python tools/oracle/tiny_gguf.py [qwen3moe] [gpt-oss] [qwen35]   # default: all
 Writes tests/fixtures/tiny-<name>.gguf and tests/goldens/tiny_<name>_gguf.json for:
   qwen3moe-q8_0: tiny_models.py's qwen3-moe with every layer routed (llama.cpp's qwen3moe has no dense layers),
                  converted with --outtype q8_0 (stacked ffn_*_exps expert tensors, a float router).
@@ -47,14 +47,15 @@ def hf_checkpoint(name: str, spec: dict, out: Path, tok) -> None:
     tm.save_tokenizer(tok, out)
 
 
-def convert(src: Path, dst: Path, outtype: str) -> None:
+def convert(src: Path, dst: Path, outtype: str, extra: tuple[str, ...] = ()) -> None:
     """llama.cpp's convert_hf_to_gguf.py on `src`, its pre-tokenizer check answered with `default`."""
     script = (
         "import sys, runpy\n"
         f"sys.path.insert(0, {str(LLAMA_CPP)!r})\n"
         "import conversion.base as base\n"
         "base.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'default'\n"
-        f"sys.argv = ['convert_hf_to_gguf.py', {str(src)!r}, '--outtype', {outtype!r}, '--outfile', {str(dst)!r}]\n"
+        f"sys.argv = ['convert_hf_to_gguf.py', {str(src)!r}, '--outtype', {outtype!r}, '--outfile', {str(dst)!r}]"
+        f" + {list(extra)!r}\n"
         f"runpy.run_path({str(LLAMA_CPP / 'convert_hf_to_gguf.py')!r}, run_name='__main__')\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, cwd=str(LLAMA_CPP))
@@ -108,14 +109,11 @@ def write_golden(name: str, gguf: Path, ids: list[int], note: str) -> None:
     print(f"  fixture {gguf.name}: {gguf.stat().st_size} bytes")
 
 
-def main() -> None:
-    if not (LLAMA_CPP / "convert_hf_to_gguf.py").exists():
-        raise SystemExit("run bench/setup-llama-cpp.sh first: it checks out llama.cpp, whose converter this uses")
+def qwen3moe(ids: list[int]) -> None:
     tok = tm.train_tokenizer()
     spec = tm.specs()["qwen3-moe"]
     spec["cfg"].mlp_only_layers = []
     name = "qwen3moe-q8_0"
-    ids = tok.encode(tm.PROMPT_TEXT).ids
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "hf"
         src.mkdir()
@@ -124,10 +122,34 @@ def main() -> None:
         convert(src, gguf, "q8_0")
     write_golden(name, gguf, ids, "tiny_models.py's qwen3-moe checkpoint with every layer routed, converted by "
                  "llama.cpp's convert_hf_to_gguf.py --outtype q8_0 (bench/.build/llama.cpp).")
+
+
+def gpt_oss(ids: list[int]) -> None:
     gguf = FIXTURES / "tiny-gpt-oss-mxfp4.gguf"
     convert((FIXTURES / "tiny-gpt-oss-mxfp4").resolve(), gguf, "q8_0")
     write_golden("gpt-oss-mxfp4", gguf, ids, "tests/fixtures/tiny-gpt-oss-mxfp4 (MXFP4 experts) converted by "
                  "llama.cpp's convert_hf_to_gguf.py --outtype q8_0: experts MXFP4, the rest Q8_0 / F32.")
+
+
+def qwen35(ids: list[int]) -> None:
+    """Qwen3.5 and its MoE variant (tiny_models.py's checkpoints): llama.cpp's converter reorders the value heads
+    into tiled order, keeps -exp(A_log) and the norms as 1 + w; --no-mtp (the checkpoints have no MTP head)."""
+    for fixture, name, outtype in (("tiny-qwen3_5", "qwen35-f32", "f32"), ("tiny-qwen3_5-moe", "qwen35moe-q8_0", "q8_0")):
+        gguf = FIXTURES / f"tiny-{name}.gguf"
+        convert((FIXTURES / fixture).resolve(), gguf, outtype, ("--no-mtp",))
+        write_golden(name, gguf, ids, f"tests/fixtures/{fixture} converted by llama.cpp's convert_hf_to_gguf.py "
+                     f"--outtype {outtype} --no-mtp (bench/.build/llama.cpp).")
+
+
+BUILDS = {"qwen3moe": qwen3moe, "gpt-oss": gpt_oss, "qwen35": qwen35}
+
+
+def main() -> None:
+    if not (LLAMA_CPP / "convert_hf_to_gguf.py").exists():
+        raise SystemExit("run bench/setup-llama-cpp.sh first: it checks out llama.cpp, whose converter this uses")
+    ids = tm.train_tokenizer().encode(tm.PROMPT_TEXT).ids
+    for name in sys.argv[1:] or list(BUILDS):
+        BUILDS[name](ids)
 
 
 if __name__ == "__main__":

@@ -147,6 +147,19 @@ fn tiny_gpt_oss_gguf_matches_llama_cpp() {
 }
 
 /// The GGUF fixture `tiny-NAME.gguf` against llama.cpp's logits and greedy tokens on it.
+/// Qwen3.5 as llama.cpp converts it (`qwen35`: value heads in tiled order, -exp(A_log), norms stored as 1 + w), in
+/// f32 against llama.cpp on the same file (whose own logits are within 5.2e-5 of transformers').
+#[test]
+fn tiny_qwen35_gguf_matches_llama_cpp() {
+    gguf_matches_llama_cpp("qwen35-f32", Tol { max_abs: 2e-4, rel_rms: 1e-3 });
+}
+
+/// Qwen3.5-MoE as llama.cpp converts it (`qwen35moe`, Q8_0: stacked experts, the shared expert and its gate).
+#[test]
+fn tiny_qwen35moe_gguf_matches_llama_cpp() {
+    gguf_matches_llama_cpp("qwen35moe-q8_0", GGUF_TOL);
+}
+
 fn gguf_matches_llama_cpp(name: &str, tol: Tol) {
     let path = fixture(&format!("tiny-{name}.gguf"));
     let m = load(path.to_str().unwrap(), &candle_core::Device::Cpu, None).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -45,7 +45,11 @@ impl GatedDeltaNet {
             in_proj_a,
             out_proj: l.linear(&format!("{p}.out_proj"), false)?,
             conv: l.vector_f32(&format!("{p}.conv1d.weight"), cfg.conv_dim() * cfg.conv_kernel)?,
-            decay_rate: a_log.iter().map(|a| a.exp()).collect(),
+            // a GGUF keeps -exp(A_log) (llama.cpp's ssm_a)
+            decay_rate: match l.weights {
+                crate::weights::Weights::Gguf(_) => a_log.iter().map(|a| -a).collect(),
+                _ => a_log.iter().map(|a| a.exp()).collect(),
+            },
             dt_bias: l.vector_f32(&format!("{p}.dt_bias"), cfg.v_heads)?,
             norm: l.vector_f32(&format!("{p}.norm.weight"), cfg.value_dim)?,
             eps: l.cfg.rms_norm_eps as f32,

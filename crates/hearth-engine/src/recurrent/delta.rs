@@ -109,7 +109,6 @@ pub fn run_row(
     let (cd, kern) = (c.conv_dim(), c.conv_kernel);
     let (hk, hv, dk, dv) = (c.k_heads, c.v_heads, c.key_dim, c.value_dim);
     let key_dim = hk * dk;
-    let rep = hv / hk;
     let len = x.a.len() / hv;
     let scale = 1.0 / (dk as f32).sqrt();
     let mut y = vec![0.0f32; cd];
@@ -141,7 +140,8 @@ pub fn run_row(
         // 3. the delta rule per value head, within the chunk
         let i = st.pos % chunk;
         for h in 0..hv {
-            let (qh, kh) = (&q[(h / rep) * dk..][..dk], &k[(h / rep) * dk..][..dk]);
+            let g = c.key_head(h);
+            let (qh, kh) = (&q[g * dk..][..dk], &k[g * dk..][..dk]);
             let vh = &v[h * dv..(h + 1) * dv];
             let beta = 1.0 / (1.0 + (-x.b[t * hv + h]).exp());
             let g = -w.decay_rate[h] * softplus(x.a[t * hv + h] + w.dt_bias[h]);
@@ -223,7 +223,15 @@ mod tests {
     use super::*;
 
     fn cfg() -> LinearAttnConfig {
-        LinearAttnConfig { layers: vec![true], conv_kernel: 4, k_heads: 2, v_heads: 4, key_dim: 8, value_dim: 6 }
+        LinearAttnConfig {
+            layers: vec![true],
+            conv_kernel: 4,
+            k_heads: 2,
+            v_heads: 4,
+            key_dim: 8,
+            value_dim: 6,
+            tiled_v_heads: false,
+        }
     }
 
     /// A small deterministic generator (no dependency).

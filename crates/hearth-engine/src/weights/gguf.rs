@@ -332,8 +332,12 @@ pub fn hf_to_gguf_name(arch: &str, hf: &str) -> Option<String> {
     let rest = hf.strip_prefix("model.layers.")?;
     let (layer, param) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    if param == "self_attn.sinks" {
-        return Some(format!("blk.{layer}.attn_sinks.weight"));
+    match param {
+        "self_attn.sinks" => return Some(format!("blk.{layer}.attn_sinks.weight")),
+        // Qwen3.5's DeltaNet constants: llama.cpp keeps -exp(A_log) as ssm_a
+        "linear_attn.A_log" => return Some(format!("blk.{layer}.ssm_a")),
+        "linear_attn.dt_bias" => return Some(format!("blk.{layer}.ssm_dt.bias")),
+        _ => {}
     }
     let (module, suffix) = param.rsplit_once('.')?; // suffix: weight | bias
     let gemma = arch.starts_with("gemma");
@@ -349,7 +353,18 @@ pub fn hf_to_gguf_name(arch: &str, hf: &str) -> Option<String> {
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
         "input_layernorm" => "attn_norm",
-        "post_attention_layernorm" if gemma || arch == "gpt-oss" => "post_attention_norm",
+        "post_attention_layernorm" if gemma || arch == "gpt-oss" || arch.starts_with("qwen35") => "post_attention_norm",
+        "linear_attn.in_proj_qkv" => "attn_qkv",
+        "linear_attn.in_proj_z" => "attn_gate",
+        "linear_attn.in_proj_a" => "ssm_alpha",
+        "linear_attn.in_proj_b" => "ssm_beta",
+        "linear_attn.out_proj" => "ssm_out",
+        "linear_attn.norm" => "ssm_norm",
+        "linear_attn.conv1d" => "ssm_conv1d",
+        "mlp.shared_expert.gate_proj" => "ffn_gate_shexp",
+        "mlp.shared_expert.up_proj" => "ffn_up_shexp",
+        "mlp.shared_expert.down_proj" => "ffn_down_shexp",
+        "mlp.shared_expert_gate" => "ffn_gate_inp_shexp",
         "mlp.router" => "ffn_gate_inp",
         "post_attention_layernorm" => "ffn_norm",
         "pre_feedforward_layernorm" => "ffn_norm",

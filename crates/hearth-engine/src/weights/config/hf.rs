@@ -223,6 +223,7 @@ fn hf_linear_attn(c: &HfConfig, layers: usize) -> Result<LinearAttnConfig> {
         v_heads: c.linear_num_value_heads.unwrap_or(32),
         key_dim: c.linear_key_head_dim.unwrap_or(128),
         value_dim: c.linear_value_head_dim.unwrap_or(128),
+        tiled_v_heads: false,
     })
 }
 
