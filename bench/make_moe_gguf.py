@@ -5,6 +5,9 @@ measuring routed-expert models on the CPU against llama.cpp on the same file (sp
     .venv-oracle/bin/python bench/make_moe_gguf.py OUT.gguf [--hidden 1024] [--layers 16] [--experts 64]
         [--top-k 8] [--expert-ffn 256] [--heads 16] [--kv-heads 4] [--outtype q8_0] [--arch qwen3-moe|gpt-oss]
 
+`--arch qwen3.5` makes a dense Qwen3.5-shaped hybrid instead (three gated-DeltaNet layers to one output-gated
+full-attention layer, 16 key and value heads of 128 in the DeltaNet, 256-dim attention heads with a quarter rotated,
+a gated MLP of --ffn; --layers 24 --heads 8 --kv-heads 2: ~0.6B parameters, the shape of the small Qwen3.5 models);
 `--arch gpt-oss` makes gpt-oss's shape instead (attention sinks and biases, alternating 128-token sliding and full
 layers, YaRN, biased experts) with its experts in MXFP4 as gpt-oss is published (tools/oracle/tiny_mxfp4.py's
 quantizer), which the converter keeps as GGML's MXFP4.
@@ -36,7 +39,8 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--outtype", default="q8_0")
-    ap.add_argument("--arch", default="qwen3-moe", choices=["qwen3-moe", "gpt-oss"])
+    ap.add_argument("--arch", default="qwen3-moe", choices=["qwen3-moe", "gpt-oss", "qwen3.5"])
+    ap.add_argument("--ffn", type=int, default=3584, help="qwen3.5: the MLP's intermediate size")
     a = ap.parse_args()
 
     import torch
@@ -48,7 +52,16 @@ def main() -> None:
     shape = dict(vocab_size=vocab, hidden_size=a.hidden, num_hidden_layers=a.layers, num_attention_heads=a.heads,
                  num_key_value_heads=a.kv_heads, head_dim=a.hidden // a.heads, num_experts_per_tok=a.top_k,
                  tie_word_embeddings=False, max_position_embeddings=32768, bos_token_id=1, eos_token_id=2)
-    if a.arch == "gpt-oss":
+    if a.arch == "qwen3.5":
+        from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+        shape.update(head_dim=256)
+        shape.pop("num_experts_per_tok")
+        cls, cfg = Qwen3_5ForCausalLM, Qwen3_5TextConfig(
+            **shape, intermediate_size=a.ffn, linear_num_key_heads=16, linear_num_value_heads=16,
+            linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                             "mrope_interleaved": True, "mrope_section": [11, 11, 10]})
+    elif a.arch == "gpt-oss":
         from transformers import GptOssConfig, GptOssForCausalLM
         cls, cfg = GptOssForCausalLM, GptOssConfig(**shape, num_local_experts=a.experts,
                                                    intermediate_size=a.expert_ffn, sliding_window=128)
@@ -63,13 +76,20 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name.split(".")[-2]:
+            if a.arch == "qwen3.5" and name.endswith(".A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(1.0, 16.0, generator=g).log())
+            elif a.arch == "qwen3.5" and name.endswith(".dt_bias"):
                 p.fill_(1.0)
+            elif "norm" in name.split(".")[-2]:
+                # Qwen3.5's norms multiply by 1 + w (its DeltaNet's gated norm by w)
+                zero_centred = a.arch == "qwen3.5" and not name.endswith("linear_attn.norm.weight")
+                p.fill_(0.0 if zero_centred else 1.0)
             else:
                 p.copy_((0.02 * torch.randn(p.shape, generator=g)).to(p.dtype))
     total = sum(p.numel() for p in model.parameters())
     per_layer_expert = 3 * a.hidden * a.expert_ffn
-    active = total - a.layers * (a.experts - a.top_k) * per_layer_expert
+    routed = a.layers * (a.experts - a.top_k) * per_layer_expert if a.arch != "qwen3.5" else 0
+    active = total - routed
     print(f"{total / 1e9:.2f}B parameters, {active / 1e9:.2f}B read per token", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "moe"
@@ -79,7 +99,7 @@ def main() -> None:
         if a.arch == "gpt-oss":
             to_mxfp4(src)
         del model
-        convert(src, Path(a.out).resolve(), a.outtype)
+        convert(src, Path(a.out).resolve(), a.outtype, ("--no-mtp",) if a.arch == "qwen3.5" else ())
     print(f"wrote {a.out}", file=sys.stderr)
 
 

@@ -5,6 +5,9 @@
 #   bench/prompt_cache.sh agents     # 8 agents sharing a 2k-token system prompt: cache on, off, llama-server
 #   bench/prompt_cache.sh multiturn  # a 20-turn chat, ChatML (SmolLM2) and Gemma 3 (bench/templates/gemma3.jinja),
 #                                    # and SmolLM2 on llama-server (multiturn-llama: only that)
+#   bench/prompt_cache.sh hybrid     # the 20-turn chat on a hybrid (Qwen3.5-shaped) GGUF, HYBRID_GGUF (made by
+#                                    # bench/make_moe_gguf.py --arch qwen3.5): hearth's state snapshots on and off,
+#                                    # and llama-server on the same file
 # HEARTH_BIN picks the binary (default target/release/hearth); THREADS (2). Prints JSON lines for
 # docs/benchmarks.md. Needs: scripts/fetch-models, cargo build --release -p hearth-cli (and for agents
 # bench/setup-llama-cpp.sh unless SKIP_LLAMA=1).
@@ -102,8 +105,29 @@ multiturn_llama() {
   stop
 }
 
+# A hybrid model: a cached prefix resumes only from a recurrent-state snapshot (--prompt-cache-state).
+hybrid() {
+  local gguf="${HYBRID_GGUF:?set HYBRID_GGUF to a Qwen3.5-shaped GGUF (bench/make_moe_gguf.py --arch qwen3.5)}"
+  start -m "$gguf" --batch 4
+  python3 bench/prompt_cache.py multiturn --url "$URL" --turns 20 --max-tokens 48 --label "hybrid, snapshots on"
+  stats "hybrid, snapshots on"
+  python3 bench/prompt_cache.py turn20 --url "$URL" --repeats 7 --label "hybrid, snapshots on"
+  stop
+  start -m "$gguf" --batch 4 --prompt-cache-state 0
+  python3 bench/prompt_cache.py multiturn --url "$URL" --turns 20 --max-tokens 48 --label "hybrid, --prompt-cache-state 0"
+  stop
+  [ "${SKIP_LLAMA:-0}" = 1 ] && return 0
+  bench/.build/llama.cpp/build/bin/llama-server -m "$gguf" -t "$THREADS" -tb "$THREADS" -np 1 -c 8192 --jinja \
+    --host 127.0.0.1 --port $PORT >>"$TMP/server.log" 2>&1 &
+  PID=$!; wait_ready
+  python3 bench/prompt_cache.py multiturn --url "$URL" --turns 20 --max-tokens 48 --label "hybrid, llama-server (cache_prompt)"
+  python3 bench/prompt_cache.py turn20 --url "$URL" --repeats 7 --label "hybrid, llama-server (cache_prompt)"
+  stop
+}
+
 case "$WHAT" in
   reattach) reattach ;;
+  hybrid) hybrid ;;
   restore-verify) restore_verify ;;
   agents) agents ;;
   multiturn) multiturn ;;

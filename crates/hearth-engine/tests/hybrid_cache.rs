@@ -98,6 +98,23 @@ fn second_turn_resumes_from_the_first_turns_state() {
 }
 
 #[test]
+fn a_prefix_shared_inside_prompts_is_kept_where_they_part() {
+    // three prompts share their first 40 tokens (the history) and differ after it (the new message)
+    let p = prompt();
+    let history: Vec<u32> = p.iter().chain(&p[..16]).copied().collect();
+    let ask = |i: usize| -> Vec<u32> { history.iter().chain(&p[i..i + 9]).copied().collect() };
+    let warm = engine(64, 4, 64, 64 << 20);
+    let cold = engine(64, 4, 0, 0);
+    let (_, c0) = finish(warm.submit(req(&ask(0), 6)).unwrap(), 1);
+    // the second finds the history's KV (to 32) without a state snapshot there: it computes it and keeps one
+    let (_, c1) = finish(warm.submit(req(&ask(1), 6)).unwrap(), 1);
+    let (third, c2) = finish(warm.submit(req(&ask(2), 6)).unwrap(), 1);
+    assert_eq!((c0, c1, c2), (0, 0, 32), "cached prompt tokens of the three requests");
+    let (want, _) = finish(cold.submit(req(&ask(2), 6)).unwrap(), 1);
+    same("resumed where the prompts part vs cold", &third[0], &want[0]);
+}
+
+#[test]
 fn choices_fork_the_state_and_preempted_rows_resume() {
     let p = prompt();
     let e = engine(64, 8, 64, 64 << 20);

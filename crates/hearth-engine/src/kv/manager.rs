@@ -31,6 +31,9 @@ pub struct RowKv {
     pub cached: usize,
     /// Waiting for blocks restored from the cold tier; then `computed` becomes this.
     pub restoring: Option<usize>,
+    /// Hybrid models: the end of the cached KV this row's prompt shares beyond the last state snapshot, where its
+    /// state is worth keeping (the next request with this prefix resumes there).
+    pub capture_at: Option<usize>,
     /// A restore from the cold tier failed: look only in RAM from now on.
     pub skip_cold: bool,
 }
@@ -45,12 +48,14 @@ pub struct Hit {
     /// A partial block after the RAM hits (referenced) and how many of its first tokens the row shares: the row
     /// gets a copy of it.
     partial: Option<(u32, usize)>,
+    /// Hybrid models: the blocks of cached KV found before trimming to the last state snapshot.
+    kv_blocks: usize,
 }
 
 impl Hit {
     /// Nothing found: a row that computes its whole prompt (one that scores its prompt tokens).
     pub fn miss() -> Self {
-        Hit { ram: Vec::new(), cold: Vec::new(), hashes: Vec::new(), partial: None }
+        Hit { ram: Vec::new(), cold: Vec::new(), hashes: Vec::new(), partial: None, kv_blocks: 0 }
     }
 
     fn blocks(&self) -> usize {
@@ -74,6 +79,10 @@ impl Hit {
         self.room(total) - self.cold.len() - 2 * usize::from(self.partial.is_some())
     }
 }
+
+/// Hybrid models keep a snapshot of their recurrent state every this many blocks of a prompt (1,024 tokens in
+/// 16-token blocks), so a prefix that parts from a cached prompt somewhere inside it resumes at most this far back.
+pub const STATE_PERIOD_BLOCKS: usize = 64;
 
 /// A hybrid model resumes only where a snapshot of its recurrent state was kept: keep the blocks `got` found for
 /// the addresses `hashes` up to the last one that has one, giving the rest back. Returns how many stay.
@@ -183,8 +192,9 @@ impl KvCacheManager {
         let mut ram = self.pool.lookup(&hashes);
         if let Some(book) = self.states.as_mut() {
             // no cold tier, no partial block: their ends have no snapshot
+            let kv_blocks = ram.len();
             let keep = trim_to_snapshot(&mut self.pool, book, &hashes, &mut ram);
-            return Hit { hashes: hashes[..keep].to_vec(), ram, cold: Vec::new(), partial: None };
+            return Hit { hashes: hashes[..keep].to_vec(), ram, cold: Vec::new(), partial: None, kv_blocks };
         }
         let mut cold = Vec::new();
         if let Some(tier) = self.cold.as_ref().filter(|_| !skip_cold) {
@@ -205,7 +215,7 @@ impl KvCacheManager {
         } else {
             None
         };
-        Hit { hashes: hashes[..ram.len() + cold.len()].to_vec(), ram, cold, partial }
+        Hit { hashes: hashes[..ram.len() + cold.len()].to_vec(), ram, cold, partial, kv_blocks: 0 }
     }
 
     /// Give back what [`Self::lookup`] took (the row could not be admitted).
@@ -219,6 +229,7 @@ impl KvCacheManager {
     /// get fresh blocks and are restored before the row computes anything.
     pub fn attach(&mut self, slot: usize, row: &mut RowKv, hit: Hit) {
         let bs = self.pool.block_size();
+        row.capture_at = (hit.kv_blocks > hit.ram.len()).then_some(hit.kv_blocks * bs);
         if hit.tokens(bs) == 0 {
             self.stats.misses += 1;
             return;
@@ -346,18 +357,20 @@ impl KvCacheManager {
     }
 
     /// Hybrid models: the snapshots row `slot` takes in a step that computes `n_new` more of its `tokens` (of which
-    /// `prompt_len` are prompt): at the prompt's last block boundary and the one before its last token, and at
-    /// every boundary it reaches while decoding (each replacing the one before).
+    /// `prompt_len` are prompt): at the prompt's last block boundary and the one before its last token, where its
+    /// prompt parts from cached KV that had no snapshot (`capture_at`), every [`STATE_PERIOD_BLOCKS`] blocks of
+    /// prompt, and at every boundary it reaches while decoding (each replacing the one before).
     pub fn plan_captures(&mut self, slot: usize, row: &RowKv, tokens: &[u32], prompt_len: usize, n_new: usize) {
         let Some(book) = self.states.as_mut().filter(|_| self.pool.caching()) else { return };
         let bs = self.pool.block_size();
-        let marks = [prompt_len / bs * bs, prompt_len.saturating_sub(1) / bs * bs];
+        let marks = [prompt_len / bs * bs, prompt_len.saturating_sub(1) / bs * bs, row.capture_at.unwrap_or(0)];
+        let period = STATE_PERIOD_BLOCKS * bs;
         let end = (row.computed + n_new).min(tokens.len());
         let done = row.hashes.len() * bs;
         let mut q = (row.computed / bs + 1) * bs;
         while q <= end {
             let decoding = q > prompt_len;
-            if (decoding || marks.contains(&q)) && q > done {
+            if (decoding || marks.contains(&q) || q.is_multiple_of(period)) && q > done {
                 let parent = row.hashes.last().copied().unwrap_or(self.root);
                 if let Some(&name) = chain(parent, &tokens[done..q], bs).last() {
                     book.capture(slot, q, name, decoding);

@@ -16,6 +16,20 @@
 //! the same whichever way the tokens before it were grouped. Every exponent is ≤ 0 (no overflow).
 
 use crate::weights::config::LinearAttnConfig;
+use std::sync::Mutex;
+
+/// One value head's part of a layer state.
+#[derive(Debug, Clone, PartialEq)]
+struct HeadState {
+    /// The state at the last chunk boundary: key_dim × value_dim.
+    s: Vec<f32>,
+    /// This chunk's normalized keys so far: chunk × key_dim.
+    keys: Vec<f32>,
+    /// This chunk's corrections δ so far: chunk × value_dim.
+    deltas: Vec<f32>,
+    /// This chunk's cumulative log decays so far.
+    gammas: Vec<f32>,
+}
 
 /// One linear-attention layer's state for one sequence.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,32 +38,34 @@ pub struct LayerState {
     pub pos: usize,
     /// The convolution's last `kernel - 1` inputs, oldest first: (kernel - 1) × conv_dim.
     conv: Vec<f32>,
-    /// The state at the last chunk boundary: v_heads × key_dim × value_dim.
-    s: Vec<f32>,
-    /// This chunk's normalized keys so far, per value head: chunk × v_heads × key_dim.
-    keys: Vec<f32>,
-    /// This chunk's corrections δ so far: chunk × v_heads × value_dim.
-    deltas: Vec<f32>,
-    /// This chunk's cumulative log decays so far: chunk × v_heads.
-    gammas: Vec<f32>,
+    heads: Vec<HeadState>,
 }
 
 impl LayerState {
     /// The state before any token.
     pub fn new(c: &LinearAttnConfig, chunk: usize) -> Self {
-        Self {
-            pos: 0,
-            conv: vec![0.0; (c.conv_kernel - 1) * c.conv_dim()],
-            s: vec![0.0; c.v_heads * c.key_dim * c.value_dim],
-            keys: vec![0.0; chunk * c.v_heads * c.key_dim],
-            deltas: vec![0.0; chunk * c.v_heads * c.value_dim],
-            gammas: vec![0.0; chunk * c.v_heads],
+        let head = HeadState {
+            s: vec![0.0; c.key_dim * c.value_dim],
+            keys: vec![0.0; chunk * c.key_dim],
+            deltas: vec![0.0; chunk * c.value_dim],
+            gammas: vec![0.0; chunk],
+        };
+        Self { pos: 0, conv: vec![0.0; (c.conv_kernel - 1) * c.conv_dim()], heads: vec![head; c.v_heads] }
+    }
+
+    /// The state without its chunk buffers, which a state at a chunk boundary never reads again (a snapshot);
+    /// the next token after it allocates them again.
+    pub fn compact(mut self) -> Self {
+        for h in &mut self.heads {
+            (h.keys, h.deltas, h.gammas) = (Vec::new(), Vec::new(), Vec::new());
         }
+        self
     }
 
     /// Bytes this state holds.
     pub fn bytes(&self) -> usize {
-        4 * (self.conv.len() + self.s.len() + self.keys.len() + self.deltas.len() + self.gammas.len())
+        let heads: usize = self.heads.iter().map(|h| h.s.len() + h.keys.len() + h.deltas.len() + h.gammas.len()).sum();
+        4 * (self.conv.len() + heads)
     }
 }
 
@@ -95,8 +111,9 @@ fn l2norm(x: &mut [f32]) {
 }
 
 /// Run `len` tokens of one row through the layer: `st` advances by `len` (it must sit at the row's first
-/// position); `out` receives len × v_heads × value_dim outputs (before the gated norm). `boundary` is called with
-/// the state each time a chunk completes (its position is then a multiple of `chunk`).
+/// position); `out` receives len × v_heads × value_dim outputs (before the gated norm). Returns the state at each
+/// position of `captures` (chunk boundaries within the row's new tokens, ascending), in order. Value heads run in
+/// parallel on the kernel pool; each head's arithmetic is the same however many threads there are.
 pub fn run_row(
     c: &LinearAttnConfig,
     w: &DeltaWeights,
@@ -104,115 +121,195 @@ pub fn run_row(
     st: &mut LayerState,
     x: &RowInputs,
     out: &mut [f32],
-    mut boundary: impl FnMut(&LayerState),
-) {
-    let (cd, kern) = (c.conv_dim(), c.conv_kernel);
-    let (hk, hv, dk, dv) = (c.k_heads, c.v_heads, c.key_dim, c.value_dim);
-    let key_dim = hk * dk;
+    captures: &[usize],
+) -> Vec<LayerState> {
+    let (cd, kern, hv, dv) = (c.conv_dim(), c.conv_kernel, c.v_heads, c.value_dim);
     let len = x.a.len() / hv;
+    let pos0 = st.pos;
+    let captures: Vec<usize> =
+        captures.iter().copied().filter(|&p| p > pos0 && p <= pos0 + len && p.is_multiple_of(chunk)).collect();
+    // 1. the convolution over the kept inputs and the new ones, q and k normalized
+    let mut inputs = std::mem::take(&mut st.conv);
+    inputs.extend_from_slice(x.mixed);
+    let y = convolve(c, w, &inputs, len);
+    // 2. the delta rule, each value head over every token
+    let jobs: Vec<Mutex<HeadJob>> = st
+        .heads
+        .iter_mut()
+        .map(|head| Mutex::new(HeadJob { head, out: vec![0.0; len * dv], snaps: Vec::new() }))
+        .collect();
+    let ctx = RowCtx { c, w, chunk, pos0, y: &y, x, captures: &captures };
+    crate::work_pool::par_chunks(hv, 1, |range| {
+        for h in range {
+            let mut job = jobs[h].lock().unwrap_or_else(|e| e.into_inner());
+            run_head(&ctx, h, &mut job);
+        }
+    });
+    // 3. outputs in token order, the kept inputs, the captured states
+    let mut snaps: Vec<Vec<HeadState>> = vec![Vec::with_capacity(hv); captures.len()];
+    for (h, job) in jobs.into_iter().enumerate() {
+        let job = job.into_inner().unwrap_or_else(|e| e.into_inner());
+        for t in 0..len {
+            out[(t * hv + h) * dv..][..dv].copy_from_slice(&job.out[t * dv..(t + 1) * dv]);
+        }
+        for (k, s) in job.snaps.into_iter().enumerate() {
+            snaps[k].push(s);
+        }
+    }
+    let keep = (kern - 1) * cd;
+    st.conv = inputs[inputs.len() - keep..].to_vec();
+    st.pos += len;
+    // the inputs before position p are rows p - pos0 .. p - pos0 + kernel - 1 of `inputs`
+    captures
+        .iter()
+        .zip(snaps)
+        .map(|(&p, heads)| {
+            let r = p - pos0;
+            LayerState { pos: p, conv: inputs[r * cd..r * cd + keep].to_vec(), heads }
+        })
+        .collect()
+}
+
+/// The causal depthwise convolution and SiLU of every new token (`inputs`: the kept kernel - 1 rows, then the new
+/// ones), with each key head's q (scaled by 1/√key_dim) and k L2-normalized: len × conv_dim.
+fn convolve(c: &LinearAttnConfig, w: &DeltaWeights, inputs: &[f32], len: usize) -> Vec<f32> {
+    let (cd, kern, hk, dk) = (c.conv_dim(), c.conv_kernel, c.k_heads, c.key_dim);
     let scale = 1.0 / (dk as f32).sqrt();
-    let mut y = vec![0.0f32; cd];
-    let (mut sk, mut r) = (vec![0.0f32; dv], vec![0.0f32; dv]);
-    for t in 0..len {
-        // 1. causal depthwise convolution over this input and the kept ones, then SiLU
-        let xt = &x.mixed[t * cd..(t + 1) * cd];
-        for (ch, yc) in y.iter_mut().enumerate() {
+    let mut y = vec![0.0f32; len * cd];
+    for (t, yt) in y.chunks_exact_mut(cd).enumerate() {
+        for (ch, yc) in yt.iter_mut().enumerate() {
             let wc = &w.conv[ch * kern..(ch + 1) * kern];
             let mut acc = 0.0f32;
             for (i, &wi) in wc[..kern - 1].iter().enumerate() {
-                acc += wi * st.conv[i * cd + ch];
+                acc += wi * inputs[(t + i) * cd + ch];
             }
-            *yc = silu(acc + wc[kern - 1] * xt[ch]);
+            *yc = silu(acc + wc[kern - 1] * inputs[(t + kern - 1) * cd + ch]);
         }
-        if kern > 1 {
-            st.conv.copy_within(cd.., 0);
-            let last = (kern - 2) * cd;
-            st.conv[last..last + cd].copy_from_slice(xt);
-        }
-        // 2. normalized q (scaled) and k per key head
-        let (q, rest) = y.split_at_mut(key_dim);
-        let (k, v) = rest.split_at_mut(key_dim);
+        let (q, rest) = yt.split_at_mut(hk * dk);
         for h in 0..hk {
             l2norm(&mut q[h * dk..(h + 1) * dk]);
-            l2norm(&mut k[h * dk..(h + 1) * dk]);
+            l2norm(&mut rest[h * dk..(h + 1) * dk]);
         }
         q.iter_mut().for_each(|e| *e *= scale);
-        // 3. the delta rule per value head, within the chunk
-        let i = st.pos % chunk;
-        for h in 0..hv {
-            let g = c.key_head(h);
-            let (qh, kh) = (&q[g * dk..][..dk], &k[g * dk..][..dk]);
-            let vh = &v[h * dv..(h + 1) * dv];
-            let beta = 1.0 / (1.0 + (-x.b[t * hv + h]).exp());
-            let g = -w.decay_rate[h] * softplus(x.a[t * hv + h] + w.dt_bias[h]);
-            let gamma = if i == 0 { g } else { st.gammas[(i - 1) * hv + h] + g };
-            st.gammas[i * hv + h] = gamma;
-            st.keys[(i * hv + h) * dk..][..dk].copy_from_slice(kh);
-            let s0 = &st.s[h * dk * dv..(h + 1) * dk * dv];
-            let eg = gamma.exp();
-            // δ = β (v − e^γ S₀ᵀk) − Σ_{m<i} β e^(γ−γₘ) (k·kₘ) δₘ
-            sk.iter_mut().for_each(|e| *e = 0.0);
-            for a in 0..dk {
-                let ka = kh[a];
-                for (e, s) in sk.iter_mut().zip(&s0[a * dv..(a + 1) * dv]) {
-                    *e += s * ka;
-                }
-            }
-            for ((re, &ve), &ske) in r.iter_mut().zip(vh).zip(&sk) {
-                *re = beta * (ve - eg * ske);
-            }
-            for m in 0..i {
-                let gm = st.gammas[m * hv + h];
-                let coef = beta * (gamma - gm).exp() * dot(kh, &st.keys[(m * hv + h) * dk..][..dk]);
-                for (re, &de) in r.iter_mut().zip(&st.deltas[(m * hv + h) * dv..][..dv]) {
-                    *re -= coef * de;
-                }
-            }
-            st.deltas[(i * hv + h) * dv..][..dv].copy_from_slice(&r);
-            // o = e^γ S₀ᵀq + Σ_{m≤i} e^(γ−γₘ) (kₘ·q) δₘ
-            let o = &mut out[(t * hv + h) * dv..][..dv];
-            o.iter_mut().for_each(|e| *e = 0.0);
-            for a in 0..dk {
-                let qa = qh[a];
-                for (e, s) in o.iter_mut().zip(&s0[a * dv..(a + 1) * dv]) {
-                    *e += s * qa;
-                }
-            }
-            o.iter_mut().for_each(|e| *e *= eg);
-            for m in 0..=i {
-                let gm = st.gammas[m * hv + h];
-                let coef = (gamma - gm).exp() * dot(&st.keys[(m * hv + h) * dk..][..dk], qh);
-                for (e, &de) in o.iter_mut().zip(&st.deltas[(m * hv + h) * dv..][..dv]) {
-                    *e += coef * de;
-                }
+    }
+    y
+}
+
+/// One value head's share of a row.
+struct HeadJob<'a> {
+    head: &'a mut HeadState,
+    /// len × value_dim.
+    out: Vec<f32>,
+    snaps: Vec<HeadState>,
+}
+
+/// What every value head of a row reads.
+struct RowCtx<'a> {
+    c: &'a LinearAttnConfig,
+    w: &'a DeltaWeights<'a>,
+    chunk: usize,
+    /// The row's first position.
+    pos0: usize,
+    /// The convolved tokens (len × conv_dim).
+    y: &'a [f32],
+    x: &'a RowInputs<'a>,
+    /// Positions whose state is kept.
+    captures: &'a [usize],
+}
+
+/// Value head `h` over every token of the row.
+fn run_head(r: &RowCtx, h: usize, job: &mut HeadJob) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { run_head_avx2(r, h, job) };
+    }
+    run_head_any(r, h, job)
+}
+
+/// [`run_head_any`] compiled for AVX2 (the same operations in the same order, eight lanes wide).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn run_head_avx2(r: &RowCtx, h: usize, job: &mut HeadJob) {
+    run_head_any(r, h, job)
+}
+
+#[inline(always)]
+fn run_head_any(rc: &RowCtx, h: usize, job: &mut HeadJob) {
+    let RowCtx { c, w, chunk, pos0, y, x, captures } = *rc;
+    let (cd, hk, hv, dk, dv) = (c.conv_dim(), c.k_heads, c.v_heads, c.key_dim, c.value_dim);
+    let g_head = c.key_head(h);
+    let (mut sk, mut r) = (vec![0.0f32; dv], vec![0.0f32; dv]);
+    let st = &mut *job.head;
+    if st.gammas.len() != chunk {
+        // resumed from a compacted snapshot (at a chunk boundary: the buffers are written before they are read)
+        (st.keys, st.deltas, st.gammas) = (vec![0.0; chunk * dk], vec![0.0; chunk * dv], vec![0.0; chunk]);
+    }
+    for (t, yt) in y.chunks_exact(cd).enumerate() {
+        let qh = &yt[g_head * dk..][..dk];
+        let kh = &yt[hk * dk + g_head * dk..][..dk];
+        let vh = &yt[2 * hk * dk + h * dv..][..dv];
+        let i = (pos0 + t) % chunk;
+        let beta = 1.0 / (1.0 + (-x.b[t * hv + h]).exp());
+        let g = -w.decay_rate[h] * softplus(x.a[t * hv + h] + w.dt_bias[h]);
+        let gamma = if i == 0 { g } else { st.gammas[i - 1] + g };
+        st.gammas[i] = gamma;
+        st.keys[i * dk..(i + 1) * dk].copy_from_slice(kh);
+        let eg = gamma.exp();
+        // δ = β (v − e^γ S₀ᵀk) − Σ_{m<i} β e^(γ−γₘ) (k·kₘ) δₘ
+        sk.iter_mut().for_each(|e| *e = 0.0);
+        for (a, &ka) in kh.iter().enumerate() {
+            for (e, s) in sk.iter_mut().zip(&st.s[a * dv..(a + 1) * dv]) {
+                *e += s * ka;
             }
         }
-        st.pos += 1;
-        // 4. a complete chunk folds into the state
+        for ((re, &ve), &ske) in r.iter_mut().zip(vh).zip(&sk) {
+            *re = beta * (ve - eg * ske);
+        }
+        for m in 0..i {
+            let coef = beta * (gamma - st.gammas[m]).exp() * dot(kh, &st.keys[m * dk..(m + 1) * dk]);
+            for (re, &de) in r.iter_mut().zip(&st.deltas[m * dv..(m + 1) * dv]) {
+                *re -= coef * de;
+            }
+        }
+        st.deltas[i * dv..(i + 1) * dv].copy_from_slice(&r);
+        // o = e^γ S₀ᵀq + Σ_{m≤i} e^(γ−γₘ) (kₘ·q) δₘ
+        let o = &mut job.out[t * dv..(t + 1) * dv];
+        for (a, &qa) in qh.iter().enumerate() {
+            for (e, s) in o.iter_mut().zip(&st.s[a * dv..(a + 1) * dv]) {
+                *e += s * qa;
+            }
+        }
+        o.iter_mut().for_each(|e| *e *= eg);
+        for m in 0..=i {
+            let coef = (gamma - st.gammas[m]).exp() * dot(&st.keys[m * dk..(m + 1) * dk], qh);
+            for (e, &de) in o.iter_mut().zip(&st.deltas[m * dv..(m + 1) * dv]) {
+                *e += coef * de;
+            }
+        }
+        // a complete chunk folds into the state
         if i == chunk - 1 {
-            fold(c, chunk, st);
-            boundary(st);
+            fold(st, chunk, dk, dv);
+            if captures.contains(&(pos0 + t + 1)) {
+                job.snaps.push(st.clone());
+            }
         }
     }
 }
 
-/// S = e^γ_(C−1) S₀ + Σₘ e^(γ_(C−1)−γₘ) kₘ δₘᵀ, per value head.
-fn fold(c: &LinearAttnConfig, chunk: usize, st: &mut LayerState) {
-    let (hv, dk, dv) = (c.v_heads, c.key_dim, c.value_dim);
-    for h in 0..hv {
-        let last = st.gammas[(chunk - 1) * hv + h];
-        let s = &mut st.s[h * dk * dv..(h + 1) * dk * dv];
-        let decay = last.exp();
-        s.iter_mut().for_each(|e| *e *= decay);
-        for m in 0..chunk {
-            let wgt = (last - st.gammas[m * hv + h]).exp();
-            let km = &st.keys[(m * hv + h) * dk..][..dk];
-            let dm = &st.deltas[(m * hv + h) * dv..][..dv];
-            for a in 0..dk {
-                let ka = wgt * km[a];
-                for (e, &d) in s[a * dv..(a + 1) * dv].iter_mut().zip(dm) {
-                    *e += ka * d;
-                }
+/// S = e^γ_(C−1) S₀ + Σₘ e^(γ_(C−1)−γₘ) kₘ δₘᵀ.
+#[inline(always)]
+fn fold(st: &mut HeadState, chunk: usize, dk: usize, dv: usize) {
+    let last = st.gammas[chunk - 1];
+    let decay = last.exp();
+    st.s.iter_mut().for_each(|e| *e *= decay);
+    for m in 0..chunk {
+        let wgt = (last - st.gammas[m]).exp();
+        let (km, dm) = (&st.keys[m * dk..(m + 1) * dk], &st.deltas[m * dv..(m + 1) * dv]);
+        for (a, &k) in km.iter().enumerate() {
+            let ka = wgt * k;
+            for (e, &d) in st.s[a * dv..(a + 1) * dv].iter_mut().zip(dm) {
+                *e += ka * d;
             }
         }
     }
@@ -281,7 +378,7 @@ mod tests {
                 b: &k.b[t0 * hv..(t0 + n) * hv],
             };
             let mut o = vec![0.0; n * hv * c.value_dim];
-            run_row(c, &w, chunk, &mut st, &x, &mut o, |_| {});
+            run_row(c, &w, chunk, &mut st, &x, &mut o, &[]);
             out.extend(o);
             t0 += n;
         }
@@ -360,23 +457,26 @@ mod tests {
     }
 
     #[test]
-    fn boundaries_report_the_state_at_each_chunk_end() {
+    fn captures_are_the_state_at_chunk_ends() {
         let c = cfg();
         let k = case(&c, 40);
         let w = DeltaWeights { conv: &k.conv, decay_rate: &k.rate, dt_bias: &k.bias };
         let mut st = LayerState::new(&c, 16);
-        let mut seen = Vec::new();
         let x = RowInputs { mixed: &k.mixed, a: &k.a, b: &k.b };
         let mut o = vec![0.0; 40 * c.v_heads * c.value_dim];
-        run_row(&c, &w, 16, &mut st, &x, &mut o, |s| seen.push(s.clone()));
+        // 8 is off the chunk grid and 48 beyond the row: neither is captured
+        let seen = run_row(&c, &w, 16, &mut st, &x, &mut o, &[8, 16, 32, 48]);
         assert_eq!(seen.iter().map(|s| s.pos).collect::<Vec<_>>(), vec![16, 32]);
-        // resuming from the snapshot at 32 gives the same outputs for tokens 32.. as the straight run
+        // resuming from the capture at 32 gives the same outputs for tokens 32.. as the straight run
         let mut resumed = seen[1].clone();
         let (hv, cd) = (c.v_heads, c.conv_dim());
         let x2 = RowInputs { mixed: &k.mixed[32 * cd..], a: &k.a[32 * hv..], b: &k.b[32 * hv..] };
         let mut o2 = vec![0.0; 8 * hv * c.value_dim];
-        run_row(&c, &w, 16, &mut resumed, &x2, &mut o2, |_| {});
+        run_row(&c, &w, 16, &mut resumed, &x2, &mut o2, &[]);
         assert_eq!(&o[32 * hv * c.value_dim..], &o2[..]);
         assert_eq!(resumed, st);
+        // and a run cut at 32 ends in the captured state
+        let (_, st32) = run_pieces(&c, &k, 16, &[7, 25]);
+        assert_eq!(st32, seen[1]);
     }
 }

@@ -35,7 +35,7 @@ pub fn chunk_for_block(block_size: usize) -> usize {
 /// among `cfg.layers`) in an engine of `block_size`-token blocks.
 pub fn snapshot_bytes(cfg: &LinearAttnConfig, kv_layers: usize, block_size: usize) -> usize {
     let linear = cfg.layers.len().saturating_sub(kv_layers);
-    linear * LayerState::new(cfg, chunk_for_block(block_size)).bytes()
+    linear * LayerState::new(cfg, chunk_for_block(block_size)).compact().bytes()
 }
 
 /// A snapshot: every linear-attention layer's state at one chunk boundary.
@@ -128,7 +128,8 @@ impl RecurrentStates {
     pub fn end_step(&mut self) {
         for c in self.captures.drain(..) {
             if c.layers.len() == self.layers && c.layers.iter().all(Option::is_some) {
-                self.snapshots.insert(c.name, Arc::new(c.layers.into_iter().flatten().collect()));
+                self.snapshots
+                    .insert(c.name, Arc::new(c.layers.into_iter().flatten().map(LayerState::compact).collect()));
             }
         }
     }
@@ -140,7 +141,7 @@ impl RecurrentStates {
         let layers: Option<Vec<LayerState>> = st.iter().cloned().collect();
         match layers {
             Some(l) if l.iter().all(|s| s.pos.is_multiple_of(self.chunk)) => {
-                self.snapshots.insert(name, Arc::new(l));
+                self.snapshots.insert(name, Arc::new(l.into_iter().map(LayerState::compact).collect()));
                 Ok(())
             }
             _ => Err(Error::InvalidRequest(format!("slot {slot} is not at a chunk boundary in every layer"))),
@@ -198,15 +199,17 @@ impl RecurrentStates {
                 )))
             }
         };
-        let captures = &mut self.captures;
-        delta::run_row(cfg, w, chunk, st, x, out, |s| {
-            for c in captures.iter_mut().filter(|c| c.slot == slot && c.pos == s.pos) {
+        let mut wanted: Vec<usize> = self.captures.iter().filter(|c| c.slot == slot).map(|c| c.pos).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        for snap in delta::run_row(cfg, w, chunk, st, x, out, &wanted) {
+            for c in self.captures.iter_mut().filter(|c| c.slot == slot && c.pos == snap.pos) {
                 if c.layers.len() < layers {
                     c.layers.resize(layers, None);
                 }
-                c.layers[ordinal] = Some(s.clone());
+                c.layers[ordinal] = Some(snap.clone());
             }
-        });
+        }
         Ok(())
     }
 }
