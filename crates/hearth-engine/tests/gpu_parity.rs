@@ -180,6 +180,15 @@ fn tiny_gpt_oss_gpu_matches_transformers() {
     tiny_gpu_matches_transformers("gpt-oss");
 }
 
+/// The tiny hybrids (Qwen3.5, Qwen3.5-MoE, Qwen3-Next): their projections and attention on the GPU, the delta rule
+/// over each sequence's state on the host, as the Qwen3-MoE one.
+#[test]
+fn tiny_hybrids_gpu_match_transformers() {
+    for name in ["qwen3_5", "qwen3_5-moe", "qwen3-next"] {
+        tiny_gpu_matches_transformers(name);
+    }
+}
+
 fn tiny_gpu_matches_transformers(name: &str) {
     let dir = fixture(&format!("tiny-{name}"));
     let g = golden(&format!("tiny_{}.json", name.replace('-', "_")));

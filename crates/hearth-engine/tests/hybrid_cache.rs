@@ -8,16 +8,30 @@ use common::*;
 use hearth_engine::engine::{start, EngineConfig, EngineEvent, EngineHandle, EngineRequest, RequestStream};
 use hearth_engine::loader::load;
 use hearth_engine::sampling::SamplingParams;
-use hearth_engine::types::CacheConfig;
+use hearth_engine::types::{CacheConfig, SsdSettings};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Logprobs of the same tokens computed with different matmul row counts (candle's f32 GEMM rounds differently).
 const LOGPROB_TOL: f32 = 1e-4;
 
 fn engine(blocks: usize, batch: usize, cache_blocks: usize, state_bytes: u64) -> EngineHandle {
+    engine_ssd(blocks, batch, cache_blocks, state_bytes, None)
+}
+
+/// `engine` with the SSD tier in `ssd`.
+fn engine_ssd(blocks: usize, batch: usize, cache_blocks: usize, state_bytes: u64, ssd: Option<&Path>) -> EngineHandle {
     let m = load(fixture("tiny-qwen3_5").to_str().unwrap(), &candle_core::Device::Cpu, None).unwrap();
+    let ssd =
+        ssd.map(|dir| SsdSettings { dir: dir.to_path_buf(), max_bytes: 1 << 30, verify: true, demote_idle: None });
     let cfg = EngineConfig {
-        cache: CacheConfig { max_blocks: cache_blocks, namespace: m.fingerprint, state_bytes, ..Default::default() },
+        cache: CacheConfig {
+            max_blocks: cache_blocks,
+            namespace: m.fingerprint,
+            state_bytes,
+            ssd,
+            ..Default::default()
+        },
         ..test_config(blocks, batch)
     };
     start(m.model, m.device, cfg, vec![]).unwrap()
@@ -135,6 +149,36 @@ fn choices_fork_the_state_and_preempted_rows_resume() {
     let st = wait_idle(&small);
     assert!(st.preemptions_total > 0, "expected preemptions with 12 blocks: {st:?}");
     assert_eq!(st.kv_blocks_used, 0);
+}
+
+/// One tiny model snapshot's bytes in memory (3 linear layers, 4 heads of 16 × 16, the convolution's 3 × 128 inputs).
+const SNAPSHOT: u64 = 3 * 4 * (4 * 16 * 16 + 3 * 128);
+
+#[test]
+fn snapshots_go_to_the_ssd_and_come_back_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let p1 = prompt();
+    let (t1, p2) = {
+        // room for one snapshot in memory: the prompt's, spilled to the SSD when the decode's replaces it
+        let e = engine_ssd(64, 4, 64, SNAPSHOT, Some(dir.path()));
+        let (t1, _) = finish(e.submit(req(&p1, 20)).unwrap(), 1);
+        let mut p2 = p1.clone();
+        p2.extend(&t1[0].0);
+        p2.extend(&p1[3..12]);
+        e.flush_cache().unwrap().expect("an SSD tier is configured").recv().unwrap();
+        (t1, p2)
+    };
+    // restart: the KV blocks and the state at turn 1's last full block come back from the SSD
+    let e = engine_ssd(64, 4, 64, SNAPSHOT, Some(dir.path()));
+    let (hit, cached) = finish(e.submit(req(&p2, 12)).unwrap(), 1);
+    assert_eq!(cached, 32, "turn 2 resumes from the SSD at turn 1's last full block");
+    let cold = engine(64, 4, 0, 0);
+    let (want, _) = finish(cold.submit(req(&p2, 12)).unwrap(), 1);
+    same("turn 2 from the SSD vs cold", &hit[0], &want[0]);
+    // and the prompt's own snapshot (evicted from memory to the SSD during turn 1) serves a repeat of it
+    let (again, cached) = finish(e.submit(req(&p1, 20)).unwrap(), 1);
+    assert_eq!(cached, 16);
+    same("turn 1 again from the SSD", &again[0], &t1[0]);
 }
 
 #[test]

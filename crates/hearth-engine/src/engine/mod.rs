@@ -36,14 +36,27 @@ fn open_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Arc<SsdSt
         dtype: enc.name(),
         dtype_size: enc.storage_dtype().size_in_bytes(),
     };
-    let key = format!("{:032x}/{layout:?}", cfg.cache.namespace);
+    open_tier(cfg, s, "", layout)
+}
+
+/// A hybrid model's recurrent-state snapshots on the SSD: a store of their own beside the KV blocks' (another
+/// fingerprint directory under the same root, files shaped like [`crate::recurrent::RecurrentStates::tier_layout`]).
+fn open_state_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Option<Arc<SsdStore>> {
+    let lin = model.config().linear_attn.as_ref()?;
+    let layout = crate::recurrent::RecurrentStates::tier_layout(lin);
+    let chunk = crate::recurrent::chunk_for_block(cfg.kv_block_size);
+    Some(open_tier(cfg, s, &format!("recurrent-state/chunk {chunk}/"), layout))
+}
+
+fn open_tier(cfg: &EngineConfig, s: &SsdSettings, kind: &str, layout: BlockLayout) -> Arc<SsdStore> {
+    let key = format!("{:032x}/{kind}{layout:?}", cfg.cache.namespace);
     let fingerprint = BlockHash::root(key.as_bytes()).0;
     SsdStore::open(SsdConfig { dir: s.dir.clone(), max_bytes: s.max_bytes, verify: s.verify, fingerprint, layout })
 }
 
 /// A hybrid model (linear-attention layers with recurrent state): snapshots of its state within the prompt
-/// cache's `state_bytes`; no speculation (its state cannot be rolled back yet: an explicit draft model is an
-/// error, lookup modes turn off) and no SSD tier (it keeps no state yet).
+/// cache's `state_bytes` (and on the SSD tier, where there is one); no speculation (its state cannot be rolled back
+/// yet: an explicit draft model is an error, lookup modes turn off).
 fn recurrent_settings(c: &crate::weights::ModelConfig, cfg: &mut EngineConfig) -> Result<()> {
     let Some(lin) = &c.linear_attn else { return Ok(()) };
     if cfg.spec.draft_model {
@@ -55,9 +68,6 @@ fn recurrent_settings(c: &crate::weights::ModelConfig, cfg: &mut EngineConfig) -
     if cfg.spec.mode != crate::speculative::SpecMode::Off {
         tracing::info!("speculative decoding is off for {} (linear-attention state)", c.arch_name);
         cfg.spec.mode = crate::speculative::SpecMode::Off;
-    }
-    if cfg.cache.ssd.take().is_some() {
-        tracing::warn!("the SSD tier keeps no linear-attention state yet: it is off for {}", c.arch_name);
     }
     let per = crate::recurrent::snapshot_bytes(lin, c.kv_layers(), cfg.kv_block_size) as u64;
     cfg.cache.recurrent = true;
@@ -96,7 +106,13 @@ pub fn start_with_draft(
     };
     let cold = cfg.cache.ssd.as_ref().filter(|_| cfg.cache.max_blocks > 0).map(|s| open_ssd(model.as_ref(), &cfg, s));
     let vocab = model.config().vocab_size;
-    let mut runner = runner::ModelRunner::new(model, device.clone(), &cfg, cold.clone())?;
+    let state_cold = cfg
+        .cache
+        .ssd
+        .as_ref()
+        .filter(|_| cfg.cache.max_blocks > 0)
+        .and_then(|s| open_state_ssd(model.as_ref(), &cfg, s));
+    let mut runner = runner::ModelRunner::new(model, device.clone(), &cfg, cold.clone(), state_cold.clone())?;
     if let Some(d) = draft {
         let drafter = crate::speculative::drafter::Drafter::new(d, device, cfg.kv_blocks, cfg.kv_block_size, vocab)?;
         runner = runner.with_drafter(drafter);
@@ -104,6 +120,9 @@ pub fn start_with_draft(
     let mut scheduler = Scheduler::new(cfg.clone(), eos, max_positions);
     if let Some(c) = cold.clone() {
         scheduler = scheduler.with_cold_tier(c);
+    }
+    if let Some(c) = state_cold {
+        scheduler = scheduler.with_state_tier(c);
     }
     let mut core = core::EngineCore::new(scheduler, runner);
     let (tx, rx) = mpsc::channel();

@@ -67,10 +67,17 @@ pub struct ModelRunner {
 }
 
 impl ModelRunner {
-    pub fn new(model: Box<dyn Model>, device: Device, cfg: &EngineConfig, cold: Option<Arc<SsdStore>>) -> Result<Self> {
+    /// `cold`: the SSD tier's KV store; `state_cold`: its store of a hybrid model's recurrent-state snapshots.
+    pub fn new(
+        model: Box<dyn Model>,
+        device: Device,
+        cfg: &EngineConfig,
+        cold: Option<Arc<SsdStore>>,
+        state_cold: Option<Arc<SsdStore>>,
+    ) -> Result<Self> {
         let c = model.config();
         let kv_dtype = model.kv_encoding();
-        let kv = PagedAttention::new(
+        let mut kv = PagedAttention::new(
             c.kv_layers(),
             cfg.kv_blocks,
             cfg.kv_block_size,
@@ -81,6 +88,9 @@ impl ModelRunner {
             &device,
         )?;
         tracing::info!(backend = kv.backend_name(), kv_dtype = ?kv_dtype, "paged attention");
+        if let Some(lin) = &c.linear_attn {
+            kv.states().set_model(lin, state_cold);
+        }
         let block_bytes =
             (PagedKv::bytes_per_token(c.kv_layers(), c.num_kv_heads, c.head_dim, kv_dtype) * cfg.kv_block_size) as u64;
         let argmax_on_device = cfg!(feature = "cuda") && device.is_cuda() && crate::levers::get().gpu_argmax;
@@ -160,7 +170,17 @@ impl Runner for ModelRunner {
     }
 
     fn flush(&mut self) -> Option<std::sync::mpsc::Receiver<()>> {
-        self.mover.flush()
+        let blocks = self.mover.flush();
+        let Some(states) = self.kv.states().flush() else { return blocks };
+        let Some(blocks) = blocks else { return Some(states) };
+        // one marker for both stores: it fires once each has written what it was handed
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            if blocks.recv().is_ok() && states.recv().is_ok() {
+                let _ = tx.send(());
+            }
+        });
+        Some(rx)
     }
 
     fn run(&mut self, plan: &StepPlan) -> Result<StepOutput> {

@@ -84,17 +84,6 @@ impl Hit {
 /// 16-token blocks), so a prefix that parts from a cached prompt somewhere inside it resumes at most this far back.
 pub const STATE_PERIOD_BLOCKS: usize = 64;
 
-/// A hybrid model resumes only where a snapshot of its recurrent state was kept: keep the blocks `got` found for
-/// the addresses `hashes` up to the last one that has one, giving the rest back. Returns how many stay.
-fn trim_to_snapshot(pool: &mut BlockPool, book: &mut StateBook, hashes: &[BlockHash], got: &mut Vec<u32>) -> usize {
-    let keep = (0..got.len()).rev().find(|&i| book.has(hashes[i])).map_or(0, |i| i + 1);
-    for &b in &got[keep..] {
-        pool.release(b);
-    }
-    got.truncate(keep);
-    keep
-}
-
 /// Why a choice could not fork off its parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ForkError {
@@ -144,6 +133,13 @@ impl KvCacheManager {
         self.cold = Some(tier);
     }
 
+    /// Hybrid models: the SSD store their recurrent-state snapshots spill to and come back from.
+    pub fn set_state_tier(&mut self, tier: Arc<super::ssd::SsdStore>) {
+        if let Some(book) = self.states.as_mut() {
+            book.set_cold(tier);
+        }
+    }
+
     pub fn block_size(&self) -> usize {
         self.pool.block_size()
     }
@@ -190,12 +186,6 @@ impl KvCacheManager {
         let limit = (tokens.len() - 1) / bs * bs;
         let hashes = chain(self.root, &tokens[..limit], bs);
         let mut ram = self.pool.lookup(&hashes);
-        if let Some(book) = self.states.as_mut() {
-            // no cold tier, no partial block: their ends have no snapshot
-            let kv_blocks = ram.len();
-            let keep = trim_to_snapshot(&mut self.pool, book, &hashes, &mut ram);
-            return Hit { hashes: hashes[..keep].to_vec(), ram, cold: Vec::new(), partial: None, kv_blocks };
-        }
         let mut cold = Vec::new();
         if let Some(tier) = self.cold.as_ref().filter(|_| !skip_cold) {
             for (i, &h) in hashes.iter().enumerate().skip(ram.len()) {
@@ -205,6 +195,21 @@ impl KvCacheManager {
                 let parent = if i == 0 { self.root } else { hashes[i - 1] };
                 cold.push(CachedBlock { hash: h, parent, tokens: tokens[i * bs..(i + 1) * bs].to_vec() });
             }
+        }
+        if let Some(book) = self.states.as_mut() {
+            // a hybrid model resumes only where a snapshot of its state was kept (no partial block: its end has
+            // none)
+            let kv_blocks = ram.len() + cold.len();
+            let keep = (1..=kv_blocks)
+                .rev()
+                .find(|&n| book.find(hashes[n - 1], if n == 1 { self.root } else { hashes[n - 2] }, n * bs))
+                .unwrap_or(0);
+            for &b in &ram[keep.min(ram.len())..] {
+                self.pool.release(b);
+            }
+            ram.truncate(keep);
+            cold.truncate(keep - ram.len());
+            return Hit { hashes: hashes[..keep].to_vec(), ram, cold, partial: None, kv_blocks };
         }
         // Where the RAM hits end (and nothing follows from the cold tier), a cached block after them may start
         // with more of the prompt (a finished row's partial block, or a full block the prompt parts from): its
@@ -239,11 +244,12 @@ impl KvCacheManager {
         row.computed = hit.ram.len() * bs;
         row.cached = row.computed;
         row.blocks = hit.ram;
-        row.hashes = hit.hashes;
-        row.hashes.truncate(row.blocks.len());
-        if let (Some(book), Some(&last)) = (self.states.as_mut(), row.hashes.last()) {
+        // a hybrid row starts from the state after its last hit block (RAM or restored from the cold tier)
+        if let (Some(book), Some(&last)) = (self.states.as_mut(), hit.hashes.last()) {
             book.restore(slot, last);
         }
+        row.hashes = hit.hashes;
+        row.hashes.truncate(row.blocks.len());
         if let Some((src, n)) = hit.partial {
             // Copy-on-write: the row writes after the shared tokens, so it gets its own copy of the block (made
             // before the next step's forward; the source stays referenced until then).
@@ -289,7 +295,18 @@ impl KvCacheManager {
         let more = chain(parent, &tokens[row.computed..limit], bs);
         let mut got = self.pool.lookup(&more);
         if let Some(book) = self.states.as_mut() {
-            let keep = trim_to_snapshot(&mut self.pool, book, &more, &mut got);
+            let first = row.computed / bs;
+            let keep = (1..=got.len())
+                .rev()
+                .find(|&n| {
+                    let parent = if n == 1 { parent } else { more[n - 2] };
+                    book.find(more[n - 1], parent, (first + n) * bs)
+                })
+                .unwrap_or(0);
+            for &b in &got[keep..] {
+                self.pool.release(b);
+            }
+            got.truncate(keep);
             if let Some(&last) = more[..keep].last() {
                 book.restore(slot, last);
             }
@@ -372,8 +389,10 @@ impl KvCacheManager {
             let decoding = q > prompt_len;
             if (decoding || marks.contains(&q) || q.is_multiple_of(period)) && q > done {
                 let parent = row.hashes.last().copied().unwrap_or(self.root);
-                if let Some(&name) = chain(parent, &tokens[done..q], bs).last() {
-                    book.capture(slot, q, name, decoding);
+                let names = chain(parent, &tokens[done..q], bs);
+                if let Some(&name) = names.last() {
+                    let parent = if names.len() > 1 { names[names.len() - 2] } else { parent };
+                    book.capture(crate::recurrent::Capture { slot, pos: q, name, parent }, decoding);
                 }
             }
             q += bs;
@@ -381,7 +400,7 @@ impl KvCacheManager {
     }
 
     /// A step's captures did not happen (its forward pass failed).
-    pub fn captures_failed(&mut self, captures: &[(usize, usize, BlockHash)]) {
+    pub fn captures_failed(&mut self, captures: &[crate::recurrent::Capture]) {
         if let Some(book) = self.states.as_mut() {
             book.captures_failed(captures);
         }

@@ -10,10 +10,12 @@
 //! last full block for the next turn.
 
 use super::prefix::BlockHash;
-use crate::recurrent::StateOps;
+use super::ssd::SsdStore;
+use crate::recurrent::{Capture, Loaded, StateOps};
 use std::collections::HashMap;
+use std::sync::Arc;
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct StateBook {
     /// Snapshot name → its last use (a counter).
     kept: HashMap<BlockHash, u64>,
@@ -22,11 +24,32 @@ pub struct StateBook {
     pending: StateOps,
     /// Per slot: its latest decode-time snapshot (dropped when it takes the next one).
     rolling: HashMap<usize, BlockHash>,
+    /// The SSD tier's snapshot store: snapshots evicted from memory go there, and come back from it.
+    cold: Option<Arc<SsdStore>>,
 }
 
 impl StateBook {
     pub fn new(max: usize) -> Self {
         Self { max, ..Default::default() }
+    }
+
+    /// Spill evicted snapshots to (and find them again in) this SSD store.
+    pub fn set_cold(&mut self, tier: Arc<SsdStore>) {
+        self.cold = Some(tier);
+    }
+
+    /// Whether the snapshot of the state after this block (the block `parent` continues, ending at `pos`) is
+    /// kept, in memory or read back now from the SSD tier (then it rides in the next step's loads).
+    pub fn find(&mut self, name: BlockHash, parent: BlockHash, pos: usize) -> bool {
+        if self.has(name) {
+            return true;
+        }
+        let Some(tier) = self.cold.as_ref().filter(|t| self.max > 0 && t.contains(name)) else { return false };
+        let Some(bytes) = tier.restore(name, parent, &[pos as u32]) else { return false };
+        self.kept.insert(name, self.tick);
+        self.pending.loads.push(Loaded { name, parent, pos, bytes });
+        self.evict_over_max();
+        true
     }
 
     /// Whether a snapshot of the state after this block exists (marking it used).
@@ -56,41 +79,55 @@ impl StateBook {
     pub fn release(&mut self, slot: usize) {
         self.pending.restores.retain(|r| r.0 != slot);
         self.pending.forks.retain(|f| f.1 != slot);
-        self.pending.captures.retain(|c| c.0 != slot);
+        self.pending.captures.retain(|c| c.slot != slot);
         self.pending.release.push(slot);
         self.rolling.remove(&slot);
     }
 
-    /// Keep row `slot`'s state when it reaches `pos` this step, as `name`; `rolling`: a decode-time capture, which
-    /// replaces the row's previous one.
-    pub fn capture(&mut self, slot: usize, pos: usize, name: BlockHash, rolling: bool) {
-        if self.max == 0 || self.has(name) {
+    /// Keep the row's state at a position this step (`c`); `rolling`: a decode-time capture, which replaces the
+    /// row's previous one.
+    pub fn capture(&mut self, c: Capture, rolling: bool) {
+        if self.max == 0 || self.has(c.name) {
             return;
         }
-        self.kept.insert(name, self.tick);
-        self.pending.captures.push((slot, pos, name));
+        self.kept.insert(c.name, self.tick);
+        self.pending.captures.push(c);
         if rolling {
-            if let Some(old) = self.rolling.insert(slot, name) {
-                self.drop_one(old);
+            if let Some(old) = self.rolling.insert(c.slot, c.name) {
+                self.drop_one(old, false);
             }
         }
+        self.evict_over_max();
+    }
+
+    /// The least recently used snapshots out of memory (to the SSD tier, where there is one) past `max`.
+    fn evict_over_max(&mut self) {
         while self.kept.len() > self.max {
             let Some((&oldest, _)) = self.kept.iter().min_by_key(|(_, &t)| t) else { break };
-            self.drop_one(oldest);
+            self.drop_one(oldest, true);
         }
     }
 
-    fn drop_one(&mut self, name: BlockHash) {
-        if self.kept.remove(&name).is_some() {
-            self.pending.captures.retain(|c| c.2 != name);
-            self.pending.drops.push(name);
+    /// Drop a snapshot from memory; `spill`: to the SSD tier first, where there is one (a capture not made yet is
+    /// only cancelled).
+    fn drop_one(&mut self, name: BlockHash, spill: bool) {
+        if self.kept.remove(&name).is_none() {
+            return;
         }
+        let planned = self.pending.captures.len();
+        self.pending.captures.retain(|c| c.name != name);
+        let captured = planned == self.pending.captures.len();
+        if spill && captured && self.cold.as_ref().is_some_and(|t| !t.contains(name)) {
+            self.pending.spills.push(name);
+        }
+        self.pending.loads.retain(|l| l.name != name);
+        self.pending.drops.push(name);
     }
 
     /// A step failed: its captures never happened.
-    pub fn captures_failed(&mut self, captures: &[(usize, usize, BlockHash)]) {
+    pub fn captures_failed(&mut self, captures: &[Capture]) {
         for c in captures {
-            self.kept.remove(&c.2);
+            self.kept.remove(&c.name);
         }
     }
 
@@ -108,10 +145,10 @@ impl StateBook {
         self.kept.is_empty()
     }
 
-    /// Forget everything (the pool starts afresh; the runner clears its states).
+    /// Forget everything in memory (the pool starts afresh; the runner clears its states).
     pub fn clear(&mut self) {
-        let max = self.max;
-        *self = Self::new(max);
+        let (max, cold) = (self.max, self.cold.take());
+        *self = Self { cold, ..Self::new(max) };
     }
 }
 
@@ -123,29 +160,33 @@ mod tests {
         BlockHash(i)
     }
 
+    fn at(slot: usize, pos: usize, name: u128) -> Capture {
+        Capture { slot, pos, name: h(name), parent: h(0) }
+    }
+
     #[test]
     fn least_recently_used_snapshot_goes_first() {
         let mut b = StateBook::new(2);
-        b.capture(1, 16, h(1), false);
-        b.capture(2, 16, h(2), false);
+        b.capture(at(1, 16, 1), false);
+        b.capture(at(2, 16, 2), false);
         assert!(b.has(h(1))); // h(2) is now the oldest
-        b.capture(3, 16, h(3), false);
+        b.capture(at(3, 16, 3), false);
         let ops = b.take();
         assert_eq!(ops.drops, vec![h(2)]);
         // a capture dropped before its step never reaches the runner
-        assert_eq!(ops.captures, vec![(1, 16, h(1)), (3, 16, h(3))]);
+        assert_eq!(ops.captures, vec![at(1, 16, 1), at(3, 16, 3)]);
         assert!(b.has(h(1)) && b.has(h(3)) && !b.has(h(2)));
     }
 
     #[test]
     fn a_rolling_capture_replaces_the_rows_previous_one() {
         let mut b = StateBook::new(8);
-        b.capture(1, 16, h(1), false); // the prompt's: kept
-        b.capture(1, 32, h(2), true);
-        b.capture(1, 48, h(3), true);
+        b.capture(at(1, 16, 1), false); // the prompt's: kept
+        b.capture(at(1, 32, 2), true);
+        b.capture(at(1, 48, 3), true);
         let ops = b.take();
         assert_eq!(ops.drops, vec![h(2)]);
-        assert_eq!(ops.captures, vec![(1, 16, h(1)), (1, 48, h(3))]);
+        assert_eq!(ops.captures, vec![at(1, 16, 1), at(1, 48, 3)]);
         assert_eq!(b.len(), 2);
     }
 

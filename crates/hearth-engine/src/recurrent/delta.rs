@@ -62,6 +62,38 @@ impl LayerState {
         self
     }
 
+    /// The floats a snapshot of one layer keeps (its convolution inputs, then each head's state matrix).
+    pub fn snapshot_floats(c: &LinearAttnConfig) -> usize {
+        (c.conv_kernel - 1) * c.conv_dim() + c.v_heads * c.key_dim * c.value_dim
+    }
+
+    /// A state at a chunk boundary as little-endian f32 bytes ([`Self::snapshot_floats`] of them), appended to
+    /// `out`.
+    pub fn write_snapshot(&self, out: &mut Vec<u8>) {
+        for v in self.conv.iter().chain(self.heads.iter().flat_map(|h| h.s.iter())) {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    /// The state at `pos` (a chunk boundary) from [`Self::write_snapshot`]'s bytes; None if they do not have
+    /// this layer's shape.
+    pub fn read_snapshot(c: &LinearAttnConfig, pos: usize, bytes: &[u8]) -> Option<Self> {
+        if bytes.len() != 4 * Self::snapshot_floats(c) {
+            return None;
+        }
+        let mut floats = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let conv: Vec<f32> = floats.by_ref().take((c.conv_kernel - 1) * c.conv_dim()).collect();
+        let heads = (0..c.v_heads)
+            .map(|_| HeadState {
+                s: floats.by_ref().take(c.key_dim * c.value_dim).collect(),
+                keys: Vec::new(),
+                deltas: Vec::new(),
+                gammas: Vec::new(),
+            })
+            .collect();
+        Some(Self { pos, conv, heads })
+    }
+
     /// Bytes this state holds.
     pub fn bytes(&self) -> usize {
         let heads: usize = self.heads.iter().map(|h| h.s.len() + h.keys.len() + h.deltas.len() + h.gammas.len()).sum();
@@ -478,5 +510,10 @@ mod tests {
         // and a run cut at 32 ends in the captured state
         let (_, st32) = run_pieces(&c, &k, 16, &[7, 25]);
         assert_eq!(st32, seen[1]);
+        // a snapshot's bytes give it back (without its chunk buffers), and only at its own shape
+        let mut bytes = Vec::new();
+        seen[1].write_snapshot(&mut bytes);
+        assert_eq!(LayerState::read_snapshot(&c, 32, &bytes), Some(seen[1].clone().compact()));
+        assert_eq!(LayerState::read_snapshot(&c, 32, &bytes[4..]), None);
     }
 }

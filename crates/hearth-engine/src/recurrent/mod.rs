@@ -15,6 +15,7 @@
 pub mod delta;
 
 use crate::kv::prefix::BlockHash;
+use crate::kv::ssd::SsdStore;
 use crate::weights::config::LinearAttnConfig;
 use crate::{Error, Result};
 use delta::{DeltaWeights, LayerState, RowInputs};
@@ -41,38 +42,66 @@ pub fn snapshot_bytes(cfg: &LinearAttnConfig, kv_layers: usize, block_size: usiz
 /// A snapshot: every linear-attention layer's state at one chunk boundary.
 pub type Snapshot = Arc<Vec<LayerState>>;
 
-/// The scheduler's orders for the recurrent states of one step, applied before its forward pass (captures during
-/// it).
+/// Keep row `slot`'s state when it reaches `pos` in this step, as snapshot `name` (the address of the block that
+/// ends there; `parent`: the block before it, which the SSD tier's file records).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capture {
+    pub slot: usize,
+    pub pos: usize,
+    pub name: BlockHash,
+    pub parent: BlockHash,
+}
+
+/// A snapshot read back from the SSD tier: its bytes (as [`RecurrentStates`] writes them) and where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loaded {
+    pub name: BlockHash,
+    pub parent: BlockHash,
+    pub pos: usize,
+    pub bytes: Vec<u8>,
+}
+
+/// The scheduler's orders for the recurrent states of one step, applied in this order before its forward pass
+/// (captures during it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StateOps {
+    /// Snapshots read from the SSD tier, kept in memory again.
+    pub loads: Vec<Loaded>,
     /// Slots whose rows left: their states are dropped.
     pub release: Vec<usize>,
     /// (from, to): a new choice continues from its parent's state.
     pub forks: Vec<(usize, usize)>,
     /// (slot, snapshot): the row starts from a cached prefix's state.
     pub restores: Vec<(usize, BlockHash)>,
-    /// Snapshots no longer kept.
+    /// Snapshots written to the SSD tier (before they are dropped from memory).
+    pub spills: Vec<BlockHash>,
+    /// Snapshots no longer kept in memory.
     pub drops: Vec<BlockHash>,
-    /// (slot, position, name): keep the row's state when it reaches `position` in this step.
-    pub captures: Vec<(usize, usize, BlockHash)>,
+    pub captures: Vec<Capture>,
 }
 
 impl StateOps {
     pub fn is_empty(&self) -> bool {
-        self.release.is_empty()
+        self.loads.is_empty()
+            && self.release.is_empty()
             && self.forks.is_empty()
             && self.restores.is_empty()
+            && self.spills.is_empty()
             && self.drops.is_empty()
             && self.captures.is_empty()
     }
 }
 
 /// A capture in progress: filled layer by layer as the forward pass reaches its position.
-struct Capture {
-    slot: usize,
-    pos: usize,
-    name: BlockHash,
+struct Filling {
+    at: Capture,
     layers: Vec<Option<LayerState>>,
+}
+
+/// A snapshot in memory, with the block before the one it ends (for the SSD tier's file).
+struct Kept {
+    snap: Snapshot,
+    parent: BlockHash,
 }
 
 /// Every sequence's recurrent state and the snapshots kept for the prompt cache.
@@ -80,15 +109,66 @@ pub struct RecurrentStates {
     chunk: usize,
     /// Per slot, per linear-attention layer (in layer order).
     slots: HashMap<usize, Vec<Option<LayerState>>>,
-    snapshots: HashMap<BlockHash, Snapshot>,
-    captures: Vec<Capture>,
-    /// The number of linear-attention layers (known from the first layer that runs).
+    snapshots: HashMap<BlockHash, Kept>,
+    captures: Vec<Filling>,
+    /// The number of linear-attention layers (known from the first layer that runs, or [`Self::set_model`]).
     layers: usize,
+    /// The model's linear-attention shape, and the SSD tier snapshots are written to and read from.
+    model: Option<(LinearAttnConfig, Option<Arc<SsdStore>>)>,
 }
 
 impl RecurrentStates {
     pub fn new(chunk: usize) -> Self {
-        Self { chunk: chunk.max(1), slots: HashMap::new(), snapshots: HashMap::new(), captures: Vec::new(), layers: 0 }
+        Self {
+            chunk: chunk.max(1),
+            slots: HashMap::new(),
+            snapshots: HashMap::new(),
+            captures: Vec::new(),
+            layers: 0,
+            model: None,
+        }
+    }
+
+    /// The model's linear-attention layers and the SSD tier their snapshots go to (the engine's runner).
+    pub fn set_model(&mut self, cfg: &LinearAttnConfig, cold: Option<Arc<SsdStore>>) {
+        self.layers = cfg.layers.iter().filter(|&&l| l).count();
+        self.model = Some((cfg.clone(), cold));
+    }
+
+    /// The SSD tier's block shape for snapshots of this model: one "token" (the position), one "head" of each
+    /// layer's floats rounded up to even, per linear-attention layer.
+    pub fn tier_layout(cfg: &LinearAttnConfig) -> crate::kv::ssd::BlockLayout {
+        let floats = LayerState::snapshot_floats(cfg).div_ceil(2) * 2;
+        crate::kv::ssd::BlockLayout {
+            layers: cfg.layers.iter().filter(|&&l| l).count(),
+            kv_heads: 1,
+            head_dim: floats / 2,
+            block_size: 1,
+            dtype: "f32".into(),
+            dtype_size: 4,
+        }
+    }
+
+    /// A snapshot as the SSD tier stores it: each layer's [`LayerState::write_snapshot`], padded to even floats.
+    fn encode(cfg: &LinearAttnConfig, snap: &[LayerState]) -> Vec<u8> {
+        let floats = LayerState::snapshot_floats(cfg);
+        let mut out = Vec::with_capacity(snap.len() * 4 * (floats + 1));
+        for l in snap {
+            l.write_snapshot(&mut out);
+            if floats % 2 == 1 {
+                out.extend_from_slice(&0f32.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    fn decode(cfg: &LinearAttnConfig, layers: usize, pos: usize, bytes: &[u8]) -> Option<Vec<LayerState>> {
+        let exact = 4 * LayerState::snapshot_floats(cfg);
+        let per = exact.div_ceil(8) * 8;
+        if bytes.len() != per * layers {
+            return None;
+        }
+        bytes.chunks_exact(per).map(|b| LayerState::read_snapshot(cfg, pos, &b[..exact])).collect()
     }
 
     pub fn chunk(&self) -> usize {
@@ -97,6 +177,16 @@ impl RecurrentStates {
 
     /// Apply a step's orders: releases, forks, restores and drops at once; captures as the step runs.
     pub fn apply(&mut self, ops: &StateOps) -> Result<()> {
+        for l in &ops.loads {
+            let snap = match self.model.as_ref() {
+                Some((cfg, _)) => Self::decode(cfg, self.layers, l.pos, &l.bytes),
+                None => None,
+            };
+            let snap = snap.ok_or_else(|| {
+                Error::InvalidRequest(format!("recurrent-state snapshot {} has the wrong shape", l.name.hex()))
+            })?;
+            self.snapshots.insert(l.name, Kept { snap: Arc::new(snap), parent: l.parent });
+        }
         for s in &ops.release {
             self.slots.remove(s);
         }
@@ -110,7 +200,10 @@ impl RecurrentStates {
             let snap = self.snapshots.get(name).ok_or_else(|| {
                 Error::InvalidRequest(format!("restore of slot {slot}: no recurrent-state snapshot {}", name.hex()))
             })?;
-            self.slots.insert(*slot, snap.iter().cloned().map(Some).collect());
+            self.slots.insert(*slot, snap.snap.iter().cloned().map(Some).collect());
+        }
+        for name in &ops.spills {
+            self.spill(*name, false);
         }
         for name in &ops.drops {
             self.snapshots.remove(name);
@@ -118,45 +211,49 @@ impl RecurrentStates {
         self.captures = ops
             .captures
             .iter()
-            .filter(|c| c.1.is_multiple_of(self.chunk))
-            .map(|&(slot, pos, name)| Capture { slot, pos, name, layers: Vec::new() })
+            .filter(|c| c.pos.is_multiple_of(self.chunk))
+            .map(|&at| Filling { at, layers: Vec::new() })
             .collect();
         Ok(())
+    }
+
+    /// Hand snapshot `name` to the SSD tier (`wait`: for room in its write queue, as a flush does).
+    fn spill(&self, name: BlockHash, wait: bool) {
+        let (Some(kept), Some((cfg, Some(tier)))) = (self.snapshots.get(&name), self.model.as_ref()) else { return };
+        let pos = kept.snap.first().map_or(0, |l| l.pos);
+        let rec = crate::kv::ssd::BlockRecord {
+            hash: name,
+            parent: kept.parent,
+            tokens: vec![pos as u32],
+            data: Self::encode(cfg, &kept.snap),
+        };
+        if wait {
+            tier.spill_waiting(rec)
+        } else {
+            tier.spill(rec, false)
+        }
+    }
+
+    /// Write every snapshot in memory to the SSD tier; the tier's marker fires once they are durable (None: no
+    /// tier).
+    pub fn flush(&self) -> Option<std::sync::mpsc::Receiver<()>> {
+        let (_, Some(tier)) = self.model.as_ref()? else { return None };
+        for name in self.snapshots.keys() {
+            if !tier.contains(*name) {
+                self.spill(*name, true);
+            }
+        }
+        Some(tier.flush())
     }
 
     /// The step's forward pass is done: complete captures become snapshots.
     pub fn end_step(&mut self) {
         for c in self.captures.drain(..) {
             if c.layers.len() == self.layers && c.layers.iter().all(Option::is_some) {
-                self.snapshots
-                    .insert(c.name, Arc::new(c.layers.into_iter().flatten().map(LayerState::compact).collect()));
+                let snap = Arc::new(c.layers.into_iter().flatten().map(LayerState::compact).collect());
+                self.snapshots.insert(c.at.name, Kept { snap, parent: c.at.parent });
             }
         }
-    }
-
-    /// Keep the state `slot` holds now (at a chunk boundary) as a snapshot named `name`: what a step's capture
-    /// does, for callers outside the engine (tests, `hearth generate`).
-    pub fn snapshot_now(&mut self, slot: usize, name: BlockHash) -> Result<()> {
-        let st = self.slots.get(&slot).ok_or_else(|| Error::InvalidRequest(format!("slot {slot} holds no state")))?;
-        let layers: Option<Vec<LayerState>> = st.iter().cloned().collect();
-        match layers {
-            Some(l) if l.iter().all(|s| s.pos.is_multiple_of(self.chunk)) => {
-                self.snapshots.insert(name, Arc::new(l.into_iter().map(LayerState::compact).collect()));
-                Ok(())
-            }
-            _ => Err(Error::InvalidRequest(format!("slot {slot} is not at a chunk boundary in every layer"))),
-        }
-    }
-
-    pub fn has_snapshot(&self, name: BlockHash) -> bool {
-        self.snapshots.contains_key(&name)
-    }
-
-    /// Sequences holding state, snapshots kept, and the bytes of both.
-    pub fn usage(&self) -> (usize, usize, usize) {
-        let live: usize = self.slots.values().flatten().flatten().map(LayerState::bytes).sum();
-        let snaps: usize = self.snapshots.values().flat_map(|s| s.iter()).map(LayerState::bytes).sum();
-        (self.slots.len(), self.snapshots.len(), live + snaps)
     }
 
     /// Forget everything (the engine restarts its pool).
@@ -199,11 +296,11 @@ impl RecurrentStates {
                 )))
             }
         };
-        let mut wanted: Vec<usize> = self.captures.iter().filter(|c| c.slot == slot).map(|c| c.pos).collect();
+        let mut wanted: Vec<usize> = self.captures.iter().filter(|c| c.at.slot == slot).map(|c| c.at.pos).collect();
         wanted.sort_unstable();
         wanted.dedup();
         for snap in delta::run_row(cfg, w, chunk, st, x, out, &wanted) {
-            for c in self.captures.iter_mut().filter(|c| c.slot == slot && c.pos == snap.pos) {
+            for c in self.captures.iter_mut().filter(|c| c.at.slot == slot && c.at.pos == snap.pos) {
                 if c.layers.len() < layers {
                     c.layers.resize(layers, None);
                 }

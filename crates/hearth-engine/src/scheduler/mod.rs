@@ -78,6 +78,12 @@ impl Scheduler {
         self
     }
 
+    /// Hybrid models: spill recurrent-state snapshots to (and find them in) this SSD store.
+    pub fn with_state_tier(mut self, tier: Arc<crate::kv::ssd::SsdStore>) -> Self {
+        self.kv.set_state_tier(tier);
+        self
+    }
+
     /// Whether idle demotion may have work: the engine wakes up now and then while idle when this is true.
     pub fn wants_idle_ticks(&self) -> bool {
         self.kv.wants_idle_ticks()
