@@ -41,10 +41,12 @@ def main() -> None:
     ap.add_argument("--outtype", default="q8_0")
     ap.add_argument("--arch", default="qwen3-moe", choices=["qwen3-moe", "gpt-oss", "qwen3.5"])
     ap.add_argument("--ffn", type=int, default=3584, help="qwen3.5: the MLP's intermediate size")
+    ap.add_argument("--hf-only", action="store_true",
+                    help="write the Hugging Face checkpoint (bf16 safetensors and the tokenizer) to OUT, a directory, "
+                         "instead of converting it (a GPU machine without the converter)")
     a = ap.parse_args()
 
     import torch
-    from tiny_gguf import convert  # noqa: E402  (llama.cpp's converter, its pre-tokenizer check answered)
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     tok_dir = ROOT / "bench" / "gpu" / "smollm2-tokenizer"
@@ -91,6 +93,13 @@ def main() -> None:
     routed = a.layers * (a.experts - a.top_k) * per_layer_expert if a.arch != "qwen3.5" else 0
     active = total - routed
     print(f"{total / 1e9:.2f}B parameters, {active / 1e9:.2f}B read per token", file=sys.stderr)
+    if a.hf_only:
+        model.save_pretrained(a.out)
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(tok_dir / f, Path(a.out) / f)
+        print(f"wrote {a.out}", file=sys.stderr)
+        return
+    from tiny_gguf import convert  # noqa: E402  (llama.cpp's converter, its pre-tokenizer check answered)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "moe"
         model.save_pretrained(str(src))
