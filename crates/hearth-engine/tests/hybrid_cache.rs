@@ -8,6 +8,7 @@ use common::*;
 use hearth_engine::engine::{start, EngineConfig, EngineEvent, EngineHandle, EngineRequest, RequestStream};
 use hearth_engine::loader::load;
 use hearth_engine::sampling::SamplingParams;
+use hearth_engine::speculative::{SpecConfig, SpecMode, SpecRequest};
 use hearth_engine::types::{CacheConfig, SsdSettings};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -21,17 +22,17 @@ fn engine(blocks: usize, batch: usize, cache_blocks: usize, state_bytes: u64) ->
 
 /// `engine` with the SSD tier in `ssd`.
 fn engine_ssd(blocks: usize, batch: usize, cache_blocks: usize, state_bytes: u64, ssd: Option<&Path>) -> EngineHandle {
-    let m = load(fixture("tiny-qwen3_5").to_str().unwrap(), &candle_core::Device::Cpu, None).unwrap();
     let ssd =
         ssd.map(|dir| SsdSettings { dir: dir.to_path_buf(), max_bytes: 1 << 30, verify: true, demote_idle: None });
+    engine_with(blocks, batch, CacheConfig { max_blocks: cache_blocks, state_bytes, ssd, ..Default::default() }, None)
+}
+
+/// The tiny Qwen3.5 in an engine with this prompt cache and speculation.
+fn engine_with(blocks: usize, batch: usize, cache: CacheConfig, spec: Option<SpecConfig>) -> EngineHandle {
+    let m = load(fixture("tiny-qwen3_5").to_str().unwrap(), &candle_core::Device::Cpu, None).unwrap();
     let cfg = EngineConfig {
-        cache: CacheConfig {
-            max_blocks: cache_blocks,
-            namespace: m.fingerprint,
-            state_bytes,
-            ssd,
-            ..Default::default()
-        },
+        cache: CacheConfig { namespace: m.fingerprint, ..cache },
+        spec: spec.unwrap_or_default(),
         ..test_config(blocks, batch)
     };
     start(m.model, m.device, cfg, vec![]).unwrap()
@@ -179,6 +180,36 @@ fn snapshots_go_to_the_ssd_and_come_back_after_a_restart() {
     let (again, cached) = finish(e.submit(req(&p1, 20)).unwrap(), 1);
     assert_eq!(cached, 16);
     same("turn 1 again from the SSD", &again[0], &t1[0]);
+}
+
+#[test]
+fn speculation_takes_rejected_drafts_back_out_of_the_state() {
+    let p = prompt();
+    let (want, _) = finish(engine(64, 4, 64, 64 << 20).submit(req(&p, 40)).unwrap(), 1);
+    // a prediction right but for two tokens: drafts are kept up to each wrong one, the rest taken back
+    let mut prediction = want[0].0.clone();
+    for i in [7, 20] {
+        prediction[i] = (prediction[i] + 1) % 512;
+    }
+    let spec = SpecConfig { mode: SpecMode::Prediction, max_draft: 6, max_rows: 8, ..Default::default() };
+    let e = engine_with(64, 4, CacheConfig { max_blocks: 64, state_bytes: 64 << 20, ..Default::default() }, Some(spec));
+    let mut s = e.submit(EngineRequest { spec: SpecRequest { off: false, prediction }, ..req(&p, 40) }).unwrap();
+    let (mut got, mut lps, mut usage) = (Vec::new(), Vec::new(), None);
+    while usage.is_none() {
+        match s.blocking_next().expect("stream ended early") {
+            EngineEvent::Token { id, logprob, .. } => {
+                got.push(id);
+                lps.push(logprob.unwrap_or(f32::NAN));
+            }
+            EngineEvent::Finished { usage: u, .. } => usage = Some(u),
+            EngineEvent::Error { message, .. } => panic!("engine error: {message}"),
+            EngineEvent::PromptLogprobs { .. } => {}
+        }
+    }
+    same("speculating vs not", &(got, lps), &want[0]);
+    let u = usage.unwrap();
+    assert!(u.accepted_prediction_tokens >= 20, "accepted: {u:?}");
+    assert!(u.rejected_prediction_tokens > 0, "rejected: {u:?}");
 }
 
 #[test]

@@ -55,20 +55,22 @@ fn open_tier(cfg: &EngineConfig, s: &SsdSettings, kind: &str, layout: BlockLayou
 }
 
 /// A hybrid model (linear-attention layers with recurrent state): snapshots of its state within the prompt
-/// cache's `state_bytes` (and on the SSD tier, where there is one); no speculation (its state cannot be rolled back
-/// yet: an explicit draft model is an error, lookup modes turn off).
-fn recurrent_settings(c: &crate::weights::ModelConfig, cfg: &mut EngineConfig) -> Result<()> {
-    let Some(lin) = &c.linear_attn else { return Ok(()) };
-    if cfg.spec.draft_model {
+/// cache's `state_bytes` (and on the SSD tier, where there is one). It speculates as any model does (a verifying
+/// step keeps what taking rejected tokens back needs); a hybrid *draft* model is refused (its single-token steps
+/// keep nothing to take back).
+fn recurrent_settings(
+    c: &crate::weights::ModelConfig,
+    draft: Option<&crate::weights::ModelConfig>,
+    cfg: &mut EngineConfig,
+) -> Result<()> {
+    if let Some(d) = draft.filter(|d| d.linear_attn.is_some()) {
         return Err(Error::Unsupported(format!(
-            "speculative decoding with a draft model on {}: its linear-attention state cannot be rolled back yet",
-            c.arch_name
+            "{} as a draft model: a draft model's linear-attention state cannot be taken back yet (use a model of \
+             attention layers only, or --speculative ngram)",
+            d.arch_name
         )));
     }
-    if cfg.spec.mode != crate::speculative::SpecMode::Off {
-        tracing::info!("speculative decoding is off for {} (linear-attention state)", c.arch_name);
-        cfg.spec.mode = crate::speculative::SpecMode::Off;
-    }
+    let Some(lin) = &c.linear_attn else { return Ok(()) };
     let per = crate::recurrent::snapshot_bytes(lin, c.kv_layers(), cfg.kv_block_size) as u64;
     cfg.cache.recurrent = true;
     cfg.cache.state_snapshots =
@@ -96,7 +98,7 @@ pub fn start_with_draft(
     eos: Vec<u32>,
 ) -> Result<EngineHandle> {
     cfg.spec.draft_model = draft.is_some();
-    recurrent_settings(model.config(), &mut cfg)?;
+    recurrent_settings(model.config(), draft.as_ref().map(|d| d.config()), &mut cfg)?;
     cfg.check().map_err(Error::InvalidRequest)?;
     let max_positions = model.max_positions();
     let info = EngineInfo {

@@ -78,7 +78,9 @@ impl GatedDeltaNet {
             let (s, e) = (r.start, r.start + r.len);
             let inputs = RowInputs { mixed: &mixed[s * cd..e * cd], a: &a[s * hv..e * hv], b: &b[s * hv..e * hv] };
             let o = &mut out[s * hv * dv..e * hv * dv];
-            states.run_row(self.ordinal, self.layers, c, &w, r.slot, r.pos0, &inputs, o)?;
+            // a decoding row with drafted tokens to verify keeps what taking them back needs
+            let speculative = !r.prompt && r.logits > 1;
+            states.run_row(self.ordinal, self.layers, c, &w, r.slot, r.pos0, &inputs, o, speculative)?;
         }
         // RMSNorm of each value head, times SiLU(z) (transformers' Qwen3_5RMSNormGated, in f32)
         for (o, zh) in out.chunks_exact_mut(dv).zip(z.chunks_exact(dv)) {

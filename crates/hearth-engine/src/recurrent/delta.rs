@@ -39,6 +39,18 @@ pub struct LayerState {
     /// The convolution's last `kernel - 1` inputs, oldest first: (kernel - 1) × conv_dim.
     conv: Vec<f32>,
     heads: Vec<HeadState>,
+    /// After a speculative step: how to take back the tokens its verification rejects.
+    undo: Option<Box<Undo>>,
+}
+
+/// What a speculative step keeps to return to any position within it: where it started, the convolution inputs it
+/// saw (the kept ones, then its own), and each head's state just before every chunk it folded.
+#[derive(Debug, Clone, PartialEq)]
+struct Undo {
+    from: usize,
+    inputs: Vec<f32>,
+    /// (the position the fold completed, every head before it), ascending.
+    folds: Vec<(usize, Vec<HeadState>)>,
 }
 
 impl LayerState {
@@ -50,12 +62,31 @@ impl LayerState {
             deltas: vec![0.0; chunk * c.value_dim],
             gammas: vec![0.0; chunk],
         };
-        Self { pos: 0, conv: vec![0.0; (c.conv_kernel - 1) * c.conv_dim()], heads: vec![head; c.v_heads] }
+        Self { pos: 0, conv: vec![0.0; (c.conv_kernel - 1) * c.conv_dim()], heads: vec![head; c.v_heads], undo: None }
+    }
+
+    /// Return to position `q` within the last step, which kept its undo (a speculative step whose verification
+    /// rejected the tokens after `q`): the heads as they were before the first chunk it folded past `q`, the
+    /// convolution's inputs before `q`. False when the last step kept none or `q` is outside it.
+    pub fn rollback(&mut self, c: &LinearAttnConfig, q: usize) -> bool {
+        let Some(u) = self.undo.take() else { return false };
+        if q < u.from || q > self.pos {
+            return false;
+        }
+        if let Some((_, heads)) = u.folds.into_iter().find(|(f, _)| *f > q) {
+            self.heads = heads;
+        }
+        let (cd, keep) = (c.conv_dim(), (c.conv_kernel - 1) * c.conv_dim());
+        let r = q - u.from;
+        self.conv = u.inputs[r * cd..r * cd + keep].to_vec();
+        self.pos = q;
+        true
     }
 
     /// The state without its chunk buffers, which a state at a chunk boundary never reads again (a snapshot);
     /// the next token after it allocates them again.
     pub fn compact(mut self) -> Self {
+        self.undo = None;
         for h in &mut self.heads {
             (h.keys, h.deltas, h.gammas) = (Vec::new(), Vec::new(), Vec::new());
         }
@@ -91,7 +122,7 @@ impl LayerState {
                 gammas: Vec::new(),
             })
             .collect();
-        Some(Self { pos, conv, heads })
+        Some(Self { pos, conv, heads, undo: None })
     }
 
     /// Bytes this state holds.
@@ -145,7 +176,9 @@ fn l2norm(x: &mut [f32]) {
 /// Run `len` tokens of one row through the layer: `st` advances by `len` (it must sit at the row's first
 /// position); `out` receives len × v_heads × value_dim outputs (before the gated norm). Returns the state at each
 /// position of `captures` (chunk boundaries within the row's new tokens, ascending), in order. Value heads run in
-/// parallel on the kernel pool; each head's arithmetic is the same however many threads there are.
+/// parallel on the kernel pool; each head's arithmetic is the same however many threads there are. `keep_undo`:
+/// a speculative step, which keeps what [`LayerState::rollback`] needs.
+#[allow(clippy::too_many_arguments)]
 pub fn run_row(
     c: &LinearAttnConfig,
     w: &DeltaWeights,
@@ -154,6 +187,7 @@ pub fn run_row(
     x: &RowInputs,
     out: &mut [f32],
     captures: &[usize],
+    keep_undo: bool,
 ) -> Vec<LayerState> {
     let (cd, kern, hv, dv) = (c.conv_dim(), c.conv_kernel, c.v_heads, c.value_dim);
     let len = x.a.len() / hv;
@@ -168,9 +202,9 @@ pub fn run_row(
     let jobs: Vec<Mutex<HeadJob>> = st
         .heads
         .iter_mut()
-        .map(|head| Mutex::new(HeadJob { head, out: vec![0.0; len * dv], snaps: Vec::new() }))
+        .map(|head| Mutex::new(HeadJob { head, out: vec![0.0; len * dv], snaps: Vec::new(), prefold: Vec::new() }))
         .collect();
-    let ctx = RowCtx { c, w, chunk, pos0, y: &y, x, captures: &captures };
+    let ctx = RowCtx { c, w, chunk, pos0, y: &y, x, captures: &captures, keep_undo };
     crate::work_pool::par_chunks(hv, 1, |range| {
         for h in range {
             let mut job = jobs[h].lock().unwrap_or_else(|e| e.into_inner());
@@ -179,6 +213,7 @@ pub fn run_row(
     });
     // 3. outputs in token order, the kept inputs, the captured states
     let mut snaps: Vec<Vec<HeadState>> = vec![Vec::with_capacity(hv); captures.len()];
+    let mut folds: Vec<(usize, Vec<HeadState>)> = Vec::new();
     for (h, job) in jobs.into_iter().enumerate() {
         let job = job.into_inner().unwrap_or_else(|e| e.into_inner());
         for t in 0..len {
@@ -187,17 +222,24 @@ pub fn run_row(
         for (k, s) in job.snaps.into_iter().enumerate() {
             snaps[k].push(s);
         }
+        for (k, (f, s)) in job.prefold.into_iter().enumerate() {
+            match folds.get_mut(k) {
+                Some(fold) => fold.1.push(s),
+                None => folds.push((f, vec![s])),
+            }
+        }
     }
     let keep = (kern - 1) * cd;
     st.conv = inputs[inputs.len() - keep..].to_vec();
     st.pos += len;
+    st.undo = keep_undo.then(|| Box::new(Undo { from: pos0, inputs: inputs.clone(), folds }));
     // the inputs before position p are rows p - pos0 .. p - pos0 + kernel - 1 of `inputs`
     captures
         .iter()
         .zip(snaps)
         .map(|(&p, heads)| {
             let r = p - pos0;
-            LayerState { pos: p, conv: inputs[r * cd..r * cd + keep].to_vec(), heads }
+            LayerState { pos: p, conv: inputs[r * cd..r * cd + keep].to_vec(), heads, undo: None }
         })
         .collect()
 }
@@ -233,6 +275,8 @@ struct HeadJob<'a> {
     /// len × value_dim.
     out: Vec<f32>,
     snaps: Vec<HeadState>,
+    /// (position, the head before the fold that completed it), for the undo of a speculative step.
+    prefold: Vec<(usize, HeadState)>,
 }
 
 /// What every value head of a row reads.
@@ -247,6 +291,8 @@ struct RowCtx<'a> {
     x: &'a RowInputs<'a>,
     /// Positions whose state is kept.
     captures: &'a [usize],
+    /// Keep each head's state before every fold (a speculative step).
+    keep_undo: bool,
 }
 
 /// Value head `h` over every token of the row.
@@ -268,7 +314,7 @@ unsafe fn run_head_avx2(r: &RowCtx, h: usize, job: &mut HeadJob) {
 
 #[inline(always)]
 fn run_head_any(rc: &RowCtx, h: usize, job: &mut HeadJob) {
-    let RowCtx { c, w, chunk, pos0, y, x, captures } = *rc;
+    let RowCtx { c, w, chunk, pos0, y, x, captures, keep_undo } = *rc;
     let (cd, hk, hv, dk, dv) = (c.conv_dim(), c.k_heads, c.v_heads, c.key_dim, c.value_dim);
     let g_head = c.key_head(h);
     let (mut sk, mut r) = (vec![0.0f32; dv], vec![0.0f32; dv]);
@@ -321,6 +367,9 @@ fn run_head_any(rc: &RowCtx, h: usize, job: &mut HeadJob) {
         }
         // a complete chunk folds into the state
         if i == chunk - 1 {
+            if keep_undo {
+                job.prefold.push((pos0 + t + 1, st.clone()));
+            }
             fold(st, chunk, dk, dv);
             if captures.contains(&(pos0 + t + 1)) {
                 job.snaps.push(st.clone());
@@ -344,176 +393,5 @@ fn fold(st: &mut HeadState, chunk: usize, dk: usize, dv: usize) {
                 *e += ka * d;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cfg() -> LinearAttnConfig {
-        LinearAttnConfig {
-            layers: vec![true],
-            conv_kernel: 4,
-            k_heads: 2,
-            v_heads: 4,
-            key_dim: 8,
-            value_dim: 6,
-            tiled_v_heads: false,
-        }
-    }
-
-    /// A small deterministic generator (no dependency).
-    fn noise(n: usize, seed: u32) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(2654435761).max(1);
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                (x as f32 / u32::MAX as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
-
-    struct Case {
-        conv: Vec<f32>,
-        rate: Vec<f32>,
-        bias: Vec<f32>,
-        mixed: Vec<f32>,
-        a: Vec<f32>,
-        b: Vec<f32>,
-    }
-
-    fn case(c: &LinearAttnConfig, len: usize) -> Case {
-        Case {
-            conv: noise(c.conv_dim() * c.conv_kernel, 1),
-            rate: noise(c.v_heads, 2).iter().map(|x| 0.5 + 2.0 * x.abs()).collect(),
-            bias: noise(c.v_heads, 3),
-            mixed: noise(len * c.conv_dim(), 4).iter().map(|x| 3.0 * x).collect(),
-            a: noise(len * c.v_heads, 5),
-            b: noise(len * c.v_heads, 6).iter().map(|x| 3.0 * x).collect(),
-        }
-    }
-
-    /// Run `len` tokens in pieces of the given sizes; the outputs of every token.
-    fn run_pieces(c: &LinearAttnConfig, k: &Case, chunk: usize, pieces: &[usize]) -> (Vec<f32>, LayerState) {
-        let w = DeltaWeights { conv: &k.conv, decay_rate: &k.rate, dt_bias: &k.bias };
-        let (hv, cd) = (c.v_heads, c.conv_dim());
-        let mut st = LayerState::new(c, chunk);
-        let mut out = Vec::new();
-        let mut t0 = 0;
-        for &n in pieces {
-            let x = RowInputs {
-                mixed: &k.mixed[t0 * cd..(t0 + n) * cd],
-                a: &k.a[t0 * hv..(t0 + n) * hv],
-                b: &k.b[t0 * hv..(t0 + n) * hv],
-            };
-            let mut o = vec![0.0; n * hv * c.value_dim];
-            run_row(c, &w, chunk, &mut st, &x, &mut o, &[]);
-            out.extend(o);
-            t0 += n;
-        }
-        (out, st)
-    }
-
-    /// The recurrence itself (transformers' `torch_recurrent_gated_delta_rule`, in f64), after the same
-    /// convolution.
-    fn reference(c: &LinearAttnConfig, k: &Case, len: usize) -> Vec<f32> {
-        let (cd, kern, hk, hv, dk, dv) = (c.conv_dim(), c.conv_kernel, c.k_heads, c.v_heads, c.key_dim, c.value_dim);
-        let mut s = vec![0.0f64; hv * dk * dv];
-        let mut out = Vec::new();
-        for t in 0..len {
-            let y: Vec<f64> = (0..cd)
-                .map(|ch| {
-                    let acc: f64 = (0..kern)
-                        .filter(|i| t + i + 1 >= kern)
-                        .map(|i| k.conv[ch * kern + i] as f64 * k.mixed[(t + i + 1 - kern) * cd + ch] as f64)
-                        .sum();
-                    acc / (1.0 + (-acc).exp())
-                })
-                .collect();
-            let norm = |x: &[f64]| {
-                let inv = 1.0 / (x.iter().map(|v| v * v).sum::<f64>() + 1e-6).sqrt();
-                x.iter().map(|v| v * inv).collect::<Vec<f64>>()
-            };
-            for h in 0..hv {
-                let kh = h / (hv / hk);
-                let q: Vec<f64> = norm(&y[kh * dk..(kh + 1) * dk]).iter().map(|x| x / (dk as f64).sqrt()).collect();
-                let kk = norm(&y[hk * dk + kh * dk..hk * dk + (kh + 1) * dk]);
-                let v = &y[2 * hk * dk + h * dv..2 * hk * dk + (h + 1) * dv];
-                let beta = 1.0 / (1.0 + (-(k.b[t * hv + h] as f64)).exp());
-                let xa = k.a[t * hv + h] as f64 + k.bias[h] as f64;
-                let g = -(k.rate[h] as f64) * (xa.exp()).ln_1p();
-                let sh = &mut s[h * dk * dv..(h + 1) * dk * dv];
-                sh.iter_mut().for_each(|e| *e *= g.exp());
-                let mem: Vec<f64> = (0..dv).map(|b| (0..dk).map(|a| sh[a * dv + b] * kk[a]).sum()).collect();
-                for a in 0..dk {
-                    for b in 0..dv {
-                        sh[a * dv + b] += kk[a] * (v[b] - mem[b]) * beta;
-                    }
-                }
-                out.extend((0..dv).map(|b| (0..dk).map(|a| sh[a * dv + b] * q[a]).sum::<f64>() as f32));
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn chunked_form_equals_the_recurrence() {
-        let c = cfg();
-        let len = 70;
-        let k = case(&c, len);
-        let want = reference(&c, &k, len);
-        for chunk in [1, 4, 16] {
-            let (got, st) = run_pieces(&c, &k, chunk, &[len]);
-            assert_eq!(st.pos, len);
-            let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-            assert!(err < 2e-5, "chunk {chunk}: max abs error {err}");
-        }
-    }
-
-    #[test]
-    fn grouping_never_changes_a_bit() {
-        // one pass, decode-like single tokens, and pieces that start and end off the chunk grid
-        let c = cfg();
-        let len = 53;
-        let k = case(&c, len);
-        let (one, st1) = run_pieces(&c, &k, 16, &[len]);
-        let (singles, st2) = run_pieces(&c, &k, 16, &vec![1; len]);
-        let (mixed, st3) = run_pieces(&c, &k, 16, &[7, 16, 3, 1, 20, 6]);
-        assert_eq!(one, singles);
-        assert_eq!(one, mixed);
-        assert_eq!(st1, st2);
-        assert_eq!(st1, st3);
-    }
-
-    #[test]
-    fn captures_are_the_state_at_chunk_ends() {
-        let c = cfg();
-        let k = case(&c, 40);
-        let w = DeltaWeights { conv: &k.conv, decay_rate: &k.rate, dt_bias: &k.bias };
-        let mut st = LayerState::new(&c, 16);
-        let x = RowInputs { mixed: &k.mixed, a: &k.a, b: &k.b };
-        let mut o = vec![0.0; 40 * c.v_heads * c.value_dim];
-        // 8 is off the chunk grid and 48 beyond the row: neither is captured
-        let seen = run_row(&c, &w, 16, &mut st, &x, &mut o, &[8, 16, 32, 48]);
-        assert_eq!(seen.iter().map(|s| s.pos).collect::<Vec<_>>(), vec![16, 32]);
-        // resuming from the capture at 32 gives the same outputs for tokens 32.. as the straight run
-        let mut resumed = seen[1].clone();
-        let (hv, cd) = (c.v_heads, c.conv_dim());
-        let x2 = RowInputs { mixed: &k.mixed[32 * cd..], a: &k.a[32 * hv..], b: &k.b[32 * hv..] };
-        let mut o2 = vec![0.0; 8 * hv * c.value_dim];
-        run_row(&c, &w, 16, &mut resumed, &x2, &mut o2, &[]);
-        assert_eq!(&o[32 * hv * c.value_dim..], &o2[..]);
-        assert_eq!(resumed, st);
-        // and a run cut at 32 ends in the captured state
-        let (_, st32) = run_pieces(&c, &k, 16, &[7, 25]);
-        assert_eq!(st32, seen[1]);
-        // a snapshot's bytes give it back (without its chunk buffers), and only at its own shape
-        let mut bytes = Vec::new();
-        seen[1].write_snapshot(&mut bytes);
-        assert_eq!(LayerState::read_snapshot(&c, 32, &bytes), Some(seen[1].clone().compact()));
-        assert_eq!(LayerState::read_snapshot(&c, 32, &bytes[4..]), None);
     }
 }

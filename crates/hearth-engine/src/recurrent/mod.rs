@@ -13,6 +13,8 @@
 //! step, and which to drop. The store applies those and keeps no policy.
 
 pub mod delta;
+#[cfg(test)]
+mod delta_tests;
 
 use crate::kv::prefix::BlockHash;
 use crate::kv::ssd::SsdStore;
@@ -276,6 +278,7 @@ impl RecurrentStates {
         pos0: usize,
         x: &RowInputs,
         out: &mut [f32],
+        speculative: bool,
     ) -> Result<()> {
         self.layers = layers;
         let chunk = self.chunk;
@@ -285,6 +288,10 @@ impl RecurrentStates {
                 "linear-attention layer {ordinal} of {layers}: state has {}",
                 seq.len()
             )));
+        }
+        // after a verification that rejected drafted tokens, the row continues from the last one it kept
+        if let Some(st) = seq[ordinal].as_mut().filter(|st| st.pos > pos0 && pos0 > 0) {
+            st.rollback(cfg, pos0);
         }
         let st = match &mut seq[ordinal] {
             Some(st) if st.pos == pos0 => st,
@@ -299,7 +306,7 @@ impl RecurrentStates {
         let mut wanted: Vec<usize> = self.captures.iter().filter(|c| c.at.slot == slot).map(|c| c.at.pos).collect();
         wanted.sort_unstable();
         wanted.dedup();
-        for snap in delta::run_row(cfg, w, chunk, st, x, out, &wanted) {
+        for snap in delta::run_row(cfg, w, chunk, st, x, out, &wanted, speculative) {
             for c in self.captures.iter_mut().filter(|c| c.at.slot == slot && c.at.pos == snap.pos) {
                 if c.layers.len() < layers {
                     c.layers.resize(layers, None);
