@@ -303,6 +303,12 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
         let remedy = "lower --kv-budget, or leave it out (the default takes a share of what is free)";
         hearth_engine::sizing::admit(&what, bytes, free, remedy).map_err(anyhow::Error::msg)?;
     }
+    let snapshots = (a.prompt_cache_state * GIB) as u64;
+    if let Some(live) =
+        hearth_engine::sizing::admit_recurrent(m.model.as_ref(), a.batch, bs, snapshots).map_err(anyhow::Error::msg)?
+    {
+        tracing::info!("linear-attention state: {} for {} sequences", hearth_engine::sizing::gib(live), a.batch);
+    }
     let defaults = sampling_defaults(a, m.generation_config.as_ref());
     let device = hearth_engine::device::describe(&m.device);
     let eos = m.tokenizer.eos_ids().to_vec();
@@ -321,7 +327,7 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
             verify: a.ssd_cache_verify,
             demote_idle: (a.ssd_demote_idle > 0).then(|| Duration::from_secs(a.ssd_demote_idle)),
         }),
-        state_bytes: (a.prompt_cache_state * GIB) as u64,
+        state_bytes: snapshots,
         ..Default::default()
     };
     if a.ssd_cache.is_some() && cache.max_blocks == 0 {

@@ -95,6 +95,34 @@ pub fn kv_bytes(model: &dyn Model, blocks: usize, block_size: usize) -> u64 {
     per_token as u64 * block_size as u64 * blocks as u64
 }
 
+/// The host memory a hybrid model's recurrent state takes with `sequences` rows running (each row's every
+/// linear-attention layer, chunk buffers included, in engines of `block_size`-token blocks); 0 for other models.
+/// It lives on the host whatever the device.
+pub fn recurrent_bytes(model: &dyn Model, sequences: usize, block_size: usize) -> u64 {
+    let c = model.config();
+    let Some(lin) = &c.linear_attn else { return 0 };
+    let chunk = crate::recurrent::chunk_for_block(block_size);
+    let per_layer = crate::recurrent::delta::LayerState::new(lin, chunk).bytes() as u64;
+    sequences as u64 * (c.num_layers - c.kv_layers()) as u64 * per_layer
+}
+
+/// Refuses a hybrid model whose running rows' state (`--batch` of them) and snapshot budget (`snapshots` bytes)
+/// do not fit the host's available memory; None for other models, else the state's bytes (for the log).
+pub fn admit_recurrent(
+    model: &dyn Model,
+    batch: usize,
+    block_size: usize,
+    snapshots: u64,
+) -> Result<Option<u64>, String> {
+    let live = recurrent_bytes(model, batch, block_size);
+    if live == 0 {
+        return Ok(None);
+    }
+    let what = format!("the linear-attention state of {batch} running sequences and the snapshots' budget");
+    let host = mem_available().map(|b| (b, "available host memory (MemAvailable)"));
+    admit(&what, live + snapshots, host, "lower --batch or --prompt-cache-state").map(|_| Some(live))
+}
+
 /// The most KV blocks `max_batch` contexts of `max_positions` tokens can ever hold (one more block each for the
 /// token being decoded past a full block).
 fn context_cap(max_positions: usize, max_batch: usize, block_size: usize) -> usize {

@@ -221,3 +221,18 @@ fn without_room_for_snapshots_nothing_is_reused() {
     assert_eq!(cached, 0, "no snapshot, no reuse");
     same("repeat without snapshots", &again[0], &first[0]);
 }
+
+#[test]
+fn the_running_rows_state_is_sized_and_admitted() {
+    use hearth_engine::sizing::{admit_recurrent, recurrent_bytes};
+    let m = load(fixture("tiny-qwen3_5").to_str().unwrap(), &candle_core::Device::Cpu, None).unwrap();
+    // per row: 3 linear layers of the convolution's 3 × 128 inputs and 4 heads of a 16 × 16 state plus a 16-token
+    // chunk of 16-dim keys and corrections and its decays, in f32
+    let per_row = 3 * 4 * (3 * 128 + 4 * (16 * 16 + 16 * 16 + 16 * 16 + 16));
+    assert_eq!(recurrent_bytes(m.model.as_ref(), 2, 16), 2 * per_row);
+    assert_eq!(admit_recurrent(m.model.as_ref(), 2, 16, 0), Ok(Some(2 * per_row)));
+    let e = admit_recurrent(m.model.as_ref(), 2, 16, u64::MAX / 2).unwrap_err();
+    assert!(e.contains("lower --batch or --prompt-cache-state"), "{e}");
+    let dense = load(fixture("tiny-qwen3").to_str().unwrap(), &candle_core::Device::Cpu, None).unwrap();
+    assert_eq!(admit_recurrent(dense.model.as_ref(), 64, 16, u64::MAX / 2), Ok(None));
+}
