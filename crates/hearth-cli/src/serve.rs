@@ -292,6 +292,9 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     // The engine's defaults on this device (its memory read after the weights loaded); flags override them.
     let sizing = EngineConfig::defaults_for(&m.device);
     let budget = a.kv_budget.map_or(sizing.kv_budget_bytes, |gib| (gib * GIB) as u64);
+    // a hybrid model's running state lives in host memory: on the CPU the default KV share makes room for it
+    let recurrent = hearth_engine::sizing::recurrent_bytes(m.model.as_ref(), a.batch, bs);
+    let budget = if m.device.is_cpu() && a.kv_budget.is_none() { budget.saturating_sub(recurrent) } else { budget };
     let budget = crate::draft::target_share(m.model.as_ref(), draft.as_deref(), budget);
     let kv_blocks = hearth_engine::sizing::kv_blocks(m.model.as_ref(), budget, a.batch, bs);
     anyhow::ensure!(kv_blocks >= 2, "--kv-budget is too small to hold even one block of {bs} tokens; raise it");
@@ -303,7 +306,7 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
         let remedy = "lower --kv-budget, or leave it out (the default takes a share of what is free)";
         hearth_engine::sizing::admit(&what, bytes, free, remedy).map_err(anyhow::Error::msg)?;
     }
-    let snapshots = (a.prompt_cache_state * GIB) as u64;
+    let snapshots = if a.prompt_cache == Some(0.0) { 0 } else { (a.prompt_cache_state * GIB) as u64 };
     if let Some(live) =
         hearth_engine::sizing::admit_recurrent(m.model.as_ref(), a.batch, bs, snapshots).map_err(anyhow::Error::msg)?
     {

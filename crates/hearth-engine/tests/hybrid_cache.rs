@@ -236,3 +236,26 @@ fn the_running_rows_state_is_sized_and_admitted() {
     let dense = load(fixture("tiny-qwen3").to_str().unwrap(), &candle_core::Device::Cpu, None).unwrap();
     assert_eq!(admit_recurrent(dense.model.as_ref(), 64, 16, u64::MAX / 2), Ok(None));
 }
+
+#[test]
+fn a_choice_forks_off_a_parent_that_finishes_at_once() {
+    // two sampled choices; choice 0 stops at its first token (a stop id), in the step that forks choice 1 off it
+    let p = prompt();
+    let e = engine(64, 4, 64, 64 << 20);
+    let sampled = |seed: u64, stop: Vec<u32>| EngineRequest {
+        n: 2,
+        stop_token_ids: stop,
+        sampling: SamplingParams { temperature: 1.0, seed: Some(seed), logprobs: Some(0), ..SamplingParams::default() },
+        ..greedy(p.clone(), 12)
+    };
+    let seed = (1..40)
+        .find(|&seed| {
+            let (c, _) = finish(e.submit(sampled(seed, vec![])).unwrap(), 2);
+            c[0].0[0] != c[1].0[0] && !c[1].0.contains(&c[0].0[0])
+        })
+        .expect("two seeded choices that start differently");
+    let (free, _) = finish(e.submit(sampled(seed, vec![])).unwrap(), 2);
+    let (stopped, _) = finish(e.submit(sampled(seed, vec![free[0].0[0]])).unwrap(), 2);
+    assert!(stopped[0].0.is_empty(), "choice 0 stops at its first token: {:?}", stopped[0].0);
+    same("choice 1 beside a parent that finished", &stopped[1], &free[1]);
+}

@@ -36,7 +36,9 @@ fn open_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Arc<SsdSt
         dtype: enc.name(),
         dtype_size: enc.storage_dtype().size_in_bytes(),
     };
-    open_tier(cfg, s, "", layout)
+    // a hybrid model's snapshots have a store of their own: a quarter of --ssd-cache-max, the blocks the rest
+    let max = if c.linear_attn.is_some() { s.max_bytes / 4 * 3 } else { s.max_bytes };
+    open_tier(cfg, s, "", layout, max)
 }
 
 /// A hybrid model's recurrent-state snapshots on the SSD: a store of their own beside the KV blocks' (another
@@ -45,13 +47,13 @@ fn open_state_ssd(model: &dyn Model, cfg: &EngineConfig, s: &SsdSettings) -> Opt
     let lin = model.config().linear_attn.as_ref()?;
     let layout = crate::recurrent::RecurrentStates::tier_layout(lin);
     let chunk = crate::recurrent::chunk_for_block(cfg.kv_block_size);
-    Some(open_tier(cfg, s, &format!("recurrent-state/chunk {chunk}/"), layout))
+    Some(open_tier(cfg, s, &format!("recurrent-state/chunk {chunk}/"), layout, s.max_bytes / 4))
 }
 
-fn open_tier(cfg: &EngineConfig, s: &SsdSettings, kind: &str, layout: BlockLayout) -> Arc<SsdStore> {
+fn open_tier(cfg: &EngineConfig, s: &SsdSettings, kind: &str, layout: BlockLayout, max_bytes: u64) -> Arc<SsdStore> {
     let key = format!("{:032x}/{kind}{layout:?}", cfg.cache.namespace);
     let fingerprint = BlockHash::root(key.as_bytes()).0;
-    SsdStore::open(SsdConfig { dir: s.dir.clone(), max_bytes: s.max_bytes, verify: s.verify, fingerprint, layout })
+    SsdStore::open(SsdConfig { dir: s.dir.clone(), max_bytes, verify: s.verify, fingerprint, layout })
 }
 
 /// A hybrid model (linear-attention layers with recurrent state): snapshots of its state within the prompt

@@ -164,8 +164,11 @@ impl ModelRunner {
 
 impl Runner for ModelRunner {
     fn transfer(&mut self, plan: &StepPlan) -> Result<RestoreReport> {
-        let report = self.mover.transfer(self.kv.storage_mut(), &plan.transfers, plan.rows.is_empty())?;
-        self.kv.states().apply(&plan.states)?;
+        // the state orders are carried out whatever the block moves do, so the scheduler's ledger stays true
+        let report = self.mover.transfer(self.kv.storage_mut(), &plan.transfers, plan.rows.is_empty());
+        let states = self.kv.states().apply(&plan.states);
+        let report = report?;
+        states?;
         Ok(report)
     }
 

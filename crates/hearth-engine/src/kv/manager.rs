@@ -399,10 +399,10 @@ impl KvCacheManager {
         }
     }
 
-    /// A step's captures did not happen (its forward pass failed).
-    pub fn captures_failed(&mut self, captures: &[crate::recurrent::Capture]) {
+    /// A step failed: its captures are not kept, nor the snapshots its rows were to start from.
+    pub fn state_step_failed(&mut self, ops: &crate::recurrent::StateOps) {
         if let Some(book) = self.states.as_mut() {
-            book.captures_failed(captures);
+            book.step_failed(ops);
         }
     }
 

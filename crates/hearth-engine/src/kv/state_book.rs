@@ -100,10 +100,15 @@ impl StateBook {
         self.evict_over_max();
     }
 
-    /// The least recently used snapshots out of memory (to the SSD tier, where there is one) past `max`.
+    /// The least recently used snapshots out of memory (to the SSD tier, where there is one) past `max`; never
+    /// one the next step restores or loads.
     fn evict_over_max(&mut self) {
         while self.kept.len() > self.max {
-            let Some((&oldest, _)) = self.kept.iter().min_by_key(|(_, &t)| t) else { break };
+            let p = &self.pending;
+            let pinned = |n: &BlockHash| p.restores.iter().any(|r| r.1 == *n) || p.loads.iter().any(|l| l.name == *n);
+            let Some((&oldest, _)) = self.kept.iter().filter(|(n, _)| !pinned(n)).min_by_key(|(_, &t)| t) else {
+                break;
+            };
             self.drop_one(oldest, true);
         }
     }
@@ -124,10 +129,14 @@ impl StateBook {
         self.pending.drops.push(name);
     }
 
-    /// A step failed: its captures never happened.
-    pub fn captures_failed(&mut self, captures: &[Capture]) {
-        for c in captures {
-            self.kept.remove(&c.name);
+    /// A step failed: its captures are not kept (the runner drops any it made), and the snapshots its rows were
+    /// to start from are not trusted again.
+    pub fn step_failed(&mut self, ops: &StateOps) {
+        let names = ops.captures.iter().map(|c| c.name).chain(ops.restores.iter().map(|r| r.1));
+        for name in names.collect::<Vec<_>>() {
+            if self.kept.remove(&name).is_some() {
+                self.pending.drops.push(name);
+            }
         }
     }
 

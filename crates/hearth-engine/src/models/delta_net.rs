@@ -38,6 +38,17 @@ impl GatedDeltaNet {
                 true => regrouped(l, p, cfg)?,
                 false => [proj("qkv")?, proj("z")?, proj("b")?, proj("a")?],
             };
+        // the host code slices the projections' outputs by these widths: a file that disagrees is refused here
+        for (what, l, want) in [
+            ("in_proj_qkv", &in_proj_qkv, cfg.conv_dim()),
+            ("in_proj_z", &in_proj_z, cfg.v_heads * cfg.value_dim),
+            ("in_proj_b", &in_proj_b, cfg.v_heads),
+            ("in_proj_a", &in_proj_a, cfg.v_heads),
+        ] {
+            if let Some(got) = l.out_features().filter(|&n| n != want) {
+                return Err(Error::InvalidModel(format!("{p}.{what} has {got} outputs; the config implies {want}")));
+            }
+        }
         Ok(Self {
             in_proj_qkv,
             in_proj_z,

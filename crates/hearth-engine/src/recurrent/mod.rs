@@ -63,16 +63,16 @@ pub struct Loaded {
     pub bytes: Vec<u8>,
 }
 
-/// The scheduler's orders for the recurrent states of one step, applied in this order before its forward pass
-/// (captures during it).
+/// The scheduler's orders for the recurrent states of one step, applied before its forward pass (captures during
+/// it): loads, forks, releases, restores, spills, drops.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StateOps {
     /// Snapshots read from the SSD tier, kept in memory again.
     pub loads: Vec<Loaded>,
-    /// Slots whose rows left: their states are dropped.
-    pub release: Vec<usize>,
     /// (from, to): a new choice continues from its parent's state.
     pub forks: Vec<(usize, usize)>,
+    /// Slots whose rows left: their states are dropped.
+    pub release: Vec<usize>,
     /// (slot, snapshot): the row starts from a cached prefix's state.
     pub restores: Vec<(usize, BlockHash)>,
     /// Snapshots written to the SSD tier (before they are dropped from memory).
@@ -177,32 +177,49 @@ impl RecurrentStates {
         self.chunk
     }
 
-    /// Apply a step's orders: releases, forks, restores and drops at once; captures as the step runs.
+    /// Apply a step's orders: loads, forks, releases, restores, spills and drops at once (forks before releases: a
+    /// choice forks off a parent that may finish in the same step); captures as the step runs. Every order is
+    /// carried out that can be, so the ledger and the states stay in step; the first that could not is the error.
     pub fn apply(&mut self, ops: &StateOps) -> Result<()> {
+        let mut first: Option<Error> = None;
+        let mut fail = |e: Error| {
+            first.get_or_insert(e);
+        };
         for l in &ops.loads {
-            let snap = match self.model.as_ref() {
-                Some((cfg, _)) => Self::decode(cfg, self.layers, l.pos, &l.bytes),
-                None => None,
-            };
-            let snap = snap.ok_or_else(|| {
-                Error::InvalidRequest(format!("recurrent-state snapshot {} has the wrong shape", l.name.hex()))
-            })?;
-            self.snapshots.insert(l.name, Kept { snap: Arc::new(snap), parent: l.parent });
+            match self.model.as_ref().and_then(|(cfg, _)| Self::decode(cfg, self.layers, l.pos, &l.bytes)) {
+                Some(snap) => {
+                    self.snapshots.insert(l.name, Kept { snap: Arc::new(snap), parent: l.parent });
+                }
+                None => fail(Error::InvalidRequest(format!(
+                    "recurrent-state snapshot {} has the wrong shape",
+                    l.name.hex()
+                ))),
+            }
+        }
+        for &(from, to) in &ops.forks {
+            match self.slots.get(&from).cloned() {
+                Some(st) => {
+                    self.slots.insert(to, st);
+                }
+                None => fail(Error::InvalidRequest(format!("fork of slot {from}'s recurrent state: it holds none"))),
+            }
         }
         for s in &ops.release {
             self.slots.remove(s);
         }
-        for &(from, to) in &ops.forks {
-            let st = self.slots.get(&from).cloned().ok_or_else(|| {
-                Error::InvalidRequest(format!("fork of slot {from}'s recurrent state: the slot holds none"))
-            })?;
-            self.slots.insert(to, st);
-        }
         for (slot, name) in &ops.restores {
-            let snap = self.snapshots.get(name).ok_or_else(|| {
-                Error::InvalidRequest(format!("restore of slot {slot}: no recurrent-state snapshot {}", name.hex()))
-            })?;
-            self.slots.insert(*slot, snap.snap.iter().cloned().map(Some).collect());
+            match self.snapshots.get(name) {
+                Some(snap) => {
+                    self.slots.insert(*slot, snap.snap.iter().cloned().map(Some).collect());
+                }
+                None => {
+                    self.slots.remove(slot);
+                    fail(Error::InvalidRequest(format!(
+                        "restore of slot {slot}: no recurrent-state snapshot {}",
+                        name.hex()
+                    )))
+                }
+            }
         }
         for name in &ops.spills {
             self.spill(*name, false);
@@ -216,7 +233,7 @@ impl RecurrentStates {
             .filter(|c| c.pos.is_multiple_of(self.chunk))
             .map(|&at| Filling { at, layers: Vec::new() })
             .collect();
-        Ok(())
+        first.map_or(Ok(()), Err)
     }
 
     /// Hand snapshot `name` to the SSD tier (`wait`: for room in its write queue, as a flush does).

@@ -98,7 +98,7 @@ impl Scheduler {
             None => RestoreReport::all_failed(&plan.transfers.restores),
         };
         self.transfers_done(plan.transfers, &report);
-        self.kv.captures_failed(&plan.states.captures);
+        self.kv.state_step_failed(&plan.states);
         for row in &plan.rows {
             if let Some(i) = self.index_of(row.slot) {
                 let s = self.running.remove(i);

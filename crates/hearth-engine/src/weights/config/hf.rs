@@ -181,7 +181,7 @@ fn hf_moe(c: &HfConfig, layers: usize, gpt_oss: bool) -> Result<Option<MoeConfig
         // Qwen3.5-MoE's router always renormalizes (its config has no such field); Qwen3-Next's by default
         norm_topk_prob: c
             .norm_topk_prob
-            .unwrap_or(matches!(c.model_type.as_deref(), Some("qwen3_5_moe_text" | "qwen3_next"))),
+            .unwrap_or(matches!(c.model_type.as_deref(), Some("qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next"))),
         sparse_layers: (0..layers).map(|i| !dense.contains(&i) && step > 0 && (i + 1) % step == 0).collect(),
         routing: if gpt_oss { Routing::TopKSoftmax } else { Routing::SoftmaxTopK },
         biases: gpt_oss,
