@@ -3,7 +3,7 @@ logits for them (llama-cpp-python): GGUF loading of architectures without reacha
 the implementation that defines the format.
 
 Run from the repo root (needs bench/setup-llama-cpp.sh: its llama.cpp checkout holds convert_hf_to_gguf.py):
-    .venv-oracle/bin/python tools/oracle/tiny_gguf.py [qwen3moe] [gpt-oss] [qwen35]   # default: all
+    .venv-oracle/bin/python tools/oracle/tiny_gguf.py [qwen3moe] [gpt-oss] [qwen35] [qwen3next]   # default: all
 Writes tests/fixtures/tiny-<name>.gguf and tests/goldens/tiny_<name>_gguf.json for:
   qwen3moe-q8_0: tiny_models.py's qwen3-moe with every layer routed (llama.cpp's qwen3moe has no dense layers),
                  converted with --outtype q8_0 (stacked ffn_*_exps expert tensors, a float router).
@@ -11,6 +11,9 @@ Writes tests/fixtures/tiny-<name>.gguf and tests/goldens/tiny_<name>_gguf.json f
                  them), converted with --outtype q8_0: the experts stay MXFP4 (GGML's type 39), the rest Q8_0 / F32.
                  llama.cpp's gpt-oss has its clamped SwiGLU's limit built in (7.0; the GGUF stores none), so this
                  file's experts clamp at 7.0 where the Hugging Face fixture's clamp at 0.5.
+  qwen35-f32, qwen35moe-q8_0: tiny_models.py's qwen3_5 (f32) and qwen3_5-moe (q8_0), with --no-mtp (llama.cpp
+                 reorders the value heads into tiled order, keeps -exp(A_log) and the norms as 1 + w).
+  qwen3next-f32: tiny_models.py's qwen3-next with every layer routed, f32, --no-mtp.
 The tokenizer's pre-tokenizer is tiny_models.py's own, which the converter does not know: it is written as
 `default`. Goldens are computed from token ids, so tokenization takes no part in them.
 """
@@ -41,7 +44,7 @@ def hf_checkpoint(name: str, spec: dict, out: Path, tok) -> None:
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
     model = spec["cls"](cfg).to(torch.float32).eval()
-    tm.randomize(model, name, gemma_norms=False)
+    tm.randomize(model, name, gemma_norms=False, **spec.get("init", {}))
     copy.deepcopy(model).to(spec["dtype"]).save_pretrained(str(out))
     tm.rewrite_config_legacy(out / "config.json", spec["legacy"], spec["dtype"])
     tm.save_tokenizer(tok, out)
@@ -109,19 +112,25 @@ def write_golden(name: str, gguf: Path, ids: list[int], note: str) -> None:
     print(f"  fixture {gguf.name}: {gguf.stat().st_size} bytes")
 
 
-def qwen3moe(ids: list[int]) -> None:
+def all_routed(spec_name: str, name: str, outtype: str, extra: tuple[str, ...], ids: list[int]) -> None:
+    """tiny_models.py's `spec_name` checkpoint with every layer routed (llama.cpp's qwen3moe and qwen3next have no
+    dense layers), converted to tests/fixtures/tiny-NAME.gguf, with its golden."""
     tok = tm.train_tokenizer()
-    spec = tm.specs()["qwen3-moe"]
+    spec = tm.specs()[spec_name]
     spec["cfg"].mlp_only_layers = []
-    name = "qwen3moe-q8_0"
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "hf"
         src.mkdir()
-        hf_checkpoint("qwen3-moe", spec, src, tok)
+        hf_checkpoint(spec_name, spec, src, tok)
         gguf = FIXTURES / f"tiny-{name}.gguf"
-        convert(src, gguf, "q8_0")
-    write_golden(name, gguf, ids, "tiny_models.py's qwen3-moe checkpoint with every layer routed, converted by "
-                 "llama.cpp's convert_hf_to_gguf.py --outtype q8_0 (bench/.build/llama.cpp).")
+        convert(src, gguf, outtype, extra)
+    flags = " ".join(("--outtype", outtype) + extra)
+    write_golden(name, gguf, ids, f"tiny_models.py's {spec_name} checkpoint with every layer routed, converted by "
+                 f"llama.cpp's convert_hf_to_gguf.py {flags} (bench/.build/llama.cpp).")
+
+
+def qwen3moe(ids: list[int]) -> None:
+    all_routed("qwen3-moe", "qwen3moe-q8_0", "q8_0", (), ids)
 
 
 def gpt_oss(ids: list[int]) -> None:
@@ -141,7 +150,12 @@ def qwen35(ids: list[int]) -> None:
                      f"--outtype {outtype} --no-mtp (bench/.build/llama.cpp).")
 
 
-BUILDS = {"qwen3moe": qwen3moe, "gpt-oss": gpt_oss, "qwen35": qwen35}
+def qwen3next(ids: list[int]) -> None:
+    """Qwen3-Next in f32: the converter splits in_proj_qkvz into q|k|v and z and keeps in_proj_ba fused."""
+    all_routed("qwen3-next", "qwen3next-f32", "f32", ("--no-mtp",), ids)
+
+
+BUILDS = {"qwen3moe": qwen3moe, "gpt-oss": gpt_oss, "qwen35": qwen35, "qwen3next": qwen3next}
 
 
 def main() -> None:

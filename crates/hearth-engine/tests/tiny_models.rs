@@ -160,6 +160,13 @@ fn tiny_qwen35moe_gguf_matches_llama_cpp() {
     gguf_matches_llama_cpp("qwen35moe-q8_0", GGUF_TOL);
 }
 
+/// Qwen3-Next as llama.cpp converts it (`qwen3next`, f32: q|k|v and z split apart, b and a still fused, value heads
+/// grouped as Hugging Face keeps them).
+#[test]
+fn tiny_qwen3next_gguf_matches_llama_cpp() {
+    gguf_matches_llama_cpp("qwen3next-f32", Tol { max_abs: 2e-4, rel_rms: 1e-3 });
+}
+
 fn gguf_matches_llama_cpp(name: &str, tol: Tol) {
     let path = fixture(&format!("tiny-{name}.gguf"));
     let m = load(path.to_str().unwrap(), &candle_core::Device::Cpu, None).unwrap_or_else(|e| panic!("{name}: {e}"));

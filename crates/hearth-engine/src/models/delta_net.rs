@@ -33,11 +33,16 @@ impl GatedDeltaNet {
     pub fn load(l: &Loader, p: &str, cfg: &LinearAttnConfig, ordinal: usize, layers: usize) -> Result<Self> {
         let a_log = l.vector_f32(&format!("{p}.A_log"), cfg.v_heads)?;
         let proj = |n: &str| l.linear(&format!("{p}.in_proj_{n}"), false);
-        let [in_proj_qkv, in_proj_z, in_proj_b, in_proj_a] =
-            match l.weights.contains(&format!("{p}.in_proj_qkvz.weight")) {
-                true => regrouped(l, p, cfg)?,
-                false => [proj("qkv")?, proj("z")?, proj("b")?, proj("a")?],
-            };
+        let has = |n: &str| l.weights.contains(&format!("{p}.in_proj_{n}.weight"));
+        let [in_proj_qkv, in_proj_z, in_proj_b, in_proj_a] = match (has("qkvz"), has("ba")) {
+            (true, _) => regrouped(l, p, cfg)?,
+            // llama.cpp's Qwen3-Next: q|k|v and z apart, b and a still fused per key head
+            (false, true) => {
+                let [b, a] = split_ba(l, p, cfg)?;
+                [proj("qkv")?, proj("z")?, b, a]
+            }
+            (false, false) => [proj("qkv")?, proj("z")?, proj("b")?, proj("a")?],
+        };
         // the host code slices the projections' outputs by these widths: a file that disagrees is refused here
         for (what, l, want) in [
             ("in_proj_qkv", &in_proj_qkv, cfg.conv_dim()),
@@ -118,16 +123,19 @@ fn regrouped(l: &Loader, p: &str, c: &LinearAttnConfig) -> Result<[Linear; 4]> {
         qkv.extend((0..hk).flat_map(|g| span(g, part.0, part.1)));
     }
     z.extend((0..hk).flat_map(|g| span(g, 2 * dk + rep * dv, rep * dv)));
-    let ba = |first: usize| -> Vec<u32> {
+    let qkvz = format!("{p}.in_proj_qkvz");
+    let [b, a] = split_ba(l, p, c)?;
+    Ok([linear_rows(l, &qkvz, &qkv)?, linear_rows(l, &qkvz, &z)?, b, a])
+}
+
+/// Qwen3-Next's fused `in_proj_ba` (per key head [b (rep), a (rep)]) as b and a.
+fn split_ba(l: &Loader, p: &str, c: &LinearAttnConfig) -> Result<[Linear; 2]> {
+    let (hk, rep) = (c.k_heads, c.v_heads / c.k_heads);
+    let rows = |first: usize| -> Vec<u32> {
         (0..hk).flat_map(|g| (g * 2 * rep + first..g * 2 * rep + first + rep).map(|r| r as u32)).collect()
     };
-    let (qkvz, fused_ba) = (format!("{p}.in_proj_qkvz"), format!("{p}.in_proj_ba"));
-    Ok([
-        linear_rows(l, &qkvz, &qkv)?,
-        linear_rows(l, &qkvz, &z)?,
-        linear_rows(l, &fused_ba, &ba(0))?,
-        linear_rows(l, &fused_ba, &ba(rep))?,
-    ])
+    let fused = format!("{p}.in_proj_ba");
+    Ok([linear_rows(l, &fused, &rows(0))?, linear_rows(l, &fused, &rows(rep))?])
 }
 
 /// A linear layer over the rows `rows` (in that order) of `prefix`'s weight, dense in the activation dtype.

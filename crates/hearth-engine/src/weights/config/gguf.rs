@@ -44,10 +44,10 @@ fn gguf_rope_scaling(g: &GgufFile, arch: &str) -> Result<RopeScaling> {
     })
 }
 
-/// A GGUF architecture's family (Qwen3-Next GGUFs are not read: their DeltaNet tensors keep the fused layout).
+/// A GGUF architecture's family (the hybrid ones only as llama.cpp names them).
 fn gguf_family(arch: &str) -> Result<Family> {
     match (family_of(arch)?, arch) {
-        (Family::Qwen35, "qwen35" | "qwen35moe") | (Family::Llama | Family::Gemma3, _) => family_of(arch),
+        (Family::Qwen35, "qwen35" | "qwen35moe" | "qwen3next") | (Family::Llama | Family::Gemma3, _) => family_of(arch),
         _ => Err(Error::Unsupported(format!(
             "GGUF architecture `{arch}`: hearth reads it from Hugging Face checkpoints only"
         ))),
@@ -66,8 +66,9 @@ fn gguf_vocab(g: &GgufFile, arch: &str) -> Result<usize> {
     }
 }
 
-/// llama.cpp's Qwen3.5 linear-attention layers (`ssm.*` keys): value heads stored in tiled order (value head `h`
-/// reads key head `h % key_heads`), the layers from `attention.recurrent_layers` or `full_attention_interval`.
+/// llama.cpp's Qwen3.5 and Qwen3-Next linear-attention layers (`ssm.*` keys): Qwen3.5's value heads stored in
+/// tiled order (value head `h` reads key head `h % key_heads`), Qwen3-Next's grouped as Hugging Face keeps them;
+/// the layers from `attention.recurrent_layers` or `full_attention_interval`.
 fn gguf_linear_attn(g: &GgufFile, arch: &str, layers: usize) -> Result<LinearAttnConfig> {
     let key = |k: &str| format!("{arch}.{k}");
     let need = |k: &str| -> Result<usize> {
@@ -94,7 +95,7 @@ fn gguf_linear_attn(g: &GgufFile, arch: &str, layers: usize) -> Result<LinearAtt
         v_heads,
         key_dim: need("ssm.state_size")?,
         value_dim: need("ssm.inner_size")?.checked_div(v_heads).unwrap_or(0),
-        tiled_v_heads: true,
+        tiled_v_heads: arch != "qwen3next",
     })
 }
 

@@ -277,16 +277,15 @@ impl ModelConfig {
 }
 
 const SUPPORTED_ARCHS: &str = "llama, mistral, qwen2, qwen3, qwen3_moe (GGUF qwen3moe), gpt_oss, gemma3, \
-                               qwen3_5 and qwen3_5_moe (GGUF qwen35, qwen35moe), qwen3_next (Hugging Face only) (GGUF general.architecture or HF model_type)";
+                               qwen3_5 and qwen3_5_moe (GGUF qwen35, qwen35moe), qwen3_next (GGUF qwen3next) (GGUF general.architecture or HF model_type)";
 
 fn family_of(arch: &str) -> Result<Family> {
     match arch {
         "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "qwen3moe" | "gpt_oss" | "gpt-oss" | "smollm"
         | "smollm2" => Ok(Family::Llama),
         "gemma3" | "gemma3_text" => Ok(Family::Gemma3),
-        "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" | "qwen35" | "qwen35moe" => {
-            Ok(Family::Qwen35)
-        }
+        "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" | "qwen35" | "qwen35moe"
+        | "qwen3next" => Ok(Family::Qwen35),
         other => Err(Error::Unsupported(format!("architecture `{other}`; supported: {SUPPORTED_ARCHS}"))),
     }
 }
