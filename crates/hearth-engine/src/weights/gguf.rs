@@ -353,7 +353,11 @@ pub fn hf_to_gguf_name(arch: &str, hf: &str) -> Option<String> {
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
         "input_layernorm" => "attn_norm",
-        "post_attention_layernorm" if gemma || arch == "gpt-oss" || arch.starts_with("qwen3") => "post_attention_norm",
+        "post_attention_layernorm"
+            if gemma || arch == "gpt-oss" || arch.starts_with("qwen35") || arch == "qwen3next" =>
+        {
+            "post_attention_norm"
+        }
         "linear_attn.in_proj_qkv" => "attn_qkv",
         "linear_attn.in_proj_z" => "attn_gate",
         "linear_attn.in_proj_a" => "ssm_alpha",
@@ -397,6 +401,17 @@ mod tests {
             hf_to_gguf_name("qwen2", "model.layers.11.self_attn.q_proj.bias").as_deref(),
             Some("blk.11.attn_q.bias")
         );
+        // llama.cpp's Qwen3.5 / Qwen3-Next name the feed-forward's norm as Gemma does, Qwen3-MoE as Llama does
+        for (arch, norm) in
+            [("qwen35", "post_attention_norm"), ("qwen3next", "post_attention_norm"), ("qwen3moe", "ffn_norm")]
+        {
+            assert_eq!(
+                hf_to_gguf_name(arch, "model.layers.2.post_attention_layernorm.weight").as_deref(),
+                Some(format!("blk.2.{norm}.weight").as_str()),
+                "{arch}"
+            );
+        }
+        assert_eq!(hf_to_gguf_name("qwen35", "model.layers.0.linear_attn.A_log").as_deref(), Some("blk.0.ssm_a"));
         assert_eq!(hf_to_gguf_name("llama", "lm_head.weight").as_deref(), Some("output.weight"));
         assert_eq!(hf_to_gguf_name("llama", "model.layers.x.mlp.up_proj.weight"), None);
     }
