@@ -103,7 +103,7 @@ pub fn recurrent_bytes(model: &dyn Model, sequences: usize, block_size: usize) -
     let Some(lin) = &c.linear_attn else { return 0 };
     let chunk = crate::recurrent::chunk_for_block(block_size);
     let per_layer = crate::recurrent::delta::LayerState::new(lin, chunk).bytes() as u64;
-    sequences as u64 * (c.num_layers - c.kv_layers()) as u64 * per_layer
+    sequences as u64 * lin.linear_layers() as u64 * per_layer
 }
 
 /// Refuses a hybrid model whose running rows' state (`--batch` of them) and snapshot budget (`snapshots` bytes)

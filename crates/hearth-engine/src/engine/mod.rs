@@ -73,7 +73,7 @@ fn recurrent_settings(
         )));
     }
     let Some(lin) = &c.linear_attn else { return Ok(()) };
-    let per = crate::recurrent::snapshot_bytes(lin, c.kv_layers(), cfg.kv_block_size) as u64;
+    let per = crate::recurrent::snapshot_bytes(lin, cfg.kv_block_size) as u64;
     cfg.cache.recurrent = true;
     cfg.cache.state_snapshots =
         if cfg.cache.max_blocks == 0 { 0 } else { (cfg.cache.state_bytes / per.max(1)) as usize };
@@ -108,14 +108,10 @@ pub fn start_with_draft(
         kv_cache_dtype: model.kv_encoding().name(),
         ..EngineInfo::new(model.config().vocab_size, max_positions, &cfg)
     };
-    let cold = cfg.cache.ssd.as_ref().filter(|_| cfg.cache.max_blocks > 0).map(|s| open_ssd(model.as_ref(), &cfg, s));
+    let ssd = cfg.cache.ssd.clone().filter(|_| cfg.cache.max_blocks > 0);
+    let cold = ssd.as_ref().map(|s| open_ssd(model.as_ref(), &cfg, s));
     let vocab = model.config().vocab_size;
-    let state_cold = cfg
-        .cache
-        .ssd
-        .as_ref()
-        .filter(|_| cfg.cache.max_blocks > 0)
-        .and_then(|s| open_state_ssd(model.as_ref(), &cfg, s));
+    let state_cold = ssd.as_ref().and_then(|s| open_state_ssd(model.as_ref(), &cfg, s));
     let mut runner = runner::ModelRunner::new(model, device.clone(), &cfg, cold.clone(), state_cold.clone())?;
     if let Some(d) = draft {
         let drafter = crate::speculative::drafter::Drafter::new(d, device, cfg.kv_blocks, cfg.kv_block_size, vocab)?;

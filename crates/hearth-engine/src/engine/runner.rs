@@ -7,7 +7,7 @@ use crate::attention::{BatchContext, PagedAttention};
 use crate::gpu::profile::StepObserver;
 use crate::kv::mover::BlockMover;
 use crate::kv::ssd::SsdStore;
-use crate::kv::{PagedKv, RestoreReport};
+use crate::kv::RestoreReport;
 use crate::models::Model;
 use crate::scheduler::{StepOutput, StepPlan};
 use crate::speculative::drafter::{DraftAsk, Drafter};
@@ -91,8 +91,7 @@ impl ModelRunner {
         if let Some(lin) = &c.linear_attn {
             kv.states().set_model(lin, state_cold);
         }
-        let block_bytes =
-            (PagedKv::bytes_per_token(c.kv_layers(), c.num_kv_heads, c.head_dim, kv_dtype) * cfg.kv_block_size) as u64;
+        let block_bytes = crate::sizing::kv_bytes(model.as_ref(), 1, cfg.kv_block_size);
         let argmax_on_device = cfg!(feature = "cuda") && device.is_cuda() && crate::levers::get().gpu_argmax;
         Ok(Self {
             mover: BlockMover::new(&device, cold, block_bytes, cfg.cache.max_blocks)?,

@@ -200,10 +200,7 @@ impl KvCacheManager {
             // a hybrid model resumes only where a snapshot of its state was kept (no partial block: its end has
             // none)
             let kv_blocks = ram.len() + cold.len();
-            let keep = (1..=kv_blocks)
-                .rev()
-                .find(|&n| book.find(hashes[n - 1], if n == 1 { self.root } else { hashes[n - 2] }, n * bs))
-                .unwrap_or(0);
+            let keep = book.usable(self.root, &hashes[..kv_blocks], 0, bs);
             for &b in &ram[keep.min(ram.len())..] {
                 self.pool.release(b);
             }
@@ -295,14 +292,7 @@ impl KvCacheManager {
         let more = chain(parent, &tokens[row.computed..limit], bs);
         let mut got = self.pool.lookup(&more);
         if let Some(book) = self.states.as_mut() {
-            let first = row.computed / bs;
-            let keep = (1..=got.len())
-                .rev()
-                .find(|&n| {
-                    let parent = if n == 1 { parent } else { more[n - 2] };
-                    book.find(more[n - 1], parent, (first + n) * bs)
-                })
-                .unwrap_or(0);
+            let keep = book.usable(parent, &more[..got.len()], row.computed / bs, bs);
             for &b in &got[keep..] {
                 self.pool.release(b);
             }

@@ -40,7 +40,7 @@ impl StateBook {
 
     /// Whether the snapshot of the state after this block (the block `parent` continues, ending at `pos`) is
     /// kept, in memory or read back now from the SSD tier (then it rides in the next step's loads).
-    pub fn find(&mut self, name: BlockHash, parent: BlockHash, pos: usize) -> bool {
+    fn find(&mut self, name: BlockHash, parent: BlockHash, pos: usize) -> bool {
         if self.has(name) {
             return true;
         }
@@ -62,6 +62,19 @@ impl StateBook {
             }
             None => false,
         }
+    }
+
+    /// Of the cached blocks `names` (continuing block `parent`; the first of them is block `first` of the prompt),
+    /// how many a hybrid row can use: up to the deepest whose end has a snapshot (in memory, or read back from the
+    /// SSD tier now).
+    pub fn usable(&mut self, parent: BlockHash, names: &[BlockHash], first: usize, block_size: usize) -> usize {
+        (1..=names.len())
+            .rev()
+            .find(|&n| {
+                let before = if n == 1 { parent } else { names[n - 2] };
+                self.find(names[n - 1], before, (first + n) * block_size)
+            })
+            .unwrap_or(0)
     }
 
     /// Row `slot` starts from snapshot `name` (one that [`Self::has`] found).

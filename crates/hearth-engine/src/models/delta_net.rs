@@ -24,13 +24,12 @@ pub struct GatedDeltaNet {
     /// The gated norm's weight (value_dim; multiplied as stored, not 1 + w).
     norm: Vec<f32>,
     eps: f32,
-    /// This layer's index among the linear-attention layers, and their count.
+    /// This layer's index among the linear-attention layers.
     ordinal: usize,
-    layers: usize,
 }
 
 impl GatedDeltaNet {
-    pub fn load(l: &Loader, p: &str, cfg: &LinearAttnConfig, ordinal: usize, layers: usize) -> Result<Self> {
+    pub fn load(l: &Loader, p: &str, cfg: &LinearAttnConfig, ordinal: usize) -> Result<Self> {
         let a_log = l.vector_f32(&format!("{p}.A_log"), cfg.v_heads)?;
         let proj = |n: &str| l.linear(&format!("{p}.in_proj_{n}"), false);
         let has = |n: &str| l.weights.contains(&format!("{p}.in_proj_{n}.weight"));
@@ -71,7 +70,6 @@ impl GatedDeltaNet {
             eps: l.cfg.rms_norm_eps as f32,
             cfg: cfg.clone(),
             ordinal,
-            layers,
         })
     }
 
@@ -96,7 +94,7 @@ impl GatedDeltaNet {
             let o = &mut out[s * hv * dv..e * hv * dv];
             // a decoding row with drafted tokens to verify keeps what taking them back needs
             let speculative = !r.prompt && r.logits > 1;
-            states.run_row(self.ordinal, self.layers, c, &w, r.slot, r.pos0, &inputs, o, speculative)?;
+            states.run_row(self.ordinal, c, &w, r.slot, r.pos0, &inputs, o, speculative)?;
         }
         // RMSNorm of each value head, times SiLU(z) (transformers' Qwen3_5RMSNormGated, in f32)
         for (o, zh) in out.chunks_exact_mut(dv).zip(z.chunks_exact(dv)) {

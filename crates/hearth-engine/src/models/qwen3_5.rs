@@ -107,7 +107,6 @@ impl Qwen35 {
         let c = l.cfg;
         let lin =
             c.linear_attn.as_ref().ok_or_else(|| Error::InvalidModel("Qwen3.5 without linear attention".into()))?;
-        let n_linear = lin.layers.iter().filter(|&&x| x).count();
         let embed_tokens = l.embedding()?;
         let (mut kv_layer, mut ordinal) = (0, 0);
         let mut layers = Vec::with_capacity(c.num_layers);
@@ -115,7 +114,7 @@ impl Qwen35 {
             let p = format!("model.layers.{i}");
             let mixer = if lin.layers[i] {
                 ordinal += 1;
-                Mixer::Linear(GatedDeltaNet::load(l, &format!("{p}.linear_attn"), lin, ordinal - 1, n_linear)?)
+                Mixer::Linear(GatedDeltaNet::load(l, &format!("{p}.linear_attn"), lin, ordinal - 1)?)
             } else {
                 kv_layer += 1;
                 Mixer::Full(GatedAttention::load(l, &format!("{p}.self_attn"), kv_layer - 1)?)

@@ -34,11 +34,9 @@ pub fn chunk_for_block(block_size: usize) -> usize {
     c
 }
 
-/// Bytes of one snapshot of a model's linear-attention layers (of a model with `kv_layers` attention layers
-/// among `cfg.layers`) in an engine of `block_size`-token blocks.
-pub fn snapshot_bytes(cfg: &LinearAttnConfig, kv_layers: usize, block_size: usize) -> usize {
-    let linear = cfg.layers.len().saturating_sub(kv_layers);
-    linear * LayerState::new(cfg, chunk_for_block(block_size)).compact().bytes()
+/// Bytes of one snapshot of a model's linear-attention layers in an engine of `block_size`-token blocks.
+pub fn snapshot_bytes(cfg: &LinearAttnConfig, block_size: usize) -> usize {
+    cfg.linear_layers() * LayerState::new(cfg, chunk_for_block(block_size)).compact().bytes()
 }
 
 /// A snapshot: every linear-attention layer's state at one chunk boundary.
@@ -133,7 +131,7 @@ impl RecurrentStates {
 
     /// The model's linear-attention layers and the SSD tier their snapshots go to (the engine's runner).
     pub fn set_model(&mut self, cfg: &LinearAttnConfig, cold: Option<Arc<SsdStore>>) {
-        self.layers = cfg.layers.iter().filter(|&&l| l).count();
+        self.layers = cfg.linear_layers();
         self.model = Some((cfg.clone(), cold));
     }
 
@@ -142,7 +140,7 @@ impl RecurrentStates {
     pub fn tier_layout(cfg: &LinearAttnConfig) -> crate::kv::ssd::BlockLayout {
         let floats = LayerState::snapshot_floats(cfg).div_ceil(2) * 2;
         crate::kv::ssd::BlockLayout {
-            layers: cfg.layers.iter().filter(|&&l| l).count(),
+            layers: cfg.linear_layers(),
             kv_heads: 1,
             head_dim: floats / 2,
             block_size: 1,
@@ -164,10 +162,10 @@ impl RecurrentStates {
         out
     }
 
-    fn decode(cfg: &LinearAttnConfig, layers: usize, pos: usize, bytes: &[u8]) -> Option<Vec<LayerState>> {
+    fn decode(cfg: &LinearAttnConfig, pos: usize, bytes: &[u8]) -> Option<Vec<LayerState>> {
         let exact = 4 * LayerState::snapshot_floats(cfg);
         let per = exact.div_ceil(8) * 8;
-        if bytes.len() != per * layers {
+        if bytes.len() != per * cfg.linear_layers() {
             return None;
         }
         bytes.chunks_exact(per).map(|b| LayerState::read_snapshot(cfg, pos, &b[..exact])).collect()
@@ -186,7 +184,7 @@ impl RecurrentStates {
             first.get_or_insert(e);
         };
         for l in &ops.loads {
-            match self.model.as_ref().and_then(|(cfg, _)| Self::decode(cfg, self.layers, l.pos, &l.bytes)) {
+            match self.model.as_ref().and_then(|(cfg, _)| Self::decode(cfg, l.pos, &l.bytes)) {
                 Some(snap) => {
                     self.snapshots.insert(l.name, Kept { snap: Arc::new(snap), parent: l.parent });
                 }
@@ -282,13 +280,12 @@ impl RecurrentStates {
         self.captures.clear();
     }
 
-    /// Run linear-attention layer `ordinal` (of `layers`) over one row: `slot`'s state must be at `pos0` (a row
+    /// Run linear-attention layer `ordinal` (of the model's `cfg.linear_layers()`) over one row: `slot`'s state must be at `pos0` (a row
     /// at 0 starts afresh). Writes len × v_heads × value_dim outputs into `out`.
     #[allow(clippy::too_many_arguments)]
     pub fn run_row(
         &mut self,
         ordinal: usize,
-        layers: usize,
         cfg: &LinearAttnConfig,
         w: &DeltaWeights,
         slot: usize,
@@ -297,6 +294,7 @@ impl RecurrentStates {
         out: &mut [f32],
         speculative: bool,
     ) -> Result<()> {
+        let layers = cfg.linear_layers();
         self.layers = layers;
         let chunk = self.chunk;
         let seq = self.slots.entry(slot).or_insert_with(|| vec![None; layers]);

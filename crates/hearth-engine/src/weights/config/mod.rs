@@ -40,6 +40,11 @@ pub struct LinearAttnConfig {
 }
 
 impl LinearAttnConfig {
+    /// How many of the model's layers are linear attention.
+    pub fn linear_layers(&self) -> usize {
+        self.layers.iter().filter(|&&lin| lin).count()
+    }
+
     /// The key head value head `h` reads.
     pub fn key_head(&self, h: usize) -> usize {
         if self.tiled_v_heads {
@@ -190,7 +195,7 @@ impl ModelConfig {
     /// Layers that keep KV (every layer but the linear-attention ones).
     pub fn kv_layers(&self) -> usize {
         match &self.linear_attn {
-            Some(l) => l.layers.iter().filter(|&&lin| !lin).count(),
+            Some(l) => l.layers.len() - l.linear_layers(),
             None => self.num_layers,
         }
     }
@@ -201,8 +206,7 @@ impl ModelConfig {
             None => String::new(),
         };
         if let Some(l) = &self.linear_attn {
-            let n = l.layers.iter().filter(|&&x| x).count();
-            experts += &format!(", {n} linear-attention layers of {} value heads", l.v_heads);
+            experts += &format!(", {} linear-attention layers of {} value heads", l.linear_layers(), l.v_heads);
         }
         format!(
             "{} ({} layers, hidden {}, heads {}/{} kv, head_dim {}, vocab {}{experts})",
