@@ -53,7 +53,7 @@ impl StateBook {
     }
 
     /// Whether a snapshot of the state after this block exists (marking it used).
-    pub fn has(&mut self, name: BlockHash) -> bool {
+    fn has(&mut self, name: BlockHash) -> bool {
         self.tick += 1;
         match self.kept.get_mut(&name) {
             Some(t) => {

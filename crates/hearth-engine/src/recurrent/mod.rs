@@ -171,10 +171,6 @@ impl RecurrentStates {
         bytes.chunks_exact(per).map(|b| LayerState::read_snapshot(cfg, pos, &b[..exact])).collect()
     }
 
-    pub fn chunk(&self) -> usize {
-        self.chunk
-    }
-
     /// Apply a step's orders: loads, forks, releases, restores, spills and drops at once (forks before releases: a
     /// choice forks off a parent that may finish in the same step); captures as the step runs. Every order is
     /// carried out that can be, so the ledger and the states stay in step; the first that could not is the error.
