@@ -7,12 +7,13 @@
 # Each variant: hearth serve (--device cuda --batch 64), a warm-up request, then bench/load.py at each CONC level
 # (512-token random prompts, 256 tokens, ignore_eos; requests = concurrency, 3 at concurrency 1), with the
 # level's per-step host/device split from /stats (bench/gpu/stats_delta.py) in OUT_DIR/steps.jsonl.
-# KV_BUDGET sets --kv-budget in GiB (default 40). PREFILL2K=1 adds three 2,048-token prompts (1 output token) per variant: prefill time = their TTFT.
+# KV_BUDGET sets --kv-budget in GiB (default 40). MODEL serves another model (default /tmp/llama8b, made if missing). PREFILL2K=1 adds three 2,048-token prompts (1 output token) per variant: prefill time = their TTFT.
 set -uo pipefail
 OUT="$1"; CONC="$2"; shift 2
 mkdir -p "$OUT" /tmp/hbin
 [ -x /tmp/hbin/hearth ] || { xz -dc .gpu/hearth.xz > /tmp/hbin/hearth && chmod +x /tmp/hbin/hearth; }
-[ -f /tmp/llama8b/.complete ] || python3 bench/gpu/make_llama8b.py /tmp/llama8b
+MODEL="${MODEL:-/tmp/llama8b}"
+[ "$MODEL" != /tmp/llama8b ] || [ -f /tmp/llama8b/.complete ] || python3 bench/gpu/make_llama8b.py /tmp/llama8b
 PORT=18500
 for spec in "$@"; do
   IFS='|' read -r name envs args packed <<< "$spec"
@@ -22,7 +23,7 @@ for spec in "$@"; do
     bin=/tmp/hbin/$(echo "$packed" | tr '/.' '__')
     [ -x "$bin" ] || { xz -dc "$packed" > "$bin" && chmod +x "$bin"; }
   fi
-  env $envs "$bin" serve -m /tmp/llama8b --device cuda --port $PORT --batch 64 --kv-budget ${KV_BUDGET:-40} $args \
+  env $envs "$bin" serve -m "$MODEL" --device cuda --port $PORT --batch 64 --kv-budget ${KV_BUDGET:-40} $args \
     > "$OUT/serve_$name.log" 2>&1 &
   SP=$!
   for _ in $(seq 1 900); do curl -sf http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.2; done

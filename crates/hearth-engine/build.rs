@@ -1,5 +1,5 @@
 //! With the `cuda` feature: compile hearth's CUDA kernels (src/attention/cuda/{paged_attention,prefill_tc,decode_cluster}.cu, src/gpu/fused.cu,
-//! src/gpu/gemv.cu, src/gpu/argmax.cu, and src/attention/cuda/paged_encoded.cu once per encoded-cache module) to PTX
+//! src/gpu/gemv.cu, src/gpu/argmax.cu, src/gpu/qgemv.cu once per activation dtype, and src/attention/cuda/paged_encoded.cu once per encoded-cache module) to PTX
 //! with the CUDA toolchain's nvcc
 //! (`$CUDA_HOME/bin/nvcc`, else `nvcc` on PATH) for `CUDA_COMPUTE_CAP` (default 90). scripts/build-cuda sets both.
 use std::path::PathBuf;
@@ -28,6 +28,10 @@ fn main() {
         "src/gpu/argmax.cu",
     ] {
         ptx(src, None, &[]);
+    }
+    // The quantized matmuls, one module per activation dtype.
+    for (t, sfx) in [("__nv_bfloat16", "bf16"), ("__half", "f16"), ("float", "f32")] {
+        ptx("src/gpu/qgemv.cu", Some(&format!("qgemv_{sfx}")), &[format!("-DXT={t}"), format!("-DXSFX={sfx}")]);
     }
     // The encoded-cache modules (attention/cuda/encoded.rs lists the same), one per (key code, value code) — the
     // codes of kv_codes.cuh — and model dtype. Two nvcc processes at a time.

@@ -139,6 +139,15 @@ fn smollm2_gpu_quantized_matches_llama_cpp() {
     check("gpu quantized", &m, &refs, Tol { max_abs: 2.5, rel_rms: 0.12 }, QUANT_GAP_MARGIN);
 }
 
+/// The quantized GGUF with bf16 activations (the residual stream, norms, attention and KV cache in bf16; the
+/// matmuls' q8_1 activations quantized from bf16 values): against the same references and bounds as the f32 path.
+#[test]
+fn smollm2_gpu_quantized_bf16_matches_llama_cpp() {
+    let m = smollm2(false, Some(DType::BF16));
+    let refs = [("llama.cpp", reference("llama_cpp")), ("transformers f32", reference("hf"))];
+    check("gpu quantized bf16", &m, &refs, Tol { max_abs: 2.5, rel_rms: 0.12 }, QUANT_GAP_MARGIN);
+}
+
 /// The quantized GPU path's greedy margin: its logits sit ~2 from both references (q8_1 activations), so a
 /// reference gap of 0.53 was seen to flip (prompt 2, step 15, after the RMSNorm kernel's reduction order
 /// changed; the f32 path, same kernels, stayed 1e-4 from transformers with all 32 tokens equal).

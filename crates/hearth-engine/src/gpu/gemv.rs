@@ -203,8 +203,8 @@ fn out_columns(n: usize, gated: Option<Act>) -> usize {
     }
 }
 
-/// Where the one-row kernel's input comes from (gemv.cu's MODE).
-enum Input {
+/// Where a skinny kernel's input comes from (gemv.cu's and qgemv.cu's MODE).
+pub(super) enum Input {
     /// x itself.
     Plain,
     /// The residual add (a, when given) and RMSNorm (weight wn) of h (one row only), with the gated-activation
@@ -214,7 +214,7 @@ enum Input {
 
 impl Input {
     /// The gated-activation epilogue, if any.
-    fn gated(&self) -> Option<Act> {
+    pub(super) fn gated(&self) -> Option<Act> {
         match self {
             Input::AddNorm { gated, .. } => *gated,
             Input::Plain => None,

@@ -122,6 +122,12 @@ impl<'a> Launch<'a> {
         self.raw_ptr(ptr)
     }
 
+    /// A device address the caller keeps alive until the launch (a quantized weight's buffer, whose address is all
+    /// candle hands out).
+    pub fn weight(&mut self, ptr: u64) -> &mut Self {
+        self.raw_ptr(ptr)
+    }
+
     /// A null device pointer (an optional buffer the kernel does not use).
     pub fn null(&mut self) -> &mut Self {
         self.raw_ptr(0)

@@ -1,5 +1,5 @@
 //! hearth's own CUDA kernels (the `cuda` feature): the paged attention (`attention::cuda`), the fused per-layer
-//! kernels of the dense decode path ([`fused`]), the skinny matmuls of decode steps ([`gemv`]) and greedy sampling
+//! kernels of the dense decode path ([`fused`]), the skinny matmuls of decode steps ([`gemv`], and [`qgemv`] for GGUF's quantized matrices) and greedy sampling
 //! on the device ([`argmax`]), launched with programmatic dependent launch on Hopper ([`launch`]). `build.rs`
 //! compiles the `.cu` files to PTX with the CUDA toolchain's nvcc; candle loads each module once per device. Also
 //! the prompt cache's spills off the decode path ([`spill`]) and the step observer ([`profile`]: device timing
@@ -14,6 +14,8 @@ pub mod gemv;
 #[cfg(feature = "cuda")]
 pub mod launch;
 pub mod profile;
+#[cfg(feature = "cuda")]
+pub mod qgemv;
 #[cfg(feature = "cuda")]
 pub mod spill;
 

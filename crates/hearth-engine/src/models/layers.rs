@@ -1,13 +1,13 @@
 //! Pieces shared by the model files: linear layers (quantized or dense), RMSNorm, LayerNorm, rotary embeddings
 //! with the supported scalings, and the head projection (the gated MLP: `super::mlp`).
 
-use crate::cpu_matmul::FastQMatMul;
+pub use super::linear::Linear;
 use crate::weights::config::RopeScaling;
 use crate::weights::{ExpertPart, ModelConfig, Weights};
 use crate::work_pool::KernelPool;
 use crate::Result;
 use candle_core::quantized::QMatMul;
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::{DType, Device, Tensor};
 use std::cell::Cell;
 
 /// Where and how a model is being built.
@@ -153,8 +153,22 @@ impl<'a> Loader<'a> {
             return self.fused_quantized(prefixes);
         }
         let quantized = matches!(self.weights, Weights::Gguf(_)) && !self.dequantize;
-        // Quantized GGUF matrices stay separate on the GPU (candle's quantized kernels): decide before loading.
-        if !self.gpu_fused() || quantized {
+        if quantized {
+            // On the GPU, quantized matrices of one type are stacked for hearth's quantized kernels (`gpu::qgemv`).
+            if !self.gpu_stacks() {
+                return Ok(None);
+            }
+            let Some(mut fused) = self.fused_quantized(prefixes)? else { return Ok(None) };
+            if bias {
+                let bs = prefixes
+                    .iter()
+                    .map(|p| self.weights.vector(&format!("{p}.bias"), self.dtype, self.device))
+                    .collect::<Result<Vec<_>>>()?;
+                fused.b = Some(Tensor::cat(&bs, 0)?);
+            }
+            return Ok(Some(fused));
+        }
+        if !self.gpu_fused() {
             return Ok(None);
         }
         let mut ws = Vec::with_capacity(prefixes.len());
@@ -177,9 +191,10 @@ impl<'a> Loader<'a> {
     /// so the stack is the bytes one after another): one activation quantization and one hand-out to the work
     /// pool instead of one per projection. Each output is computed exactly as the separate matmul would.
     fn fused_quantized(&self, prefixes: &[String]) -> Result<Option<Linear>> {
+        // Read on the host and stacked there: the stack alone goes to a GPU.
         let mut parts = Vec::with_capacity(prefixes.len());
         for p in prefixes {
-            parts.push(self.weights.matrix(&format!("{p}.weight"), self.dtype, self.device)?);
+            parts.push(self.weights.matrix(&format!("{p}.weight"), self.dtype, &Device::Cpu)?);
         }
         self.stack_quantized(parts)
     }
@@ -212,6 +227,28 @@ impl<'a> Loader<'a> {
         quantized && self.device.is_cpu() && crate::levers::get().cpu_fused
     }
 
+    /// Whether this model's GPU matmuls of one input are stacked into one (quantized GGUF weights kept as stored,
+    /// hearth's fused GPU kernels and its quantized matmuls on).
+    fn gpu_stacks(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        {
+            self.gpu_fused() && crate::gpu::qgemv::on()
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            false
+        }
+    }
+
+    /// Whether hearth's kernels of this device read a stack of this GGML type.
+    fn stackable(&self, dtype: candle_core::quantized::GgmlDType) -> bool {
+        #[cfg(feature = "cuda")]
+        if self.device.is_cuda() {
+            return crate::gpu::qgemv::supported(dtype);
+        }
+        crate::cpu_matmul::decode_supported(dtype)
+    }
+
     /// Quantized matrices of one type and width as one (None where any is not, or hearth cannot decode the type).
     fn stack_quantized(&self, matrices: Vec<QMatMul>) -> Result<Option<Linear>> {
         let mut parts = Vec::with_capacity(matrices.len());
@@ -224,7 +261,7 @@ impl<'a> Loader<'a> {
         let dtype = parts[0].dtype();
         let Ok((_, k)) = parts[0].shape().dims2() else { return Ok(None) };
         let same = parts.iter().all(|q| q.dtype() == dtype && q.shape().dims2().ok().map(|d| d.1) == Some(k));
-        if !same || !crate::cpu_matmul::decode_supported(dtype) {
+        if !same || !self.stackable(dtype) {
             return Ok(None);
         }
         let mut bytes = Vec::new();
@@ -239,113 +276,13 @@ impl<'a> Loader<'a> {
     }
 }
 
-#[derive(Clone)]
-pub struct Linear {
-    /// None where `fast` holds the weight's only copy (repacked at load).
-    w: Option<QMatMul>,
-    /// Set for CPU weights whose type `crate::cpu_matmul` accelerates; it falls back to `w`'s candle path itself.
-    fast: Option<FastQMatMul>,
-    b: Option<Tensor>,
-}
-
-impl Linear {
-    /// A linear layer over `w` (a model's loader notes `w` in its kernel pool: [`Loader::kernel_pool`]).
-    pub fn new(w: QMatMul, b: Option<Tensor>) -> Self {
-        let fast = FastQMatMul::new(&w);
-        let w = (!fast.as_ref().is_some_and(FastQMatMul::owns_weights)).then_some(w);
-        Self { w, fast, b }
-    }
-
-    /// Its output width (the weight's rows).
-    pub fn out_features(&self) -> Option<usize> {
-        match (&self.fast, &self.w) {
-            (Some(f), _) => Some(f.rows()),
-            (None, Some(QMatMul::QTensor(q))) => q.shape().dims2().ok().map(|d| d.0),
-            (None, Some(QMatMul::Tensor(t) | QMatMul::TensorF16(t))) => t.dims2().ok().map(|d| d.0),
-            (None, None) => None,
-        }
-    }
-
-    /// Whether this layer multiplies on hearth's CPU kernels (which split their work with
-    /// `crate::work_pool::par_chunks`, and so run on one thread inside `work_pool::serial`).
-    pub fn on_work_pool(&self) -> bool {
-        self.fast.is_some()
-    }
-
-    /// x: (T, in) -> (T, out)
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = match &self.fast {
-            Some(f) => f.forward(x)?,
-            None => self.dense_forward(x)?,
-        };
-        self.add_bias(y)
-    }
-}
-
-impl Linear {
-    /// hearth's skinny GPU kernel for a dense matrix and a one-row (batch-1 decode) input (`gpu::gemv`), else
-    /// candle's matmul.
-    fn dense_forward(&self, x: &Tensor) -> Result<Tensor> {
-        #[cfg(feature = "cuda")]
-        if let Some(QMatMul::Tensor(w)) = &self.w {
-            if let Some(y) = crate::gpu::gemv::matmul_if_on(x, w)? {
-                return Ok(y);
-            }
-        }
-        match &self.w {
-            Some(w) => Ok(w.forward(x)?),
-            None => Err(crate::Error::Unsupported("a repacked weight has no dense path".into())),
-        }
-    }
-
-    /// This layer applied to rmsnorm(h + a) (to rmsnorm(h) without `a`): (h + a, y). On the GPU a one-row input
-    /// takes one kernel for the add, the norm and the matmul (`gpu::gemv::matmul_add_norm`); anything else runs
-    /// the norm (with its fused add where there is one), then this layer.
-    pub fn forward_add_norm(&self, h: &Tensor, a: Option<&Tensor>, norm: &RmsNorm) -> Result<(Tensor, Tensor)> {
-        #[cfg(feature = "cuda")]
-        if let (Some(QMatMul::Tensor(w)), Some(wn)) = (&self.w, norm.w_act.as_ref()) {
-            if let Some((h, y)) = crate::gpu::gemv::matmul_add_norm(h, a, wn, norm.eps, w)? {
-                return Ok((h, self.add_bias(y)?));
-            }
-        }
-        let (h, x) = norm.forward_opt_add(h, a)?;
-        Ok((h, self.forward(&x)?))
-    }
-
-    /// [`Linear::forward_add_norm`] for a fused gate|up matrix with the gated activation in the same GPU kernel:
-    /// (h + a, act(gate) * up). None where that kernel does not apply (not one row on the GPU, a bias, a quantized
-    /// matrix, `HEARTH_GPU_GEMV_GATED=0`): the caller runs the separate kernels.
-    #[cfg(feature = "cuda")]
-    pub fn forward_add_norm_gated(
-        &self,
-        h: &Tensor,
-        a: Option<&Tensor>,
-        norm: &RmsNorm,
-        act: crate::gpu::fused::Act,
-    ) -> Result<Option<(Tensor, Tensor)>> {
-        match (&self.w, &self.b, norm.w_act.as_ref()) {
-            (Some(QMatMul::Tensor(w)), None, Some(wn)) => {
-                crate::gpu::gemv::matmul_add_norm_gated(h, a, wn, norm.eps, w, act)
-            }
-            _ => Ok(None),
-        }
-    }
-
-    fn add_bias(&self, y: Tensor) -> Result<Tensor> {
-        Ok(match &self.b {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        })
-    }
-}
-
 /// RMSNorm computed in f32: y = x / sqrt(mean(x²) + eps) * w.
 #[derive(Clone)]
 pub struct RmsNorm {
     w: Tensor,
     /// `w` in the activation dtype, for the fused GPU path (candle's CUDA kernel reduces in f32 itself).
-    w_act: Option<Tensor>,
-    eps: f32,
+    pub(super) w_act: Option<Tensor>,
+    pub(super) eps: f32,
 }
 
 impl RmsNorm {

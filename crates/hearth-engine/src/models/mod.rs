@@ -6,6 +6,7 @@ pub mod bert;
 pub mod delta_net;
 pub mod gemma3;
 pub mod layers;
+pub mod linear;
 pub mod llama;
 pub mod mlp;
 pub mod moe;
