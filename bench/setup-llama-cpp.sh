@@ -52,5 +52,5 @@ PY
 fi
 cmake -S "$OUT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "${ISA_FLAGS[@]}" -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >/dev/null
-cmake --build "$BUILD" --config Release -j "${JOBS:-2}" --target llama-bench llama-cli llama-server llama-perplexity
+cmake --build "$BUILD" --config Release -j "${JOBS:-2}" --target llama-bench llama-cli llama-server llama-perplexity llama-quantize
 echo "setup-llama-cpp: built $BIN/{llama-bench,llama-cli,llama-server}"

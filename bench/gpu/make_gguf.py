@@ -4,8 +4,8 @@
     python3 bench/gpu/make_gguf.py SRC_DIR OUT.gguf --type q4_0 --vocab .gpu/tokenizer.gguf [--procs 16]
     python3 bench/gpu/make_gguf.py --vocab-only MODEL.gguf OUT.gguf
 
-The first form quantizes every matrix (embedding and output head included) to --type (q4_0, q4_1, q5_0, q8_0) with
-the `gguf` package's numpy quantizers, one process per tensor, q/k rows permuted as llama.cpp's converter does;
+The first form writes every matrix (embedding and output head included) as --type (f16, q4_0, q4_1, q5_0, q8_0)
+with the `gguf` package's numpy quantizers (k-quants: write f16, then `hearth quantize` it), one process per tensor, q/k rows permuted as llama.cpp's converter does;
 norms stay f32. The tokenizer fields (`tokenizer.*`) are copied from --vocab, a GGUF without tensors made here by
 the second form from a model with the same vocabulary (SmolLM2's, which make_llama8b.py's checkpoint uses), so that
 nothing large travels to the device. Idempotent: an existing OUT is kept. Needs numpy, torch, safetensors and
@@ -14,7 +14,7 @@ gguf (bench/gpu/prepare_gguf.sh packs its wheel into .gpu/wheels).
 import argparse, json, os, sys, time
 from concurrent.futures import ProcessPoolExecutor
 
-TYPES = {"q4_0": "Q4_0", "q4_1": "Q4_1", "q5_0": "Q5_0", "q8_0": "Q8_0"}
+TYPES = {"f16": "F16", "q4_0": "Q4_0", "q4_1": "Q4_1", "q5_0": "Q5_0", "q8_0": "Q8_0"}
 
 
 def copy_fields(reader, writer, prefix):
@@ -81,6 +81,8 @@ def convert(job):
     if t.ndim == 1:
         return gguf_name(hf), np.ascontiguousarray(t), gguf.GGMLQuantizationType.F32
     q = getattr(gguf.GGMLQuantizationType, qtype)
+    if qtype == "F16":
+        return gguf_name(hf), t.astype(np.float16), q
     return gguf_name(hf), gguf.quants.quantize(np.ascontiguousarray(t), q), q
 
 

@@ -7,6 +7,7 @@ mod levers;
 mod models;
 mod open;
 mod parse;
+mod quantize;
 mod serve;
 mod serve_check;
 mod tokenize;
@@ -98,6 +99,8 @@ enum Command {
     KvQuality(kv_quality::KvQualityArgs),
     /// List the models `--model` can name without a path.
     Models,
+    /// Rewrite a GGUF with its matrices in another GGML type (q4_0 ... q6_k, q4_k_m, q5_k_m), as llama-quantize does.
+    Quantize(quantize::QuantizeArgs),
     /// Print every runtime lever (`HEARTH_*` environment variable): its effective value, default and meaning.
     Levers(levers::LeversArgs),
     /// Serve the model over OpenAI- and Anthropic-compatible HTTP APIs, with a web chat at /.
@@ -124,6 +127,7 @@ fn main() {
         Command::Tokenize(a) => tokenize::run(a),
         Command::KvQuality(a) => kv_quality::run(a),
         Command::Models => models::run(),
+        Command::Quantize(a) => quantize::run(a),
         Command::Levers(a) => levers::run(a),
         Command::Serve(a) => serve_check::check(&a).and_then(|_| serve::run(*a)),
         Command::EngineChild(a) => serve_check::check(&a.serve).and_then(|_| serve::run_engine_child(*a)),

@@ -130,6 +130,11 @@ impl GgufFile {
             .ok_or_else(|| Error::InvalidModel(format!("{}: no general.architecture", self.path.display())))
     }
 
+    /// Whether the tensor is of the MXFP4 type (read by [`GgufFile::mxfp4_part`], not by candle).
+    pub fn is_mxfp4(&self, gguf_name: &str) -> bool {
+        self.mxfp4.contains(gguf_name)
+    }
+
     pub fn has_tensor(&self, gguf_name: &str) -> bool {
         self.content.tensor_infos.contains_key(gguf_name)
     }

@@ -6,6 +6,7 @@ mod experts;
 pub mod gguf;
 mod gguf_scan;
 mod mxfp4;
+pub mod quantize;
 pub mod resolve;
 pub mod safetensors;
 
