@@ -16,7 +16,7 @@ use super::{contiguous, cuda_of, sfx_c};
 use crate::Result;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
-use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig};
 use candle_core::cuda_backend::WrapErr;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{CudaStorage, Layout, Shape, Tensor};
@@ -88,7 +88,7 @@ fn fits(x: &Tensor, w: &QTensor) -> Result<Option<(usize, usize)>> {
     let Ok((n, wk)) = w.shape().dims2() else { return Ok(None) };
     let k = x.dim(candle_core::D::Minus1)?;
     let m = x.elem_count() / k.max(1);
-    if n == 0 || k != wk || k % w.dtype().block_size() != 0 || m == 0 || m > MAX_ROWS {
+    if n == 0 || k != wk || !k.is_multiple_of(w.dtype().block_size()) || m == 0 || m > MAX_ROWS {
         return Ok(None);
     }
     if !matches!(w.device(), candle_core::Device::Cuda(_)) || smem_bytes(m, k, row_capacity(m)) > MAX_SMEM {
@@ -100,7 +100,7 @@ fn fits(x: &Tensor, w: &QTensor) -> Result<Option<(usize, usize)>> {
 /// x reshaped to (rows, K), contiguous, or None when its start is not 16-byte aligned.
 fn rows_of(x: &Tensor, m: usize, k: usize) -> Result<Option<Tensor>> {
     let x = x.contiguous()?.reshape((m, k))?;
-    Ok((x.layout().start_offset() % (16 / x.dtype().size_in_bytes()) == 0).then_some(x))
+    Ok(x.layout().start_offset().is_multiple_of(16 / x.dtype().size_in_bytes()).then_some(x))
 }
 
 /// x's dims with the last one replaced by `n`.
@@ -137,7 +137,7 @@ pub fn matmul_add_norm(
 ) -> Result<Option<(Tensor, Tensor)>> {
     let Some((m, k)) = fits(h, w)? else { return Ok(None) };
     let n = w.shape().dims2()?.0;
-    if (gated.is_some() && n % 2 != 0)
+    if (gated.is_some() && !n.is_multiple_of(2))
         || wn.dtype() != h.dtype()
         || wn.elem_count() != k
         || a.is_some_and(|a| a.dtype() != h.dtype() || a.dims() != h.dims())
@@ -153,7 +153,7 @@ pub fn matmul_add_norm(
         None => None,
     };
     let wn = wn.contiguous()?;
-    if wn.layout().start_offset() % (16 / wn.dtype().size_in_bytes()) != 0 {
+    if !wn.layout().start_offset().is_multiple_of(16 / wn.dtype().size_in_bytes()) {
         return Ok(None);
     }
     let width = if gated.is_some() { n / 2 } else { n };
@@ -182,6 +182,41 @@ impl QGemv {
             Input::AddNorm { gated: Some(Act::GeluTanh), .. } => "addnorm_gelu",
         };
         format!("qgemv_{ty}_{mode}_m{mr}_{sfx}")
+    }
+
+    /// The kernel, its launch shape and its column split for m rows of K and `cols` output columns.
+    fn plan(
+        &self,
+        dev: &candle_core::CudaDevice,
+        sfx: &str,
+        ty: &str,
+        m: usize,
+        k: usize,
+        cols: usize,
+    ) -> candle_core::Result<(impl std::ops::Deref<Target = CudaFunction>, LaunchConfig, usize)> {
+        let (module, ptx) = match sfx {
+            "bf16" => ("hearth_qgemv_bf16", PTX_BF16),
+            "f16" => ("hearth_qgemv_f16", PTX_F16),
+            _ => ("hearth_qgemv_f32", PTX_F32),
+        };
+        let mr = row_capacity(m);
+        let func = dev.get_or_load_custom_func(&self.kernel_name(ty, mr, sfx), module, ptx)?;
+        let smem = smem_bytes(m, k, mr);
+        if smem > 48 * 1024 {
+            func.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+                .w()?;
+        }
+        let pieces = (k / 32).div_ceil(32);
+        let sms = super::launch::device_props(&dev.cuda_stream()).sms;
+        let per_sm = (SMEM_PER_SM / smem).clamp(1, BLOCKS_PER_SM);
+        let split = split_for(cols, pieces, sms * per_sm * WARPS);
+        let grid = (cols * split).div_ceil(WARPS).min(sms * per_sm).max(1);
+        let cfg = LaunchConfig {
+            grid_dim: (grid as u32, 1, 1),
+            block_dim: ((WARPS * 32) as u32, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
+        Ok((func, cfg, split))
     }
 }
 
@@ -214,40 +249,18 @@ impl candle_core::CustomOp1 for QGemv {
         let Some(ty) = type_name(self.w.dtype()) else {
             candle_core::bail!("hearth-qgemv: no kernel reads {:?}", self.w.dtype())
         };
-        if wk != k || m == 0 || m > MAX_ROWS || k % self.w.dtype().block_size() != 0 {
+        if wk != k || m == 0 || m > MAX_ROWS || !k.is_multiple_of(self.w.dtype().block_size()) {
             candle_core::bail!("hearth-qgemv: x ({m}, {k}) does not fit w ({n}, {wk})");
         }
         let gated = self.input.gated();
-        if gated.is_some() && n % 2 != 0 {
+        if gated.is_some() && !n.is_multiple_of(2) {
             candle_core::bail!("hearth-qgemv: a gated epilogue needs an even gate|up width, not {n}");
         }
         let (x0, x1) = contiguous(xl, "x")?;
         let dev = xs.device().clone();
         let stream = dev.cuda_stream();
-        let sfx = sfx_c(xs.dtype())?;
-        let (module, ptx) = match sfx {
-            "bf16" => ("hearth_qgemv_bf16", PTX_BF16),
-            "f16" => ("hearth_qgemv_f16", PTX_F16),
-            _ => ("hearth_qgemv_f32", PTX_F32),
-        };
-        let mr = row_capacity(m);
-        let func = dev.get_or_load_custom_func(&self.kernel_name(ty, mr, sfx), module, ptx)?;
-        let smem = smem_bytes(m, k, mr);
-        if smem > 48 * 1024 {
-            func.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
-                .w()?;
-        }
         let cols = if gated.is_some() { n / 2 } else { n };
-        let pieces = (k / 32).div_ceil(32);
-        let sms = super::launch::device_props(&stream).sms;
-        let per_sm = (SMEM_PER_SM / smem).clamp(1, BLOCKS_PER_SM);
-        let split = split_for(cols, pieces, sms * per_sm * WARPS);
-        let grid = (cols * split).div_ceil(WARPS).min(sms * per_sm).max(1);
-        let cfg = LaunchConfig {
-            grid_dim: (grid as u32, 1, 1),
-            block_dim: ((WARPS * 32) as u32, 1, 1),
-            shared_mem_bytes: smem as u32,
-        };
+        let (func, cfg, split) = self.plan(&dev, sfx_c(xs.dtype())?, ty, m, k, cols)?;
         let w_ptr = self.w.device_ptr()? as u64;
         let (ni, ki, mi, si) = (n as i32, k as i32, m as i32, split as i32);
         macro_rules! launch {

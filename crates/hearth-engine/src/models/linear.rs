@@ -1,7 +1,7 @@
 //! A linear layer: its weight dense or quantized, on hearth's CPU kernels, hearth's skinny GPU kernels for decode
 //! rows (dense `gpu::gemv`, quantized `gpu::qgemv`) or candle's matmuls.
 
-use super::layers::RmsNorm;
+use super::norm::RmsNorm;
 use crate::cpu_matmul::FastQMatMul;
 use crate::Result;
 use candle_core::quantized::QMatMul;

@@ -10,6 +10,7 @@ pub mod linear;
 pub mod llama;
 pub mod mlp;
 pub mod moe;
+pub mod norm;
 pub mod qwen3_5;
 
 use crate::attention::{BatchContext, KvStore};

@@ -69,7 +69,7 @@ impl Scheme {
 /// llama.cpp's choice of layers that get more bits in a k-quant mix: the first and last eighth, and every third
 /// layer between them.
 fn more_bits(layer: usize, layers: usize) -> bool {
-    layer < layers / 8 || layer >= 7 * layers / 8 || (layer >= layers / 8 && (layer - layers / 8) % 3 == 2)
+    layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2
 }
 
 /// The layer index of a `blk.N.` tensor.
@@ -99,7 +99,7 @@ fn target(scheme: Scheme, name: &str, width: usize, m: Shape) -> GgmlDType {
             }
         }
     };
-    if width % t.block_size() == 0 {
+    if width.is_multiple_of(t.block_size()) {
         return t;
     }
     match t {
@@ -205,7 +205,7 @@ fn convert(g: &GgufFile, name: &str, scheme: Scheme, shape: Shape) -> Result<(QT
         return Ok((q, false));
     }
     let t = target(scheme, name, width, shape);
-    if t == q.dtype() || width % t.block_size() != 0 {
+    if t == q.dtype() || !width.is_multiple_of(t.block_size()) {
         return Ok((q, false));
     }
     let f = q.dequantize(&Device::Cpu)?;
