@@ -103,14 +103,25 @@ async fn channels_become_reasoning_content_and_tool_calls() {
     }
 }
 
+/// `tool_choice` `required` and a named function are enforced in harmony's channels (the grammar's own tests are
+/// in tool_grammar.rs): a scripted call passes through it whole; a constraint on the whole answer is refused by
+/// name.
 #[tokio::test]
-async fn enforced_calls_and_constraints_are_refused_by_name() {
+async fn enforced_calls_pass_and_whole_answer_constraints_are_refused_by_name() {
     let router = router();
-    let mut b = chat("hi", false);
-    b["tool_choice"] = json!("required");
-    let (status, text) = post(&router, b).await;
-    assert_eq!(status, 400, "{text}");
-    assert!(text.contains("tool_choice") && text.contains("harmony"), "{text}");
+    let call = "<|channel|>analysis<|message|>Weather.<|end|><|start|>assistant<|channel|>commentary \
+                to=functions.get_weather <|constrain|>json<|message|>{\"location\":\"Paris\"}<|call|>";
+    for choice in [json!("required"), json!({"type": "function", "function": {"name": "get_weather"}})] {
+        for stream in [false, true] {
+            let mut b = chat(call, stream);
+            b["tool_choice"] = choice.clone();
+            let (status, text) = post(&router, b).await;
+            assert_eq!(status, 200, "{text}");
+            let (r, c, calls) = parts(&text, stream);
+            assert_eq!((r.as_str(), c), ("Weather.", None), "{choice} stream={stream}");
+            assert_eq!(calls, vec![("get_weather".to_string(), json!({"location": "Paris"}))], "{choice}");
+        }
+    }
     let mut b = chat("hi", false);
     b["response_format"] = json!({"type": "json_object"});
     let (status, text) = post(&router, b).await;

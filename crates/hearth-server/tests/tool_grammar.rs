@@ -387,3 +387,51 @@ fn property_schemas_that_are_not_objects_do_not_panic() {
         let _ = g.compile(&spec);
     }
 }
+
+/// Harmony (gpt-oss) under `required` and a named function: an optional thought, then one call in the template's
+/// header form, and the answer ends; a final answer, free text, another function or arguments off the schema do not
+/// fit. With the markers as control tokens (gpt-oss's vocabulary) and spelled as text. `auto` stays free.
+#[test]
+fn harmony_required_enforces_one_call_after_an_optional_thought() {
+    const TEMPLATE: &str = "<|start|>{{ m }}<|channel|>final<|message|>";
+    const MARKERS: [&str; 7] =
+        ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|call|>", "<|return|>"];
+    let call =
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>";
+    for (label, tok) in [("control tokens", with_controls("harmony", &MARKERS)), ("text markers", smollm2())] {
+        let g = Grammars::new(tok.clone(), tok.vocab_size());
+        assert!(weather(TEMPLATE, "auto").constraint(&tok).is_none(), "{label}: auto is free");
+        for choice in ["required", "get_weather"] {
+            let tools = if choice == "required" { weather(TEMPLATE, choice) } else { named_weather(TEMPLATE) };
+            let spec = tools.constraint(&tok).expect("enforced");
+            let c = g.compile(&spec).unwrap();
+            // A thought, then the call; or the call alone. Either ends the answer.
+            for answer in [
+                format!("<|channel|>analysis<|message|>The user wants Paris.<|end|><|start|>assistant{call}"),
+                call.to_string(),
+            ] {
+                let mut c = c.clone();
+                write(&mut c, &tok, &answer);
+                assert!(may_end(&mut c, &tok), "{label} {choice}: the call ends the answer");
+            }
+            assert!(!fits(&c, &tok, "<|channel|>final<|message|>Hello"), "{label} {choice}: a final answer");
+            assert!(!fits(&c, &tok, "Hello"), "{label} {choice}: free text");
+            let other = "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}";
+            assert!(!fits(&c, &tok, other), "{label} {choice}: a function not offered");
+            let off = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"town\":";
+            assert!(!fits(&c, &tok, off), "{label} {choice}: arguments off the schema");
+        }
+    }
+}
+
+/// [`weather`] with `tool_choice` naming the function.
+fn named_weather(template: &str) -> Tools {
+    let body = json!({"messages": [{"role": "user", "content": "hi"}],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "tools": [{
+        "type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}}]});
+    let conv = Conversation::from_body(&body).unwrap();
+    let t = Tools::resolve(&conv, template, &FieldNames::CHAT).unwrap().expect("tools");
+    assert_eq!(t.choice, ToolChoice::Named("get_weather".into()));
+    t
+}

@@ -66,7 +66,8 @@ pub fn prepare(ready: &Ready, req: ChatRequest) -> ApiResult<Prepared> {
                 }
             }
         }
-        if let Some(c) = &g.constraint {
+        // the tools' grammar is written in harmony's channels; a constraint on the whole answer would break them
+        if let Some(c) = g.constraint.as_ref().filter(|c| !matches!(c.source, Source::Tools)) {
             let f = c.param();
             return Err(ApiError::param(
                 f,

@@ -11,6 +11,8 @@
 //!   otherwise;
 //! - the whole-answer formats (Llama 3 JSON, pythonic, generic): an answer whose first character opens a call (`{`,
 //!   `[`) is calls, any other answer is free text; Llama 3's `<|python_tag|>` control token opens calls too;
+//! - harmony (gpt-oss): the calls are written in its channels; `auto` leaves the answer free, `required` and a named
+//!   function take an optional thought and then one call (`Tools::harmony`);
 //! - in every format, the forms models write outside it (`super::loose`): a call object, list or fence of them that
 //!   opens the answer, and in Hermes' and Mistral's text `<function=NAME>` and tags before a call object; each
 //!   opens a call once it names an offered function.
@@ -45,8 +47,8 @@ impl Tools {
     pub fn constraint(&self, tok: &Tokenizer) -> Option<ConstraintSpec> {
         let auto = self.choice == ToolChoice::Auto;
         if self.format == Format::Harmony {
-            // the answer's channels carry the calls; `resolve` takes only `auto` for harmony templates
-            return None;
+            // the answer's channels carry the calls: `auto` leaves them free, the others are enforced in them
+            return (!auto).then(|| ConstraintSpec::Lark(format!("%llguidance {{}}\n{}", self.harmony(tok))));
         }
         // `auto`: the loose forms' openers besides the format's own (`output::tools::loose`); tags in the text of
         // the formats whose calls may follow text.
@@ -109,7 +111,7 @@ impl Tools {
                 whole('{', format!("{} call{} \"]}}\"", lark_string("{\"tool_calls\": ["), more(", ")), None)
             }
             Format::Pythonic => whole('[', format!("\"[\" call{} \"]\"", more(", ")), None),
-            // (no grammar is built for harmony: `constraint` returns first) free text
+            // (harmony's grammar is built by `harmony`: `constraint` returns first) free text
             Format::Harmony => format!("start: TEXT\n{TEXT}"),
         };
         let rules = match self.format {
@@ -118,6 +120,37 @@ impl Tools {
             _ => self.call_rules("arguments"),
         };
         (top, rules)
+    }
+
+    /// Harmony's answer under `required` or a named function: an optional thought (an `analysis` message), then one
+    /// call in the header form gpt-oss's template writes, `<|channel|>commentary to=functions.NAME
+    /// <|constrain|>json<|message|>ARGS<|call|>` (a harmony call ends the answer: one call even with
+    /// `parallel_tool_calls`). Markers are control tokens where the vocabulary has them, text otherwise.
+    fn harmony(&self, tok: &Tokenizer) -> String {
+        let m = |t: &str| control(tok, t).unwrap_or_else(|| lark_string(t));
+        let (ch, msg, start) = (m("<|channel|>"), m("<|message|>"), m("<|start|>"));
+        // A thought's text: with control-token markers no text can hold its end; with text markers, as little as
+        // it can before `<|end|>`.
+        let thought = match control(tok, "<|end|>") {
+            Some(end) => format!("thought: TEXT {end}\n"),
+            None => format!("thought[lazy]: TEXT {}\n", lark_string("<|end|>")),
+        };
+        let mut names = Vec::new();
+        let mut rules = String::new();
+        for (i, (name, params)) in self.callable().enumerate() {
+            rules.push_str(&format!(
+                "h{i}: {ch} {} {} \"json\" {msg} a{i} {}\na{i}: %json {}\n",
+                lark_string(&format!("commentary to=functions.{name} ")),
+                m("<|constrain|>"),
+                m("<|call|>"),
+                nested(params, params, false)
+            ));
+            names.push(format!("h{i}"));
+        }
+        format!(
+            "start: ({ch} \"analysis\" {msg} thought {start} \"assistant\")? call\ncall: {}\n{rules}{thought}{TEXT}",
+            names.join(" | ")
+        )
     }
 
     /// Mistral's calls (see the module's text).

@@ -108,13 +108,6 @@ impl Tools {
         };
         let in_template = template.contains("tools");
         let format = Format::of_template(template);
-        if format == Format::Harmony && choice != ToolChoice::Auto {
-            return Err(ApiError::param(
-                "tool_choice",
-                "this model answers in the harmony format (gpt-oss), whose calls hearth reads but does not enforce: \
-                 `tool_choice` must be `auto` or `none`",
-            ));
-        }
         Ok(Some(Tools { format, choice, parallel, functions, in_template }))
     }
 
