@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (repo root, after scripts/build-cuda --tests and bench/gpu/prepare_gguf.sh here; carry .gpu):
 # the quantized-matmul tests, then the 8B-shaped checkpoint written as GGUFs on the device (bench/gpu/make_gguf.py
-# writes f16, `hearth quantize` makes each TYPE from it) and a paired A/B per GGUF of hearth's quantized kernels
+# writes the first TYPE, `hearth quantize` makes the others from it) and a paired A/B per GGUF of hearth's quantized kernels
 # (gpu::qgemv) against candle's, in one call.
 #   bench/gpu/device_qgemv.sh OUT_DIR [TYPES (q4_0,q4_k_m)] [CONC (1,8,32)]
 # Variants (bench/gpu/device_ab.sh's form) from VARIANTS (newline-separated), default: hearth's kernels with f32 and
@@ -14,9 +14,14 @@ xz -dc .gpu/hearth.xz > /tmp/hbin/hearth && chmod +x /tmp/hbin/hearth
 for t in .gpu/tests/*.xz; do n=$(basename "$t" .xz); xz -dc "$t" > "/tmp/hbin/$n"; chmod +x "/tmp/hbin/$n"; done
 python3 -c 'import gguf' 2>/dev/null || pip install --quiet --no-index --no-deps .gpu/wheels/gguf-*.whl
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+# The first type is written by make_gguf.py (f16 first, then quantized by hearth, where it is a k-quant); the
+# others are quantized by hearth from it (random weights: requantizing changes nothing a speed test sees).
+FIRST="${TYPES%%,*}"
+case "$FIRST" in q4_0|q4_1|q5_0|q8_0) SRC_T=$FIRST ;; *) SRC_T=f16 ;; esac
 ( python3 bench/gpu/make_llama8b.py /tmp/llama8b && \
-  python3 bench/gpu/make_gguf.py /tmp/llama8b /tmp/llama8b-f16.gguf --type f16 --vocab .gpu/tokenizer.gguf && \
-  for t in ${TYPES//,/ }; do /tmp/hbin/hearth quantize /tmp/llama8b-f16.gguf /tmp/llama8b-$t.gguf -t $t 2>&1 | tail -1; done
+  python3 bench/gpu/make_gguf.py /tmp/llama8b /tmp/llama8b-$SRC_T.gguf --type $SRC_T --vocab .gpu/tokenizer.gguf && \
+  for t in ${TYPES//,/ }; do [ -f /tmp/llama8b-$t.gguf ] || \
+    /tmp/hbin/hearth quantize /tmp/llama8b-$SRC_T.gguf /tmp/llama8b-$t.gguf -t $t 2>&1 | tail -1; done
 ) > "$OUT/make.log" 2>&1 &
 MK=$!
 timeout 240 /tmp/hbin/gpu_quant_matmul --test-threads 1 --nocapture > "$OUT/qgemv_tests.log" 2>&1
@@ -27,7 +32,6 @@ grep -hE "^test |test result|panicked" "$OUT"/*_tests.log | head -20
 grep -E "vs candle" "$OUT/qgemv_tests.log" | sort -t' ' -k7 -g | tail -2
 wait $MK; tail -4 "$OUT/make.log"
 python3 bench/gpu/roofline.py /tmp/llama8b 2>&1 | tail -1 | tee "$OUT/roofline.json"
-rm -f /tmp/llama8b-f16.gguf
 V="${VARIANTS:-qgemv-f32||
 qgemv-bf16||--dtype bf16
 candle-f32|HEARTH_GPU_QGEMV=0|}"

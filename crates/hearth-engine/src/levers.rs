@@ -207,6 +207,7 @@ levers! {
     avx512: bool = switch, "HEARTH_AVX512", Switch, false, "on", "the CPU k-quant matmuls at 4 or more activation rows use 512-bit vectors (16 weight rows a vector) where the CPU has AVX-512 F/BW/VL/VNNI and HEARTH_FAST_QUANT allows VNNI (off: 256-bit)";
     k_quant: bool = switch, "HEARTH_K_QUANT", Switch, false, "on", "hearth's int8 kernels for Q4_K, Q5_K and Q6_K weights (off: candle's, on candle's thread pool, which then keeps that model's kernels off hearth's work pool)";
     kq_prepack: bool = switch, "HEARTH_KQ_PREPACK", Switch, false, "on", "the CPU repacks Q4_K weights at load into 8-row groups whose vector lanes are rows (4 bits a value, the only copy, 5.5% larger): no per-call packing, and the lanes-are-rows kernel at every number of activation rows (off: GGML's layout, the tile kernel below 4 rows)";
+    mxfp4_q5: bool = switch, "HEARTH_MXFP4_Q5", Switch, false, "on", "CPU: MXFP4 experts (gpt-oss) held as Q5_0 blocks of the same values (5.5 bits a value) instead of Q8_0 (8.5)";
     cpu_fused: bool = switch, "HEARTH_CPU_FUSED", Switch, false, "on", "CPU: q|k|v and gate|up projections quantized in one type run as one matmul each (one activation quantization, one hand-out to the thread pool)";
     moe_grouped: bool = switch, "HEARTH_MOE_GROUPED", Switch, false, "on", "CPU: a step's routed experts with few rows each run one expert per thread in one hand-out to the work pool (off: one hand-out per expert matmul)";
     malloc_keep: bool = switch, "HEARTH_MALLOC_KEEP", Switch, false, "on", "glibc malloc keeps large freed buffers (mmap threshold 512 MiB, trim threshold 1 GiB) instead of mapping and zeroing fresh pages for every step's temporaries";
@@ -225,7 +226,7 @@ levers! {
     gpu_gemv_split: bool = switch, "HEARTH_GPU_GEMV_SPLIT", Switch, true, "on", "one-row matmuls with K up to 4x the one-warp row split each column over 2 or 4 warps";
     gpu_gemv_norm: bool = switch, "HEARTH_GPU_GEMV_NORM", Switch, true, "on", "the residual add + RMSNorm run inside the one-row matmul after it";
     gpu_gemv_gated: bool = switch, "HEARTH_GPU_GEMV_GATED", Switch, true, "on", "SiLU/GELU x up runs in the one-row gate|up matmul's epilogue";
-    gpu_qgemv: bool = switch, "HEARTH_GPU_QGEMV", Switch, true, "on", "quantized GGUF matmuls of up to 8 rows take hearth's kernels (q|k|v and gate|up stacked, add+norm and activation fused) instead of candle's";
+    gpu_qgemv: bool = switch, "HEARTH_GPU_QGEMV", Switch, true, "off", "opt-in: quantized GGUF matmuls of up to 8 rows take hearth's kernels (q|k|v and gate|up stacked, add+norm and activation fused) instead of candle's";
     gpu_gemv_pdl: bool = switch, "HEARTH_GPU_GEMV_PDL", Switch, true, "on", "the skinny matmuls are launched with PDL like the other kernels";
     cuda_step_timing: bool = switch, "HEARTH_CUDA_STEP_TIMING", Diagnostic, true, "off", "CUDA events around every step: device time and inter-step gaps in /stats";
     cuda_diag_skip_attn: bool = switch, "HEARTH_CUDA_DIAG_SKIP_ATTN", Diagnostic, true, "off", "paged attention returns zeros without launching (outputs are wrong): what attention costs in a step";

@@ -5,8 +5,9 @@
 //! launch like the dense one-row kernels, and with the same fused forms: the residual add + RMSNorm computed by the
 //! kernel ([`matmul_add_norm`]) and the gated activation as the gate|up matrix's epilogue.
 //!
-//! `HEARTH_GPU_QGEMV=0` sends these shapes back to candle's quantized kernels (which quantize x in a launch of
-//! their own, without PDL). More rows than [`MAX_ROWS`], or rows whose quantized copy would not fit the block's
+//! Opt-in (`HEARTH_GPU_QGEMV=1`): the kernels are correct but still slower than candle's (docs/benchmarks.md); the
+//! default sends these shapes to candle's quantized kernels (which quantize x in a launch of their own, without
+//! PDL) and keeps q|k|v and gate|up as separate matrices. More rows than [`MAX_ROWS`], or rows whose quantized copy would not fit the block's
 //! shared memory, go to candle's kernels too.
 
 use super::fused::Act;
@@ -58,7 +59,7 @@ pub fn supported(t: GgmlDType) -> bool {
     type_name(t).is_some()
 }
 
-/// Whether the default path sends quantized matmuls of a few rows to these kernels (`HEARTH_GPU_QGEMV`).
+/// Whether quantized matmuls of a few rows go to these kernels (`HEARTH_GPU_QGEMV=1`).
 pub fn on() -> bool {
     crate::levers::get().gpu_qgemv
 }

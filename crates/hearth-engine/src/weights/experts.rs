@@ -99,12 +99,17 @@ fn hf_mxfp4(h: &HfWeights, at: ExpertPart, kind: &str, dtype: DType, device: &De
     Ok(Some(mxfp4_matrix(&Mxfp4 { blocks, scales, groups, layout: Layout::Hf }, &rows, dtype, device)?))
 }
 
-/// Rows `rows` of an MXFP4 matrix as a weight: Q8_0 on the CPU (the same values), else dequantized to `dtype`.
+/// Rows `rows` of an MXFP4 matrix as a weight: Q5_0 on the CPU (the same values; Q8_0 with `HEARTH_MXFP4_Q5=0`),
+/// else dequantized to `dtype`.
 fn mxfp4_matrix(m: &Mxfp4, rows: &[usize], dtype: DType, device: &Device) -> Result<QMatMul> {
     let shape = (rows.len(), m.groups * 32);
     if device.is_cpu() {
-        if let Some(bytes) = m.to_q8_0(rows) {
-            let storage = QStorage::from_data(std::borrow::Cow::Owned(bytes), device, GgmlDType::Q8_0)?;
+        let held = match crate::levers::get().mxfp4_q5 {
+            true => m.to_q5_0(rows).map(|b| (b, GgmlDType::Q5_0)),
+            false => m.to_q8_0(rows).map(|b| (b, GgmlDType::Q8_0)),
+        };
+        if let Some((bytes, t)) = held {
+            let storage = QStorage::from_data(std::borrow::Cow::Owned(bytes), device, t)?;
             return Ok(QMatMul::from_arc(Arc::new(QTensor::new(storage, shape)?))?);
         }
     }
