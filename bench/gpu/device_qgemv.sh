@@ -4,15 +4,16 @@
 # writes the first TYPE, `hearth quantize` makes the others from it) and a paired A/B per GGUF of hearth's quantized kernels
 # (gpu::qgemv) against candle's, in one call.
 #   bench/gpu/device_qgemv.sh OUT_DIR [TYPES (q4_0,q4_k_m)] [CONC (1,8,32)]
-# Variants (bench/gpu/device_ab.sh's form) from VARIANTS (newline-separated), default: hearth's kernels with f32 and
-# bf16 activations, candle's with f32 (the previous default).
+# Variants (bench/gpu/device_ab.sh's form) from VARIANTS (newline-separated), default: hearth's kernels (opt-in)
+# with f32 and bf16 activations, candle's with f32 (the default).
 # Prints the copy bandwidth (bench/gpu/roofline.py) and each GGUF's bytes: its batch-1 roofline is bytes / bandwidth.
 set -uo pipefail
 OUT="$1"; TYPES="${2:-q4_0,q4_k_m}"; CONC="${3:-1,8,32}"
 mkdir -p "$OUT" /tmp/hbin
 xz -dc .gpu/hearth.xz > /tmp/hbin/hearth && chmod +x /tmp/hbin/hearth
 for t in .gpu/tests/*.xz; do n=$(basename "$t" .xz); xz -dc "$t" > "/tmp/hbin/$n"; chmod +x "/tmp/hbin/$n"; done
-python3 -c 'import gguf' 2>/dev/null || pip install --quiet --no-index --no-deps .gpu/wheels/gguf-*.whl
+# gguf is pure Python: imported from its wheel (the device's pip refuses system-wide installs).
+python3 -c 'import gguf' 2>/dev/null || export PYTHONPATH="$(ls "$PWD"/.gpu/wheels/gguf-*.whl)${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 # The first type is written by make_gguf.py (f16 first, then quantized by hearth, where it is a k-quant); the
 # others are quantized by hearth from it (random weights: requantizing changes nothing a speed test sees).
@@ -32,9 +33,9 @@ grep -hE "^test |test result|panicked" "$OUT"/*_tests.log | head -20
 grep -E "vs candle" "$OUT/qgemv_tests.log" | sort -t' ' -k7 -g | tail -2
 wait $MK; tail -4 "$OUT/make.log"
 python3 bench/gpu/roofline.py /tmp/llama8b 2>&1 | tail -1 | tee "$OUT/roofline.json"
-V="${VARIANTS:-qgemv-f32||
-qgemv-bf16||--dtype bf16
-candle-f32|HEARTH_GPU_QGEMV=0|}"
+V="${VARIANTS:-qgemv-f32|HEARTH_GPU_QGEMV=1|
+qgemv-bf16|HEARTH_GPU_QGEMV=1|--dtype bf16
+candle-f32||}"
 mapfile -t VS <<< "$V"
 for t in ${TYPES//,/ }; do
   GG=/tmp/llama8b-$t.gguf

@@ -9,7 +9,8 @@ with the `gguf` package's numpy quantizers (k-quants: write f16, then `hearth qu
 norms stay f32. The tokenizer fields (`tokenizer.*`) are copied from --vocab, a GGUF without tensors made here by
 the second form from a model with the same vocabulary (SmolLM2's, which make_llama8b.py's checkpoint uses), so that
 nothing large travels to the device. Idempotent: an existing OUT is kept. Needs numpy, torch, safetensors and
-gguf (bench/gpu/prepare_gguf.sh packs its wheel into .gpu/wheels).
+gguf (bench/gpu/prepare_gguf.sh packs its wheel into .gpu/wheels; the device scripts import it from there with
+PYTHONPATH=<the wheel>).
 """
 import argparse, json, os, sys, time
 from concurrent.futures import ProcessPoolExecutor

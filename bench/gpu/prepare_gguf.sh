@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Here (not on the GPU machine): pack what bench/gpu/make_gguf.py needs there into .gpu (carried with the build):
-# the `gguf` package's wheel (.gpu/wheels; installed there with pip --no-index) and a tensor-less GGUF holding
+# the `gguf` package's wheel (.gpu/wheels; imported there from the wheel by PYTHONPATH) and a tensor-less GGUF holding
 # SmolLM2's tokenizer fields (.gpu/tokenizer.gguf), the vocabulary of make_llama8b.py's checkpoint.
 #   bench/gpu/prepare_gguf.sh
 set -euo pipefail

@@ -5,8 +5,8 @@
 // * x is quantized once per block into shared memory as llama.cpp's q8_1 does (per 32 values: d = amax / 127,
 //   q = round(v / d), s = the sum of the values), and every 32-value unit of a weight row is dotted with it in
 //   integer arithmetic (dp4a), as llama.cpp's MMVQ does: its arithmetic, with d and s kept in f32.
-// * A persistent grid of WARPS-warp blocks. A warp walks its output columns' weight rows in pieces of 32 units
-//   (one per lane), each piece loaded with 16-byte vectors into the warp's staging buffer in shared memory (GGUF
+// * A persistent grid of WARPS-warp blocks. A warp walks its output columns' weight rows in pieces of 64 units
+//   (two per lane), each piece loaded with 16-byte vectors into the warp's staging buffer in shared memory (GGUF
 //   blocks are 2-byte aligned: 18, 20, 22, 34, 144, 176, 210 bytes), the next piece in flight in registers while
 //   the lanes compute the current one. With SPLIT > 1 (a runtime value) a column's pieces are shared by SPLIT warps
 //   of the block, whose sums meet in shared memory in warp order (deterministic).
@@ -22,9 +22,10 @@
 #endif
 
 constexpr int WARPS = 8;        // warps per block
-constexpr int STAGE_VECS = 72;  // 16-byte vectors of a warp's staging buffer: a piece's bytes (at most 32 Q8_0
-                                // blocks, 1088 bytes) plus up to 15 before its start and the round-up after
-constexpr int NV = 3;           // vectors per lane in flight: ceil(STAGE_VECS / 32)
+constexpr int PIECE = 64;        // 32-value units a warp stages at a time (two per lane)
+constexpr int STAGE_VECS = 140;  // 16-byte vectors of a warp's staging buffer: a piece's bytes (at most 64 Q8_0
+                                 // blocks, 2176 bytes) plus up to 15 before its start and the round-up after
+constexpr int NV = 5;            // vectors per lane in flight: ceil(STAGE_VECS / 32)
 
 constexpr int X_PLAIN = 0;
 constexpr int X_ADDNORM = 1;
@@ -208,35 +209,59 @@ __device__ __forceinline__ void unpack(const uint4 &v, float *out) {
   for (int i = 0; i < Vec16<T>::N; ++i) out[i] = to_f(p[i]);
 }
 
-// 32 values of T at p (16-byte aligned; an earlier kernel's output: coherent loads) as floats.
-template <typename T> __device__ __forceinline__ void load32(const T *p, float *v) {
+// Values off..off + V of one row of the kernel's input (16-byte aligned; earlier kernels' outputs: coherent loads):
+// x itself (X_PLAIN), or rmsnorm(h + a) * wn rounded to T as add_rmsnorm stores it (X_ADDNORM, `scale` the row's
+// 1 / rms).
+template <typename T, int MODE>
+__device__ __forceinline__ void input_chunk(const T *xr, const T *ar, const T *wn, float scale, int off, float *v) {
   constexpr int V = Vec16<T>::N;
+  unpack<T>(__ldcg(reinterpret_cast<const uint4 *>(xr + off)), v);
+  if constexpr (MODE == X_ADDNORM) {
+    float av[V], wv[V];
+    if (ar != nullptr) unpack<T>(__ldcg(reinterpret_cast<const uint4 *>(ar + off)), av);
+    unpack<T>(__ldg(reinterpret_cast<const uint4 *>(wn + off)), wv);
 #pragma unroll
-  for (int i = 0; i < 32 / V; ++i) unpack<T>(__ldcg(reinterpret_cast<const uint4 *>(p) + i), v + i * V);
+    for (int i = 0; i < V; ++i) {
+      const float s = to_f(from_f<T>(v[i] + (ar != nullptr ? av[i] : 0.f)));
+      v[i] = to_f(from_f<T>(s * scale * wv[i]));
+    }
+  }
 }
 
-// Quantize 32 values to q8_1 in shared memory: d = amax / 127, q = round(v / d), s = the values' sum.
-__device__ __forceinline__ void quantize32(const float *v, int8_t *q, float2 *ds) {
+// Group g (32 values) of one input row to q8_1 in shared memory: d = amax / 127, q = round(v / d), s = the values'
+// sum. Two passes over its 16-byte chunks (the second recomputes them), so that a thread holds one chunk at a time.
+template <typename T, int MODE>
+__device__ __forceinline__ void quantize_group(const T *xr, const T *ar, const T *wn, float scale, int g, int8_t *q,
+                                               float2 *ds) {
+  constexpr int V = Vec16<T>::N;
   float amax = 0.f, s = 0.f;
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    amax = fmaxf(amax, fabsf(v[i]));
-    s += v[i];
+  for (int c = 0; c < 32 / V; ++c) {
+    float v[V];
+    input_chunk<T, MODE>(xr, ar, wn, scale, 32 * g + c * V, v);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      amax = fmaxf(amax, fabsf(v[i]));
+      s += v[i];
+    }
   }
   const float d = amax / 127.f;
-  int packed[8];
+  int *qi = reinterpret_cast<int *>(q);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    int word = 0;
+  for (int c = 0; c < 32 / V; ++c) {
+    float v[V];
+    input_chunk<T, MODE>(xr, ar, wn, scale, 32 * g + c * V, v);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int qi = amax == 0.f ? 0 : (int)roundf(v[4 * i + j] / d);
-      word |= (qi & 0xFF) << (8 * j);
+    for (int w = 0; w < V / 4; ++w) {
+      int word = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int x8 = amax == 0.f ? 0 : (int)roundf(v[4 * w + j] / d);
+        word |= (x8 & 0xFF) << (8 * j);
+      }
+      qi[c * V / 4 + w] = word;
     }
-    packed[i] = word;
   }
-  reinterpret_cast<int4 *>(q)[0] = make_int4(packed[0], packed[1], packed[2], packed[3]);
-  reinterpret_cast<int4 *>(q)[1] = make_int4(packed[4], packed[5], packed[6], packed[7]);
   *ds = make_float2(d, s);
 }
 
@@ -246,6 +271,7 @@ __device__ __forceinline__ void quantize32(const float *v, int8_t *q, float2 *ds
 template <typename T, int MODE>
 __device__ void quantize_x(const T *x, const T *a, const T *wn, T *h_out, float eps, int m, int K, int8_t *xq,
                            float2 *xds, float *red) {
+  constexpr int V = Vec16<T>::N;
   const int groups = K / 32, t = threadIdx.x, lane = t % 32, warp = t / 32;
   pdl_wait();  // x (h, a) is an earlier kernel's output
   for (int r = 0; r < m; ++r) {
@@ -254,21 +280,19 @@ __device__ void quantize_x(const T *x, const T *a, const T *wn, T *h_out, float 
     float scale = 1.f;
     if constexpr (MODE == X_ADDNORM) {
       float ss = 0.f;
-      for (int g = t; g < groups; g += WARPS * 32) {
-        float hv[32], av[32];
-        load32<T>(xr + 32 * g, hv);
-        if (ar != nullptr) load32<T>(ar + 32 * g, av);
-        T sum[32];
+      for (int c = t; c < K / V; c += WARPS * 32) {
+        float hv[V], av[V];
+        unpack<T>(__ldcg(reinterpret_cast<const uint4 *>(xr) + c), hv);
+        if (ar != nullptr) unpack<T>(__ldcg(reinterpret_cast<const uint4 *>(ar) + c), av);
+        uint4 packed;
+        T *pp = reinterpret_cast<T *>(&packed);
 #pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          sum[i] = from_f<T>(hv[i] + (ar != nullptr ? av[i] : 0.f));
-          const float f = to_f(sum[i]);
+        for (int i = 0; i < V; ++i) {
+          pp[i] = from_f<T>(hv[i] + (ar != nullptr ? av[i] : 0.f));
+          const float f = to_f(pp[i]);
           ss += f * f;
         }
-        if (h_out != nullptr && blockIdx.x == 0) {
-#pragma unroll
-          for (int i = 0; i < 32; ++i) h_out[(size_t)r * K + 32 * g + i] = sum[i];
-        }
+        if (h_out != nullptr && blockIdx.x == 0) reinterpret_cast<uint4 *>(h_out + (size_t)r * K)[c] = packed;
       }
       ss = warp_sum(ss);
       if (lane == 0) red[warp] = ss;
@@ -279,23 +303,8 @@ __device__ void quantize_x(const T *x, const T *a, const T *wn, T *h_out, float 
       scale = rsqrtf(total / K + eps);
       __syncthreads();  // red is reused by the next row
     }
-    for (int g = t; g < groups; g += WARPS * 32) {
-      float v[32];
-      load32<T>(xr + 32 * g, v);
-      if constexpr (MODE == X_ADDNORM) {
-        float av[32], wv[32];
-        if (ar != nullptr) load32<T>(ar + 32 * g, av);
-        constexpr int V = Vec16<T>::N;
-#pragma unroll
-        for (int i = 0; i < 32 / V; ++i) unpack<T>(__ldg(reinterpret_cast<const uint4 *>(wn + 32 * g) + i), wv + i * V);
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          const float s = to_f(from_f<T>(v[i] + (ar != nullptr ? av[i] : 0.f)));
-          v[i] = to_f(from_f<T>(s * scale * wv[i]));  // the normed row in T, as add_rmsnorm stores it
-        }
-      }
-      quantize32(v, xq + (size_t)r * K + 32 * g, xds + (size_t)r * groups + g);
-    }
+    for (int g = t; g < groups; g += WARPS * 32)
+      quantize_group<T, MODE>(xr, ar, wn, scale, g, xq + (size_t)r * K + 32 * g, xds + (size_t)r * groups + g);
   }
   __syncthreads();
 }
@@ -310,7 +319,7 @@ __device__ void qgemv(const T *x, const T *a, const T *wn, T *h_out, float eps, 
   pdl_trigger();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int units = K / 32, groups = K / 32;
-  const int pieces = (units + 31) / 32;
+  const int pieces = (units + PIECE - 1) / PIECE;
   const size_t row_bytes = (size_t)(units / Q::UNITS) * Q::BYTES;
   // Shared memory (qgemv.rs smem_bytes sizes it the same way): [x's q8 values: m * K bytes][x's (d, s): m * groups
   // float2, rounded up to 16 bytes][red: WARPS * 2 * MR floats][the norm's WARPS floats][staging: WARPS *
@@ -349,7 +358,7 @@ __device__ void qgemv(const T *x, const T *a, const T *wn, T *h_out, float eps, 
   auto load = [&](int i) {
     int mrow, piece;
     locate(i, mrow, piece);
-    const int u0 = piece * 32, u1 = min(units, u0 + 32);
+    const int u0 = piece * PIECE, u1 = min(units, u0 + PIECE);
     const uint8_t *start = w + (size_t)max(mrow, 0) * row_bytes + (size_t)(u0 / Q::UNITS) * Q::BYTES;
     const size_t bytes = (size_t)((u1 + Q::UNITS - 1) / Q::UNITS - u0 / Q::UNITS) * Q::BYTES;
     const uint4 *aligned = reinterpret_cast<const uint4 *>(reinterpret_cast<uintptr_t>(start) & ~(uintptr_t)15);
@@ -380,15 +389,19 @@ __device__ void qgemv(const T *x, const T *a, const T *wn, T *h_out, float eps, 
     __syncwarp();
     if (i + 1 < total) load(i + 1);  // in flight while this piece is computed
     const int sub = (i % per_col) / my_pieces;
-    const int u = piece * 32 + lane;
-    if (mrow >= 0 && u < units) {
-      const int first_block = (piece * 32) / Q::UNITS;
-      const uint8_t *blk = stage_b + off + (size_t)(u / Q::UNITS - first_block) * Q::BYTES;
-      const Unit q = decode<TY>(blk, u % Q::UNITS);
 #pragma unroll
-      for (int r = 0; r < MR; ++r)
-        if (r < m)
-          acc[sub][r] += unit_dot(q, reinterpret_cast<const int *>(xq + (size_t)r * K + 32 * u), xds[r * groups + u]);
+    for (int half = 0; half < PIECE / 32; ++half) {
+      const int u = piece * PIECE + 32 * half + lane;
+      if (mrow >= 0 && u < units) {
+        const int first_block = (piece * PIECE) / Q::UNITS;
+        const uint8_t *blk = stage_b + off + (size_t)(u / Q::UNITS - first_block) * Q::BYTES;
+        const Unit q = decode<TY>(blk, u % Q::UNITS);
+#pragma unroll
+        for (int r = 0; r < MR; ++r)
+          if (r < m)
+            acc[sub][r] +=
+                unit_dot(q, reinterpret_cast<const int *>(xq + (size_t)r * K + 32 * u), xds[r * groups + u]);
+      }
     }
     // The end of a column step: reduce and write.
     if ((i + 1) % per_col == 0) {
@@ -441,7 +454,7 @@ __device__ void qgemv(const T *x, const T *a, const T *wn, T *h_out, float eps, 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 #define KERNEL(TYN, TY, MR, MODE, MODEN, EPI)                                                                \
-  extern "C" __global__ void __launch_bounds__(WARPS * 32) CAT(qgemv_##TYN##_##MODEN##_m##MR##_, XSFX)(        \
+  extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) CAT(qgemv_##TYN##_##MODEN##_m##MR##_, XSFX)(        \
       const XT *x, const XT *a, const XT *wn, XT *h_out, float eps, const uint8_t *w, XT *y, int N, int K, int m, \
       int split) {                                                                                            \
     qgemv<XT, TY, MR, MODE, EPI>(x, a, wn, h_out, eps, w, y, N, K, m, split);                                 \

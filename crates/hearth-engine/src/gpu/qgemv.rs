@@ -29,7 +29,9 @@ const PTX_F32: &str = include_str!(concat!(env!("OUT_DIR"), "/qgemv_f32.ptx"));
 /// Warps per block (qgemv.cu's WARPS).
 const WARPS: usize = 8;
 /// 16-byte vectors of a warp's staging buffer (qgemv.cu's STAGE_VECS).
-const STAGE_VECS: usize = 72;
+const STAGE_VECS: usize = 140;
+/// 32-value units a warp stages at a time (qgemv.cu's PIECE).
+const PIECE: usize = 64;
 /// The most input rows the kernels take.
 pub const MAX_ROWS: usize = 8;
 /// The most shared memory a block may ask for: the quantized rows beyond it go to candle's kernels (so that two
@@ -37,8 +39,9 @@ pub const MAX_ROWS: usize = 8;
 const MAX_SMEM: usize = 96 * 1024;
 /// Shared memory per multiprocessor the grid is sized against (an H100/H200 has 228 KB).
 const SMEM_PER_SM: usize = 200 * 1024;
-/// Blocks per multiprocessor of the persistent grid, at most (8 warps each: 32 warps, as registers allow).
-const BLOCKS_PER_SM: usize = 4;
+/// Blocks per multiprocessor of the persistent grid, at most: the kernels are built for 3 resident blocks of 8 warps
+/// (`__launch_bounds__(256, 3)`: at most 80 registers a thread).
+const BLOCKS_PER_SM: usize = 3;
 
 /// The kernels' name for a GGML type they read, or None.
 fn type_name(t: GgmlDType) -> Option<&'static str> {
@@ -207,7 +210,7 @@ impl QGemv {
             func.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
                 .w()?;
         }
-        let pieces = (k / 32).div_ceil(32);
+        let pieces = (k / 32).div_ceil(PIECE);
         let sms = super::launch::device_props(&dev.cuda_stream()).sms;
         let per_sm = (SMEM_PER_SM / smem).clamp(1, BLOCKS_PER_SM);
         let split = split_for(cols, pieces, sms * per_sm * WARPS);
@@ -221,7 +224,7 @@ impl QGemv {
     }
 }
 
-/// Warps per column: enough column-parts to give the grid about `target` warps, at most one piece of 32 units each
+/// Warps per column: enough column-parts to give the grid about `target` warps, at most one piece of units each
 /// and at most the block's warps.
 fn split_for(cols: usize, pieces: usize, target: usize) -> usize {
     let mut s = 1;
