@@ -11,6 +11,7 @@ bos/eos tokens are the case's bos_token/eos_token, so `rendered` is byte-exact w
 from __future__ import annotations
 
 import copy
+from datetime import datetime
 import sys
 from pathlib import Path
 
@@ -217,7 +218,27 @@ def build_cases(smol_bos: str, smol_eos: str) -> list[dict]:
         {"role": "user", "content": "Call it"},
         {"role": "assistant", "tool_calls": [tool_call("web_search", {"query": "x"}, "short")]},
     ], **mi, error=True)
+    # (g) gpt-oss's published harmony template (llama.cpp's copy, models/templates/openai-gpt-oss-120b.jinja):
+    # its system message carries strftime_now's date, replaced in `rendered` by the case's `today` placeholder.
+    oss = dict(bos="<|startoftext|>", eos="<|return|>")
+    add("openai_gpt_oss", [{"role": "user", "content": "What is 2 + 2?"}], agp=True, **oss)
+    add("openai_gpt_oss", [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "What's the weather in Zürich?"},
+        {"role": "assistant", "thinking": "The user wants the weather; call the tool.",
+         "tool_calls": [tool_call("get_current_weather", WEATHER_ARGS, "c1")]},
+        {"role": "tool", "tool_call_id": "c1", "content": "{\"temperature\": 21}"},
+        {"role": "assistant", "content": "It is 21°C."},
+        {"role": "user", "content": "And tomorrow?"},
+    ], tools=[WEATHER_TOOL, SEARCH_TOOL], agp=True, kwargs={"reasoning_effort": "high"}, **oss)
+    add("openai_gpt_oss", [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "<|channel|>final<|message|>Hello"},
+    ], **oss, error=True)
     return cases
+
+
+TODAY = "<strftime_now %Y-%m-%d>"
 
 
 def main() -> None:
@@ -238,6 +259,10 @@ def main() -> None:
             if is_error:
                 raise SystemExit(f"expected an error for case {c}")
             assert isinstance(rendered, str)
+            today = datetime.now().strftime("%Y-%m-%d")
+            if today in rendered:
+                rendered = rendered.replace(today, TODAY)
+                c["today"] = TODAY
             c["rendered"] = rendered
         except jinja2.exceptions.TemplateError as e:
             if not is_error:
@@ -258,7 +283,8 @@ def main() -> None:
             "Jinja env: ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loopcontrols); "
             "tojson = json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) "
             "(no HTML escaping; default separators ', ' and ': '); raise_exception raises TemplateError; "
-            "strftime_now(fmt) = datetime.now().strftime(fmt) (never rendered in these cases: date_string is passed).",
+            "strftime_now(fmt) = datetime.now().strftime(fmt): where a case renders today's date (gpt-oss's system "
+            "message), `rendered` holds the case's `today` placeholder instead; the others pass date_string.",
             "error cases: error_contains is the full raise_exception message.",
             "smollm2_gguf is tokenizer.chat_template from " + SMOLLM2_FILE + "; the others are tools/oracle/templates/*.jinja.",
         ],

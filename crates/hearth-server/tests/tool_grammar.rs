@@ -388,8 +388,8 @@ fn property_schemas_that_are_not_objects_do_not_panic() {
     }
 }
 
-/// Harmony (gpt-oss) under `required` and a named function: an optional thought, then one call in the template's
-/// header form, and the answer ends; a final answer, free text, another function or arguments off the schema do not
+/// Harmony (gpt-oss) under `required` and a named function: an optional thought, then one call in harmony's header
+/// form or the template's, and the answer ends; a final answer, free text, another function or arguments off the schema do not
 /// fit. With the markers as control tokens (gpt-oss's vocabulary) and spelled as text. `auto` stays free.
 #[test]
 fn harmony_required_enforces_one_call_after_an_optional_thought() {
@@ -405,10 +405,13 @@ fn harmony_required_enforces_one_call_after_an_optional_thought() {
             let tools = if choice == "required" { weather(TEMPLATE, choice) } else { named_weather(TEMPLATE) };
             let spec = tools.constraint(&tok).expect("enforced");
             let c = g.compile(&spec).unwrap();
-            // A thought, then the call; or the call alone. Either ends the answer.
+            // A thought, then the call; or the call alone; in harmony's form or the template's. Each ends the answer.
+            let template_form =
+                " to=functions.get_weather<|channel|>commentary json<|message|>{\"city\":\"Oslo\"}<|call|>";
             for answer in [
                 format!("<|channel|>analysis<|message|>The user wants Paris.<|end|><|start|>assistant{call}"),
                 call.to_string(),
+                format!("<|channel|>analysis<|message|>Oslo.<|end|><|start|>assistant{template_form}"),
             ] {
                 let mut c = c.clone();
                 write(&mut c, &tok, &answer);

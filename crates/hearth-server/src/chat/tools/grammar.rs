@@ -123,12 +123,14 @@ impl Tools {
     }
 
     /// Harmony's answer under `required` or a named function: an optional thought (an `analysis` message), then one
-    /// call in the header form gpt-oss's template writes, `<|channel|>commentary to=functions.NAME
-    /// <|constrain|>json<|message|>ARGS<|call|>` (a harmony call ends the answer: one call even with
-    /// `parallel_tool_calls`). Markers are control tokens where the vocabulary has them, text otherwise.
+    /// call, in either header form: the one OpenAI's harmony format gives the model's calls,
+    /// `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS<|call|>`, or the one gpt-oss's
+    /// template writes calls in the history with, ` to=functions.NAME<|channel|>commentary json<|message|>ARGS<|call|>`
+    /// (after the `assistant` of the header). A harmony call ends the answer: one call even with
+    /// `parallel_tool_calls`. Markers are control tokens where the vocabulary has them, text otherwise.
     fn harmony(&self, tok: &Tokenizer) -> String {
         let m = |t: &str| control(tok, t).unwrap_or_else(|| lark_string(t));
-        let (ch, msg, start) = (m("<|channel|>"), m("<|message|>"), m("<|start|>"));
+        let (ch, msg, start, end_call) = (m("<|channel|>"), m("<|message|>"), m("<|start|>"), m("<|call|>"));
         // A thought's text: with control-token markers no text can hold its end; with text markers, as little as
         // it can before `<|end|>`.
         let thought = match control(tok, "<|end|>") {
@@ -138,14 +140,16 @@ impl Tools {
         let mut names = Vec::new();
         let mut rules = String::new();
         for (i, (name, params)) in self.callable().enumerate() {
+            let to = format!("to=functions.{name}");
             rules.push_str(&format!(
-                "h{i}: {ch} {} {} \"json\" {msg} a{i} {}\na{i}: %json {}\n",
-                lark_string(&format!("commentary to=functions.{name} ")),
+                "h{i}: {ch} {} {} \"json\" {msg} a{i} {end_call}\n\
+                 t{i}: {} {ch} \"commentary json\" {msg} a{i} {end_call}\na{i}: %json {}\n",
+                lark_string(&format!("commentary {to} ")),
                 m("<|constrain|>"),
-                m("<|call|>"),
+                lark_string(&format!(" {to}")),
                 nested(params, params, false)
             ));
-            names.push(format!("h{i}"));
+            names.push(format!("h{i} | t{i}"));
         }
         format!(
             "start: ({ch} \"analysis\" {msg} thought {start} \"assistant\")? call\ncall: {}\n{rules}{thought}{TEXT}",
