@@ -95,7 +95,8 @@ fn qgemv_matches_candle_and_the_exact_product() {
                 {
                     let x = xh.to_dtype(dtype).unwrap().to_device(&dev).unwrap();
                     let got = qgemv::matmul(&x, &wg).unwrap();
-                    let fits = m * k * 5 / 4 + 10_000 <= 96 * 1024;
+                    // qgemv.rs's smem_bytes: the rows' q8_1 copy and ~18 KB of staging and sums, at most 96 KB
+                    let fits = m * k * 5 / 4 + 18_500 <= 96 * 1024;
                     let Some(got) = got else {
                         assert!(!fits, "{t:?} n{n} k{k} m{m} {dtype:?}: declined a shape it takes");
                         continue;

@@ -5,10 +5,10 @@
 //! launch like the dense one-row kernels, and with the same fused forms: the residual add + RMSNorm computed by the
 //! kernel ([`matmul_add_norm`]) and the gated activation as the gate|up matrix's epilogue.
 //!
-//! Opt-in (`HEARTH_GPU_QGEMV=1`): the kernels are correct but still slower than candle's (docs/benchmarks.md); the
-//! default sends these shapes to candle's quantized kernels (which quantize x in a launch of their own, without
-//! PDL) and keeps q|k|v and gate|up as separate matrices. More rows than [`MAX_ROWS`], or rows whose quantized copy would not fit the block's
-//! shared memory, go to candle's kernels too.
+//! Opt-in (`HEARTH_GPU_QGEMV=1`): the kernels are correct but were slower than candle's in their first A/B
+//! (docs/benchmarks.md); the default sends these shapes to candle's quantized kernels (which quantize x in a launch
+//! of their own, without PDL) and keeps q|k|v and gate|up as separate matrices. More rows than [`MAX_ROWS`], or rows
+//! whose quantized copy would not fit the block's shared memory, go to candle's kernels too.
 
 use super::fused::Act;
 use super::gemv::Input;
