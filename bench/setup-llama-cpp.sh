@@ -3,6 +3,9 @@
 # llama-cpp-python sdist on PyPI, with native CPU flags (AMX off, below), into bench/.build/llama.cpp/build. Idempotent.
 # LLAMA_CPP_ISA=avx2 builds instead an AVX2 + FMA + F16C-only copy into bench/.build/llama.cpp/build-avx2: on an
 # AVX-512 machine it stands in for an AVX2-only one (paired with hearth's HEARTH_FAST_QUANT=avx2).
+# LLAMA_CPP_ISA=cuda builds llama-bench and llama-server with the CUDA backend for compute capability
+# CUDA_COMPUTE_CAP (default 90) into bench/.build/llama.cpp/build-cuda, with the toolchain scripts/setup-cuda installs
+# and AVX2 host code (it runs on the GPU machine, whose CPU is not this one); long on 2 cores.
 # Needs: python3 + pip (for the sdist and for cmake if it is missing), a C++ compiler.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -16,10 +19,19 @@ case "${LLAMA_CPP_ISA:-native}" in
   avx2) BUILD="$OUT/build-avx2"
     ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
       -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
-  *) echo "setup-llama-cpp: LLAMA_CPP_ISA is native or avx2, not ${LLAMA_CPP_ISA}" >&2; exit 2 ;;
+  cuda) BUILD="$OUT/build-cuda"
+    eval "$(../scripts/setup-cuda | grep '^export ')"
+    # nvcc's own link line looks in lib64; the wheels' layout has lib
+    [ -e "$CUDA_HOME/lib64" ] || ln -s lib "$CUDA_HOME/lib64"
+    ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+      -DGGML_AVX512=OFF -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_COMPUTE_CAP:-90}"
+      "-DCMAKE_CUDA_COMPILER=$CUDA_HOME/bin/nvcc" "-DCUDAToolkit_ROOT=$CUDA_HOME") ;;
+  *) echo "setup-llama-cpp: LLAMA_CPP_ISA is native, avx2 or cuda, not ${LLAMA_CPP_ISA}" >&2; exit 2 ;;
 esac
 BIN="$BUILD/bin"
-if [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-server" ] && [ -x "$BIN/llama-cli" ]; then
+TARGETS=(llama-bench llama-cli llama-server llama-perplexity llama-quantize)
+[ "${LLAMA_CPP_ISA:-native}" = cuda ] && TARGETS=(llama-bench llama-server)
+if [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-server" ] && { [ -x "$BIN/llama-cli" ] || [ "${LLAMA_CPP_ISA:-}" = cuda ]; }; then
   echo "setup-llama-cpp: up to date ($BIN)"; exit 0
 fi
 mkdir -p .build
@@ -52,5 +64,5 @@ PY
 fi
 cmake -S "$OUT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "${ISA_FLAGS[@]}" -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >/dev/null
-cmake --build "$BUILD" --config Release -j "${JOBS:-2}" --target llama-bench llama-cli llama-server llama-perplexity llama-quantize
+cmake --build "$BUILD" --config Release -j "${JOBS:-2}" --target "${TARGETS[@]}"
 echo "setup-llama-cpp: built $BIN/{llama-bench,llama-cli,llama-server}"
