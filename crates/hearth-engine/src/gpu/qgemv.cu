@@ -4,7 +4,8 @@
 //
 // * x is quantized once per block into shared memory as llama.cpp's q8_1 does (per 32 values: d = amax / 127,
 //   q = round(v / d), s = the sum of the values), and every 32-value unit of a weight row is dotted with it in
-//   integer arithmetic (dp4a), as llama.cpp's MMVQ does: its arithmetic, with d and s kept in f32.
+//   integer arithmetic (dp4a), as llama.cpp's MMVQ does: its arithmetic (the k-quants' min term on d · Σq), with d
+//   and s kept in f32.
 // * A persistent grid of WARPS-warp blocks. A warp walks its output columns' weight rows in pieces of 64 units
 //   (two per lane), each piece loaded with 16-byte vectors into the warp's staging buffer in shared memory (GGUF
 //   blocks are 2-byte aligned: 18, 20, 22, 34, 144, 176, 210 bytes), the next piece in flight in registers while
@@ -186,9 +187,25 @@ template <> __device__ __forceinline__ Unit decode<Q6_K>(const uint8_t *b, int j
   return u;
 }
 
-// The dot of a unit with one q8_1 block (q: 8 ints of shared memory, 16-byte aligned).
+// The dot of a unit with one q8_1 block (q: 8 ints of shared memory, 16-byte aligned). The offset term takes the
+// block's sum as llama.cpp does for each type: the values' own sum s for the 32-value types, the quantized values'
+// sum d8 · Σq for the k-quants (QSUM; their large min term then meets the same rounded x as the scaled term, which
+// keeps it within the 8-bit rounding: 2-4x closer to the exact product than with s).
+template <bool QSUM>
 __device__ __forceinline__ float unit_dot(const Unit &u, const int *q, float2 ds) {
   const int4 a = reinterpret_cast<const int4 *>(q)[0], b = reinterpret_cast<const int4 *>(q)[1];
+  float sum = ds.y;
+  if constexpr (QSUM) {
+    int n = __dp4a(0x01010101, a.x, 0);
+    n = __dp4a(0x01010101, a.y, n);
+    n = __dp4a(0x01010101, a.z, n);
+    n = __dp4a(0x01010101, a.w, n);
+    n = __dp4a(0x01010101, b.x, n);
+    n = __dp4a(0x01010101, b.y, n);
+    n = __dp4a(0x01010101, b.z, n);
+    n = __dp4a(0x01010101, b.w, n);
+    sum = ds.x * (float)n;
+  }
   int lo = __dp4a(u.q[0], a.x, 0);
   lo = __dp4a(u.q[1], a.y, lo);
   lo = __dp4a(u.q[2], a.z, lo);
@@ -197,7 +214,7 @@ __device__ __forceinline__ float unit_dot(const Unit &u, const int *q, float2 ds
   hi = __dp4a(u.q[5], b.y, hi);
   hi = __dp4a(u.q[6], b.z, hi);
   hi = __dp4a(u.q[7], b.w, hi);
-  return ds.x * (u.d0 * (float)lo + u.d1 * (float)hi) + u.m * ds.y;
+  return ds.x * (u.d0 * (float)lo + u.d1 * (float)hi) + u.m * sum;
 }
 
 template <typename T> struct Vec16 { static constexpr int N = 16 / sizeof(T); };
@@ -400,7 +417,8 @@ __device__ void qgemv(const T *x, const T *a, const T *wn, T *h_out, float eps, 
         for (int r = 0; r < MR; ++r)
           if (r < m)
             acc[sub][r] +=
-                unit_dot(q, reinterpret_cast<const int *>(xq + (size_t)r * K + 32 * u), xds[r * groups + u]);
+                unit_dot<TY == Q4_K || TY == Q5_K>(q, reinterpret_cast<const int *>(xq + (size_t)r * K + 32 * u),
+                                                   xds[r * groups + u]);
       }
     }
     // The end of a column step: reduce and write.
