@@ -25,7 +25,8 @@ case "${LLAMA_CPP_ISA:-native}" in
     [ -e "$CUDA_HOME/lib64" ] || ln -s lib "$CUDA_HOME/lib64"
     ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
       -DGGML_AVX512=OFF -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_COMPUTE_CAP:-90}"
-      "-DCMAKE_CUDA_COMPILER=$CUDA_HOME/bin/nvcc" "-DCUDAToolkit_ROOT=$CUDA_HOME") ;;
+      "-DCMAKE_CUDA_COMPILER=$CUDA_HOME/bin/nvcc" "-DCUDAToolkit_ROOT=$CUDA_HOME"
+      "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$CUDA_HOME/lib") ;;
   *) echo "setup-llama-cpp: LLAMA_CPP_ISA is native, avx2 or cuda, not ${LLAMA_CPP_ISA}" >&2; exit 2 ;;
 esac
 BIN="$BUILD/bin"
