@@ -12,6 +12,16 @@ template <> __device__ __forceinline__ float from_f<float>(float v) { return v; 
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half(v); }
 
+// Values of T in one 16-byte vector, and such a vector as floats (gemv.cu, qgemv.cu).
+template <typename T> struct Vec16 { static constexpr int N = 16 / sizeof(T); };
+
+template <typename T>
+__device__ __forceinline__ void unpack(const uint4 &v, float *out) {
+  const T *p = reinterpret_cast<const T *>(&v);
+#pragma unroll
+  for (int i = 0; i < Vec16<T>::N; ++i) out[i] = to_f(p[i]);
+}
+
 // The gated MLP's activations, one definition for fused.cu's act_mul and gemv.cu's gated epilogue (the same
 // values from both).
 __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }

@@ -14,15 +14,6 @@
 constexpr int WARPS = 4;       // warps per block
 constexpr int ROW_CHUNK = 16;  // 16-byte vectors per lane = the whole row
 
-template <typename T> struct Vec16 { static constexpr int N = 16 / sizeof(T); };
-
-template <typename T>
-__device__ __forceinline__ void unpack(const uint4 &v, float *out) {
-  const T *p = reinterpret_cast<const T *>(&v);
-#pragma unroll
-  for (int i = 0; i < Vec16<T>::N; ++i) out[i] = to_f(p[i]);
-}
-
 // Where a one-row kernel's input row comes from (MODE). The gated activation stays its own kernel (act_mul): computed
 // while loading the down projection's input it costs every column block the whole activation (docs/benchmarks.md,
 // levers tried and rejected).

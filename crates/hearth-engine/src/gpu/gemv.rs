@@ -78,14 +78,14 @@ fn fits(x: &Tensor, w: &Tensor, k: usize) -> Result<Option<usize>> {
 }
 
 /// x reshaped to (rows, width), contiguous, or None when its start is not 16-byte aligned.
-fn rows_of(x: &Tensor, m: usize) -> Result<Option<Tensor>> {
+pub(super) fn rows_of(x: &Tensor, m: usize) -> Result<Option<Tensor>> {
     let width = x.dim(candle_core::D::Minus1)?;
     let x = x.contiguous()?.reshape((m, width))?;
     Ok((x.layout().start_offset() % (16 / x.dtype().size_in_bytes()) == 0).then_some(x))
 }
 
 /// x's dims with the last one replaced by `n`.
-fn dims_with_last(x: &Tensor, n: usize) -> Vec<usize> {
+pub(super) fn dims_with_last(x: &Tensor, n: usize) -> Vec<usize> {
     let mut d = x.dims().to_vec();
     if let Some(l) = d.last_mut() {
         *l = n;

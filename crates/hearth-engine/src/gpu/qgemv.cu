@@ -217,15 +217,6 @@ __device__ __forceinline__ float unit_dot(const Unit &u, const int *q, float2 ds
   return ds.x * (u.d0 * (float)lo + u.d1 * (float)hi) + u.m * sum;
 }
 
-template <typename T> struct Vec16 { static constexpr int N = 16 / sizeof(T); };
-
-template <typename T>
-__device__ __forceinline__ void unpack(const uint4 &v, float *out) {
-  const T *p = reinterpret_cast<const T *>(&v);
-#pragma unroll
-  for (int i = 0; i < Vec16<T>::N; ++i) out[i] = to_f(p[i]);
-}
-
 // Values off..off + V of one row of the kernel's input (16-byte aligned; earlier kernels' outputs: coherent loads):
 // x itself (X_PLAIN), or rmsnorm(h + a) * wn rounded to T as add_rmsnorm stores it (X_ADDNORM, `scale` the row's
 // 1 / rms).

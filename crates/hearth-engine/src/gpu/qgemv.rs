@@ -11,7 +11,7 @@
 //! whose quantized copy would not fit the block's shared memory, go to candle's kernels too.
 
 use super::fused::Act;
-use super::gemv::Input;
+use super::gemv::{dims_with_last, rows_of, Input};
 use super::launch::Launch;
 use super::{contiguous, cuda_of, sfx_c};
 use crate::Result;
@@ -101,27 +101,12 @@ fn fits(x: &Tensor, w: &QTensor) -> Result<Option<(usize, usize)>> {
     Ok(Some((m, k)))
 }
 
-/// x reshaped to (rows, K), contiguous, or None when its start is not 16-byte aligned.
-fn rows_of(x: &Tensor, m: usize, k: usize) -> Result<Option<Tensor>> {
-    let x = x.contiguous()?.reshape((m, k))?;
-    Ok(x.layout().start_offset().is_multiple_of(16 / x.dtype().size_in_bytes()).then_some(x))
-}
-
-/// x's dims with the last one replaced by `n`.
-fn dims_with_last(x: &Tensor, n: usize) -> Vec<usize> {
-    let mut d = x.dims().to_vec();
-    if let Some(l) = d.last_mut() {
-        *l = n;
-    }
-    d
-}
-
 /// x (.., K), at most [`MAX_ROWS`] rows, · w (N, K)ᵀ for a quantized CUDA matrix, in x's dtype; None when the
 /// kernels do not take it (see [`fits`]) — the caller uses candle's kernels. Ignores `HEARTH_GPU_QGEMV` (the
 /// default path asks [`on`] first).
 pub fn matmul(x: &Tensor, w: &Arc<QTensor>) -> Result<Option<Tensor>> {
-    let Some((m, k)) = fits(x, w)? else { return Ok(None) };
-    let Some(x2) = rows_of(x, m, k)? else { return Ok(None) };
+    let Some((m, _)) = fits(x, w)? else { return Ok(None) };
+    let Some(x2) = rows_of(x, m)? else { return Ok(None) };
     let n = w.shape().dims2()?.0;
     let y = x2.apply_op1_no_bwd(&QGemv { w: w.clone(), input: Input::Plain })?;
     Ok(Some(y.reshape(dims_with_last(x, n))?))
@@ -148,9 +133,9 @@ pub fn matmul_add_norm(
     {
         return Ok(None);
     }
-    let Some(h2) = rows_of(h, m, k)? else { return Ok(None) };
+    let Some(h2) = rows_of(h, m)? else { return Ok(None) };
     let a2 = match a {
-        Some(a) => match rows_of(a, m, k)? {
+        Some(a) => match rows_of(a, m)? {
             Some(a2) => Some(a2),
             None => return Ok(None),
         },
