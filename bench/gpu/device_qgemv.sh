@@ -6,6 +6,9 @@
 #   bench/gpu/device_qgemv.sh OUT_DIR [TYPES (q4_0,q4_k_m)] [CONC (1,8,32)]
 # Variants (bench/gpu/device_ab.sh's form) from VARIANTS (newline-separated), default: hearth's kernels (opt-in)
 # with f32 and bf16 activations, candle's with f32 (the default).
+# PROFILE="1" (rows, device_profile.sh's form) also profiles the first GGUF's decode steps, hearth's kernels (bf16)
+# and candle's, kernel by kernel.
+# Rerunning into the same OUT_DIR skips what is done (GGUFs, tests, a type's A/B).
 # Prints the copy bandwidth (bench/gpu/roofline.py) and each GGUF's bytes: its batch-1 roofline is bytes / bandwidth.
 set -uo pipefail
 OUT="$1"; TYPES="${2:-q4_0,q4_k_m}"; CONC="${3:-1,8,32}"
@@ -20,12 +23,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 FIRST="${TYPES%%,*}"
 case "$FIRST" in q4_0|q4_1|q5_0|q8_0) SRC_T=$FIRST ;; *) SRC_T=f16 ;; esac
 ( python3 bench/gpu/make_llama8b.py /tmp/llama8b && \
-  python3 bench/gpu/make_gguf.py /tmp/llama8b /tmp/llama8b-$SRC_T.gguf --type $SRC_T --vocab .gpu/tokenizer.gguf && \
+  { [ -f /tmp/llama8b-$SRC_T.gguf ] || \
+    python3 bench/gpu/make_gguf.py /tmp/llama8b /tmp/llama8b-$SRC_T.gguf --type $SRC_T --vocab .gpu/tokenizer.gguf; } && \
   for t in ${TYPES//,/ }; do [ -f /tmp/llama8b-$t.gguf ] || \
     /tmp/hbin/hearth quantize /tmp/llama8b-$SRC_T.gguf /tmp/llama8b-$t.gguf -t $t 2>&1 | tail -1; done
-) > "$OUT/make.log" 2>&1 &
+) >> "$OUT/make.log" 2>&1 &
 MK=$!
-timeout 240 /tmp/hbin/gpu_quant_matmul --test-threads 1 --nocapture > "$OUT/qgemv_tests.log" 2>&1
+[ -s "$OUT/qgemv_tests.log" ] || timeout 240 /tmp/hbin/gpu_quant_matmul --test-threads 1 --nocapture > "$OUT/qgemv_tests.log" 2>&1
 # The dense one-row kernels and the tiny models, when their binaries were carried too.
 [ -x /tmp/hbin/gpu_kernels ] && timeout 120 /tmp/hbin/gpu_kernels --test-threads 1 gemv add_rmsnorm > "$OUT/kernel_tests.log" 2>&1
 [ -x /tmp/hbin/gpu_parity ] && timeout 120 /tmp/hbin/gpu_parity --test-threads 1 tiny_ > "$OUT/parity_tests.log" 2>&1
@@ -39,8 +43,16 @@ candle-f32||}"
 mapfile -t VS <<< "$V"
 for t in ${TYPES//,/ }; do
   GG=/tmp/llama8b-$t.gguf
+  [ -s "$OUT/ab_$t/ab.jsonl" ] && continue  # done by an earlier run into the same OUT_DIR
   echo "{\"gguf\": \"$GG\", \"bytes\": $(stat -c %s "$GG")}" | tee -a "$OUT/gguf.json"
   MODEL="$GG" bench/gpu/device_ab.sh "$OUT/ab_$t" "$CONC" "${VS[@]}" > "$OUT/ab_$t.log" 2>&1
   cut -c1-230 "$OUT/ab_$t/ab.jsonl"; cut -c1-160 "$OUT/ab_$t/steps.jsonl"; cat "$OUT/ab_$t/greedy.txt"
   for f in "$OUT"/ab_$t/serve_*.log; do grep -iE "error|panic" "$f" | head -3; done
 done
+if [ -n "${PROFILE:-}" ]; then
+  export MODEL=/tmp/llama8b-$FIRST.gguf KV_BUDGET=20
+  LABEL=qgemv PROFILE_ENV=HEARTH_GPU_QGEMV=1 PROFILE_ARGS="--dtype bf16" bench/gpu/device_profile.sh "$OUT/prof" $PROFILE \
+    > "$OUT/prof_qgemv.log" 2>&1
+  LABEL=candle bench/gpu/device_profile.sh "$OUT/prof" $PROFILE > "$OUT/prof_candle.log" 2>&1
+  for f in "$OUT"/prof/summary_*.txt; do echo "== $f"; head -16 "$f"; done
+fi
