@@ -20,6 +20,7 @@ TOKENIZERS_VERSION=0.23.3
 JINJA2_VERSION=3.1.6
 LLAMA_CPP_PYTHON_VERSION=0.3.36
 ACCELERATE_VERSION=1.15.0   # transformers needs it to load GGUF files
+PILLOW_VERSION=13.0.0       # the image processors' reference backend
 
 # .gitignore entry for the venv
 GI="$ROOT/.gitignore"
@@ -48,7 +49,8 @@ CONSTRAINTS="$ROOT/tools/oracle/constraints.txt"   # every transitive dependency
   "safetensors==$SAFETENSORS_VERSION" \
   "tokenizers==$TOKENIZERS_VERSION" \
   "jinja2==$JINJA2_VERSION" \
-  "accelerate==$ACCELERATE_VERSION"
+  "accelerate==$ACCELERATE_VERSION" \
+  "pillow==$PILLOW_VERSION"
 
 # llama-cpp-python builds llama.cpp from the sdist: slow on 2 cores, so niced.
 if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('llama_cpp_python') == '$LLAMA_CPP_PYTHON_VERSION' else 1)" 2>/dev/null; then

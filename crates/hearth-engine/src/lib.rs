@@ -24,6 +24,7 @@ pub mod sizing;
 pub mod speculative;
 pub mod tokenizer;
 pub mod types;
+pub mod vision;
 pub mod weights;
 pub mod work_pool;
 
