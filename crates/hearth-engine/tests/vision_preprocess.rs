@@ -9,24 +9,6 @@ use hearth_engine::vision::qwen2_vl::Qwen2VlProcessor;
 use hearth_engine::vision::resample::{resize_rgb, Filter};
 use hearth_engine::vision::Image;
 
-/// The oracle's test images (its `pattern`): a multiplicative hash of (x, y, channel), or wrapping ramps.
-fn pattern(kind: &str, w: usize, h: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(w * h * 3);
-    for y in 0..h as u64 {
-        for x in 0..w as u64 {
-            for c in 0..3u64 {
-                let v = if kind == "noise" {
-                    (((x * 73856093) ^ (y * 19349663) ^ (c * 83492791)) & 0xFFFF_FFFF) >> 8 & 255
-                } else {
-                    (x * 255 / (w as u64 - 1).max(1) + c * 40 + y * 3) % 256
-                };
-                out.push(v as u8);
-            }
-        }
-    }
-    out
-}
-
 fn bytes(v: &serde_json::Value) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD.decode(v.as_str().expect("base64 string")).expect("base64")
 }
@@ -48,7 +30,7 @@ fn resize_equals_pillow_bit_for_bit() {
             "bicubic" => Filter::Bicubic,
             _ => Filter::Lanczos,
         };
-        let got = resize_rgb(&pattern(c["pattern"].as_str().unwrap(), w, h), w, h, ow, oh, filter);
+        let got = resize_rgb(&common::image_pattern(c["pattern"].as_str().unwrap(), w, h), w, h, ow, oh, filter);
         let want = bytes(&c["rgb"]);
         let diff = got.iter().zip(&want).filter(|(a, b)| a != b).count();
         assert_eq!(diff, 0, "{w}x{h} -> {ow}x{oh} {filter:?}: {diff} of {} bytes differ", want.len());
@@ -61,7 +43,7 @@ fn qwen2_vl_processor_equals_transformers() {
     for c in g["qwen2_vl"].as_array().unwrap() {
         let (w, h) = dims(&c["size"]);
         let proc = Qwen2VlProcessor::from_config(&c["config"]);
-        let img = Image::new(w, h, pattern(c["pattern"].as_str().unwrap(), w, h)).unwrap();
+        let img = Image::new(w, h, common::image_pattern(c["pattern"].as_str().unwrap(), w, h)).unwrap();
         let p = proc.preprocess(&img).unwrap();
         let grid: Vec<usize> = c["grid_thw"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
         assert_eq!(p.grid.to_vec(), grid, "{w}x{h}");

@@ -29,6 +29,18 @@ pub struct BatchContext {
     pub positions: Tensor,
     /// Return logits for every token (true) or only for each row's last token (false).
     pub all_logits: bool,
+    /// Images in the batch (multimodal models): their embeddings and 3D rope positions.
+    pub media: Option<BatchMedia>,
+}
+
+/// What a multimodal batch adds to its tokens.
+#[derive(Debug, Clone)]
+pub struct BatchMedia {
+    /// M-RoPE positions of every packed token, (3, T) u32: (temporal, height, width); a text token's three are
+    /// equal. Rope reads these instead of `positions`; the KV cache still indexes by `positions`.
+    pub rope_positions: Option<Tensor>,
+    /// Embeddings that replace the token embeddings of placeholder tokens: (first packed index, (n, hidden)).
+    pub embeds: Vec<(usize, Tensor)>,
 }
 
 impl BatchContext {
@@ -49,7 +61,7 @@ impl BatchContext {
             start += len;
         }
         let n = positions.len();
-        Ok(Self { rows: spans, positions: Tensor::from_vec(positions, n, device)?, all_logits })
+        Ok(Self { rows: spans, positions: Tensor::from_vec(positions, n, device)?, all_logits, media: None })
     }
 
     /// Mark which rows compute prompt tokens (in packing order); rows are decode rows until marked.

@@ -396,6 +396,60 @@ impl Rope {
     }
 }
 
+impl Rope {
+    /// Multimodal rope (M-RoPE): `positions` (3, T) u32, the rotary frequencies split into `sections` (temporal,
+    /// height, width), each section turned by its own component (transformers' `mrope_section`).
+    pub fn at_sections(&self, positions: &Tensor, sections: &[usize]) -> Result<RopeAt> {
+        let (parts, t) = positions.dims2()?;
+        let half = self.inv.dim(1)?;
+        if parts != sections.len() || sections.iter().sum::<usize>() != half {
+            return Err(crate::Error::InvalidModel(format!(
+                "M-RoPE sections {sections:?} do not split {half} frequencies over {parts} position components"
+            )));
+        }
+        let pos = positions.to_dtype(DType::F32)?;
+        let mut cols = Vec::with_capacity(sections.len());
+        let mut off = 0;
+        for (i, &n) in sections.iter().enumerate() {
+            let p = pos.get(i)?.reshape((t, 1))?;
+            cols.push(p.broadcast_mul(&self.inv.narrow(1, off, n)?)?);
+            off += n;
+        }
+        let freqs = Tensor::cat(&cols, 1)?;
+        let (cos, sin) = (freqs.cos()?, freqs.sin()?);
+        let (cos, sin) = if self.factor == 1.0 { (cos, sin) } else { ((cos * self.factor)?, (sin * self.factor)?) };
+        Ok(RopeAt { cos, sin, interleaved: self.interleaved })
+    }
+}
+
+/// `h` (T, hidden) with rows `start..start + n` replaced by each `(start, rows)` (rows: (n, hidden), cast to
+/// h's dtype): a multimodal model's image embeddings in place of its placeholder tokens.
+pub fn splice_rows(h: &Tensor, parts: &[(usize, Tensor)]) -> Result<Tensor> {
+    let t = h.dim(0)?;
+    let mut sorted: Vec<&(usize, Tensor)> = parts.iter().collect();
+    sorted.sort_by_key(|p| p.0);
+    let mut pieces = Vec::with_capacity(2 * sorted.len() + 1);
+    let mut at = 0;
+    for (start, rows) in sorted {
+        let n = rows.dim(0)?;
+        if *start < at || start + n > t {
+            return Err(crate::Error::InvalidRequest(format!(
+                "image rows {start}..{} overlap or pass the batch's {t} tokens",
+                start + n
+            )));
+        }
+        if *start > at {
+            pieces.push(h.narrow(0, at, start - at)?);
+        }
+        pieces.push(rows.to_dtype(h.dtype())?);
+        at = start + n;
+    }
+    if at < t {
+        pieces.push(h.narrow(0, at, t - at)?);
+    }
+    Ok(Tensor::cat(&pieces, 0)?)
+}
+
 /// Rotary tables for the packed tokens of one batch.
 pub struct RopeAt {
     cos: Tensor,

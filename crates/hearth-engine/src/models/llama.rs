@@ -182,7 +182,14 @@ impl Llama {
     /// applies (fused with it).
     fn layers(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<(Tensor, Option<Tensor>)> {
         let mut h = self.embed_tokens.lookup(tokens, self.dtype)?;
-        let rope = self.rope.at(&ctx.positions)?;
+        let media = ctx.media.as_ref();
+        if let Some(m) = media.filter(|m| !m.embeds.is_empty()) {
+            h = super::layers::splice_rows(&h, &m.embeds)?;
+        }
+        let rope = match (media.and_then(|m| m.rope_positions.as_ref()), &self.cfg.mrope_section) {
+            (Some(p), Some(sections)) => self.rope.at_sections(p, sections)?,
+            _ => self.rope.at(&ctx.positions)?,
+        };
         // Each residual add stays pending (`a`) until the norm that follows it — the next layer's input norm, the
         // final norm — applies it, fused with that norm (and on the GPU with the projection after it).
         if self.layers.is_empty() {

@@ -11,6 +11,7 @@ pub mod llama;
 pub mod mlp;
 pub mod moe;
 pub mod norm;
+pub mod qwen2_5_vl_vision;
 pub mod qwen3_5;
 
 use crate::attention::{BatchContext, KvStore};

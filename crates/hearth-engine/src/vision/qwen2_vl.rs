@@ -142,6 +142,56 @@ impl Qwen2VlProcessor {
     }
 }
 
+/// The 3D rope positions of a sequence whose images' placeholder tokens (`image_token`, each image's run of
+/// `grid_h / merge * grid_w / merge` of them) follow `grids` in order (transformers' `get_rope_index`): a text
+/// token's three components are its running position; an image's tokens are (start, start + row, start + col),
+/// and the text after it resumes at start + max(rows, cols). Returns the (temporal, height, width) rows and the
+/// offset of every later position from its index (`mrope_position_deltas`: max + 1 - len).
+pub fn rope_positions(
+    ids: &[u32],
+    image_token: u32,
+    grids: &[[usize; 3]],
+    merge: usize,
+) -> Result<([Vec<u32>; 3], i64)> {
+    let mut pos: [Vec<u32>; 3] =
+        [Vec::with_capacity(ids.len()), Vec::with_capacity(ids.len()), Vec::with_capacity(ids.len())];
+    let mut cur = 0usize;
+    let mut images = grids.iter();
+    let mut i = 0;
+    while i < ids.len() {
+        if ids[i] != image_token {
+            for p in pos.iter_mut() {
+                p.push(cur as u32);
+            }
+            cur += 1;
+            i += 1;
+            continue;
+        }
+        let [_, gh, gw] =
+            *images.next().ok_or_else(|| Error::InvalidRequest("more image placeholder runs than images".into()))?;
+        let (lh, lw) = (gh / merge, gw / merge);
+        if i + lh * lw > ids.len() || ids[i..i + lh * lw].iter().any(|&t| t != image_token) {
+            return Err(Error::InvalidRequest(format!(
+                "an image of {lh}x{lw} tokens does not match its run of placeholder tokens at {i}"
+            )));
+        }
+        for y in 0..lh {
+            for x in 0..lw {
+                pos[0].push(cur as u32);
+                pos[1].push((cur + y) as u32);
+                pos[2].push((cur + x) as u32);
+            }
+        }
+        cur += lh.max(lw);
+        i += lh * lw;
+    }
+    if images.next().is_some() {
+        return Err(Error::InvalidRequest("more images than placeholder runs".into()));
+    }
+    let max = pos.iter().flat_map(|p| p.iter().copied()).max().map_or(-1, |m| m as i64);
+    Ok((pos, max + 1 - ids.len() as i64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

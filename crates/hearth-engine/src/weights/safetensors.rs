@@ -69,6 +69,15 @@ impl HfWeights {
         self.st.get(&self.stored(name)).is_ok()
     }
 
+    /// A tensor by its stored name, whatever the text model's prefix (a vision tower's `visual.*` or
+    /// `model.visual.*`), or None where there is none.
+    pub fn stored_tensor(&self, name: &str, dtype: DType, device: &Device) -> Result<Option<Tensor>> {
+        if self.st.get(name).is_err() {
+            return Ok(None);
+        }
+        Ok(Some(self.st.load(name, device)?.to_dtype(dtype)?))
+    }
+
     pub fn tensor(&self, name: &str, dtype: DType, device: &Device) -> Result<Tensor> {
         if !self.contains(name) {
             return Err(Error::InvalidModel(format!("{}: missing tensor `{name}`", self.dir.display())));

@@ -143,3 +143,21 @@ pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> hearth_engine::engine::Eng
         spec: Default::default(),
     }
 }
+
+/// The vision oracles' test images (tools/oracle/vision_goldens.py `pattern`): a multiplicative hash of (x, y, channel), or wrapping ramps.
+pub fn image_pattern(kind: &str, w: usize, h: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(w * h * 3);
+    for y in 0..h as u64 {
+        for x in 0..w as u64 {
+            for c in 0..3u64 {
+                let v = if kind == "noise" {
+                    (((x * 73856093) ^ (y * 19349663) ^ (c * 83492791)) & 0xFFFF_FFFF) >> 8 & 255
+                } else {
+                    (x * 255 / (w as u64 - 1).max(1) + c * 40 + y * 3) % 256
+                };
+                out.push(v as u8);
+            }
+        }
+    }
+    out
+}

@@ -191,6 +191,7 @@ impl ModelConfig {
                 _ => None,
             },
             rotary_dim: g.get_u64(&key("rope.dimension_count")).map_or(head_dim, |d| d as usize),
+            mrope_section: None,
             arch_name: arch,
         }
         .validate()

@@ -10,17 +10,7 @@ use serde::Deserialize;
 impl ModelConfig {
     pub fn from_hf_json(text: &str) -> Result<Self> {
         let c: HfConfig = serde_json::from_str(text).map_err(|e| Error::InvalidModel(format!("config.json: {e}")))?;
-        // Gemma 3 and Qwen3.5 multimodal checkpoints nest the text model.
-        let outer_type = c.model_type.clone();
-        let c = match (c.text_config, outer_type.as_deref()) {
-            (Some(inner), Some(outer @ ("gemma3" | "qwen3_5" | "qwen3_5_moe"))) => {
-                let mut inner = *inner;
-                inner.model_type.get_or_insert_with(|| format!("{outer}_text"));
-                inner.tie_word_embeddings = inner.tie_word_embeddings.or(c.tie_word_embeddings);
-                inner
-            }
-            (text_config, _) => HfConfig { text_config, ..c },
-        };
+        let c = unnest(c);
         let arch = c.model_type.clone().unwrap_or_else(|| "llama".into());
         let family = family_of(&arch)?;
         let is_gemma = family == Family::Gemma3;
@@ -52,7 +42,8 @@ impl ModelConfig {
             vec![None; layers]
         };
         let moe = hf_moe(&c, layers, is_oss)?;
-        let attention_bias = c.attention_bias.unwrap_or(arch == "qwen2" || is_oss);
+        let is_qwen_vl = arch.starts_with("qwen2_vl") || arch.starts_with("qwen2_5_vl");
+        let attention_bias = c.attention_bias.unwrap_or(arch == "qwen2" || is_qwen_vl || is_oss);
         Self {
             family,
             vocab_size: req(c.vocab_size, "vocab_size")?,
@@ -104,9 +95,24 @@ impl ModelConfig {
             o_bias: is_oss && attention_bias,
             linear_attn,
             rotary_dim: hf_rotary_dim(&c, rope, head_dim, is_qwen35),
+            mrope_section: rope.and_then(|r| r.mrope_section.clone()).filter(|_| !is_qwen35),
             arch_name: arch,
         }
         .validate()
+    }
+}
+
+/// The text model's config: Gemma 3, Qwen3.5 and Qwen2(.5)-VL multimodal checkpoints may nest it.
+fn unnest(c: HfConfig) -> HfConfig {
+    let outer_type = c.model_type.clone();
+    match (c.text_config, outer_type.as_deref()) {
+        (Some(inner), Some(outer @ ("gemma3" | "qwen3_5" | "qwen3_5_moe" | "qwen2_vl" | "qwen2_5_vl"))) => {
+            let mut inner = *inner;
+            inner.model_type.get_or_insert_with(|| format!("{outer}_text"));
+            inner.tie_word_embeddings = inner.tie_word_embeddings.or(c.tie_word_embeddings);
+            inner
+        }
+        (text_config, _) => HfConfig { text_config, ..c },
     }
 }
 
@@ -114,7 +120,8 @@ impl ModelConfig {
 fn hf_rope_scaling(s: &HfRopeScaling, max_positions: Option<usize>) -> Result<RopeScaling> {
     let kind = s.rope_type.as_deref().or(s.r#type.as_deref()).unwrap_or("default");
     Ok(match kind {
-        "default" => RopeScaling::None,
+        // M-RoPE's sections are read beside the scaling (`mrope_section`); its frequencies are the default ones.
+        "default" | "mrope" => RopeScaling::None,
         "linear" => RopeScaling::Linear { factor: s.factor.unwrap_or(1.0) },
         "llama3" => RopeScaling::Llama3 {
             factor: s.factor.unwrap_or(8.0),
@@ -261,6 +268,7 @@ struct HfRopeScaling {
     /// transformers 5's `rope_parameters` carry the base.
     rope_theta: Option<f64>,
     partial_rotary_factor: Option<f64>,
+    mrope_section: Option<Vec<usize>>,
 }
 
 #[derive(Debug, Deserialize)]

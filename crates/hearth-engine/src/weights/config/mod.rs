@@ -189,6 +189,10 @@ pub struct ModelConfig {
     pub linear_attn: Option<LinearAttnConfig>,
     /// The rotary embedding turns the first this many dims of each head (`head_dim` unless partial).
     pub rotary_dim: usize,
+    /// Multimodal rope (Qwen2-VL, Qwen2.5-VL): the rotary frequencies split into (temporal, height, width)
+    /// sections, each turned by its own component of a token's 3D position. Text tokens' three components are
+    /// equal, which is plain rope.
+    pub mrope_section: Option<Vec<usize>>,
 }
 
 impl ModelConfig {
@@ -243,6 +247,14 @@ impl ModelConfig {
                 self.rotary_dim, self.head_dim
             ));
         }
+        if let Some(m) = &self.mrope_section {
+            if m.len() != 3 || m.iter().sum::<usize>() != self.rotary_dim / 2 {
+                return bad(format!(
+                    "mrope_section {m:?} must have three parts summing to half the rotary dims ({})",
+                    self.rotary_dim / 2
+                ));
+            }
+        }
         if let Some(l) = &self.linear_attn {
             if l.layers.len() != self.num_layers {
                 return bad("the per-layer list of linear-attention layers does not match the layer count".into());
@@ -281,12 +293,13 @@ impl ModelConfig {
 }
 
 const SUPPORTED_ARCHS: &str = "llama, mistral, qwen2, qwen3, qwen3_moe (GGUF qwen3moe), gpt_oss, gemma3, \
-                               qwen3_5 and qwen3_5_moe (GGUF qwen35, qwen35moe), qwen3_next (GGUF qwen3next) (GGUF general.architecture or HF model_type)";
+                               qwen3_5 and qwen3_5_moe (GGUF qwen35, qwen35moe), qwen3_next (GGUF qwen3next), qwen2_vl and qwen2_5_vl \
+                               (GGUF general.architecture or HF model_type)";
 
 fn family_of(arch: &str) -> Result<Family> {
     match arch {
         "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "qwen3moe" | "gpt_oss" | "gpt-oss" | "smollm"
-        | "smollm2" => Ok(Family::Llama),
+        | "smollm2" | "qwen2_vl" | "qwen2_vl_text" | "qwen2_5_vl" | "qwen2_5_vl_text" => Ok(Family::Llama),
         "gemma3" | "gemma3_text" => Ok(Family::Gemma3),
         "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" | "qwen35" | "qwen35moe"
         | "qwen3next" => Ok(Family::Qwen35),
