@@ -55,6 +55,8 @@ IMAGES = {"a": ("noise", 61, 90), "b": ("gradient", 120, 50)}
 CASES = [
     ("one_image", [[1, 40, 41, 42], ["a"], [43, 44, 45, 46, 47]]),
     ("two_images", [[1, 60, 61], ["b"], [62, 63], ["a"], [64, 65, 66]]),
+    # 29 text tokens first: the image's placeholders straddle the engine's 32-token prompt pieces.
+    ("straddle", [[1] + list(range(100, 128)), ["a"], [43, 44, 45]]),
 ]
 N_GREEDY = 6
 

@@ -30,6 +30,9 @@ pub struct EngineRequest {
     pub constraint: Option<crate::sampling::grammar::ConstraintSource>,
     /// Speculation: a `prediction` to draft from, or `"speculative": false`.
     pub spec: crate::speculative::SpecRequest,
+    /// Images in the prompt (vision-language models).
+    #[serde(default)]
+    pub media: Option<crate::vision::RequestMedia>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -365,6 +368,9 @@ pub struct EngineInfo {
     pub kv_blocks: usize,
     /// The most prompt + max_tokens one request may ask for (context and KV pool permitting).
     pub max_request_tokens: usize,
+    /// The model takes images (a vision-language model whose vision tower hearth runs).
+    #[serde(default)]
+    pub images: bool,
 }
 
 impl EngineInfo {
@@ -382,6 +388,7 @@ impl EngineInfo {
             kv_block_size: bs,
             kv_blocks: cfg.kv_blocks,
             max_request_tokens: max_positions.min(kv_total),
+            images: false,
         }
     }
 
@@ -397,6 +404,7 @@ impl EngineInfo {
             kv_block_size: 1,
             kv_blocks: max_positions + 1,
             max_request_tokens: max_positions,
+            images: false,
         }
     }
 
@@ -445,6 +453,12 @@ impl EngineInfo {
         }
         if req.max_tokens == 0 {
             return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
+        }
+        if let Some(m) = &req.media {
+            if !m.images.is_empty() && !self.images {
+                return Err(SubmitError::Invalid("this model does not take images".into()));
+            }
+            m.validate(req.prompt.len()).map_err(SubmitError::Invalid)?;
         }
         let total = req.prompt.len() + req.max_tokens;
         if total > self.max_positions {
@@ -500,6 +514,7 @@ mod tests {
             n,
             constraint: None,
             spec: Default::default(),
+            media: None,
         }
     }
 

@@ -50,6 +50,7 @@ fn req(prompt: Vec<u32>, max_tokens: usize, spec: Option<&ConstraintSpec>) -> En
         n: 1,
         constraint: spec.map(|s| ConstraintSource { spec: s.clone(), after_marker: None }),
         spec: Default::default(),
+        media: None,
     }
 }
 

@@ -119,6 +119,7 @@ fn run_batched(golden_name: &str, alias: &str, gap_margin: f32) {
                 n: 1,
                 constraint: None,
                 spec: Default::default(),
+                media: None,
             };
             eng.submit(req).unwrap()
         })

@@ -6,6 +6,7 @@
 
 pub mod core;
 pub mod handle;
+pub mod media;
 pub mod runner;
 
 pub use crate::types::{
@@ -106,6 +107,7 @@ pub fn start_with_draft(
     let info = EngineInfo {
         kv_capacity_bytes: crate::sizing::kv_bytes(model.as_ref(), cfg.kv_blocks, cfg.kv_block_size),
         kv_cache_dtype: model.kv_encoding().name(),
+        images: model.takes_images(),
         ..EngineInfo::new(model.config().vocab_size, max_positions, &cfg)
     };
     let ssd = cfg.cache.ssd.clone().filter(|_| cfg.cache.max_blocks > 0);

@@ -64,6 +64,8 @@ pub struct ModelRunner {
     observer: StepObserver,
     /// The draft model, when speculation has one.
     drafter: Option<Drafter>,
+    /// Image embeddings by content hash.
+    encoder_cache: super::media::EncoderCache,
 }
 
 impl ModelRunner {
@@ -101,6 +103,7 @@ impl ModelRunner {
             kv,
             argmax_on_device,
             drafter: None,
+            encoder_cache: Default::default(),
         })
     }
 
@@ -120,6 +123,7 @@ impl ModelRunner {
         let mut ctx = BatchContext::new(&plan.spans(), false, &self.device)?;
         ctx.mark_prompt(plan.rows.iter().map(|r| !r.decoding));
         ctx.set_logits(plan.rows.iter().map(|r| r.logits));
+        ctx.media = super::media::batch_media(plan, self.model.as_ref(), &mut self.encoder_cache, &self.device)?;
         let input = Tensor::new(tokens.as_slice(), &self.device)?;
         let logits = self.model.forward(&input, &ctx, &mut self.kv)?;
         self.kv.states().end_step();

@@ -140,6 +140,26 @@ pub struct Llama {
     rope: Rope,
     /// The pool its CPU kernels run on (decided by its weights at load).
     kernel_pool: KernelPool,
+    /// A vision-language checkpoint's image encoder (Qwen2.5-VL).
+    vision: Option<Vision>,
+}
+
+/// An image encoder and the processor whose patches it takes.
+struct Vision {
+    tower: super::qwen2_5_vl_vision::VisionTower,
+    processor: crate::vision::qwen2_vl::Qwen2VlProcessor,
+}
+
+impl Vision {
+    /// The vision tower of a Hugging Face checkpoint whose images hearth encodes, if it is one.
+    fn load(l: &Loader) -> Result<Option<Self>> {
+        let crate::weights::Weights::Hf(hf) = l.weights else { return Ok(None) };
+        let Some(spec) = crate::vision::VisionSpec::from_hf_dir(&hf.dir)? else { return Ok(None) };
+        let cfg = serde_json::from_value(spec.vision_config)
+            .map_err(|e| crate::Error::InvalidModel(format!("config.json vision_config: {e}")))?;
+        let tower = super::qwen2_5_vl_vision::VisionTower::load(l.weights, cfg, l.device)?;
+        Ok(Some(Vision { tower, processor: spec.processor }))
+    }
 }
 
 impl Llama {
@@ -175,6 +195,7 @@ impl Llama {
             lm_head,
             rope,
             kernel_pool: l.kernel_pool(),
+            vision: Vision::load(l)?,
         })
     }
 
@@ -207,6 +228,28 @@ impl Llama {
 
 impl Model for Llama {
     super::model_accessors!(rope);
+
+    fn takes_images(&self) -> bool {
+        self.vision.is_some()
+    }
+
+    fn encode_image(&self, image: &crate::vision::PromptImage) -> Result<Tensor> {
+        let Some(v) = &self.vision else {
+            return Err(crate::Error::Unsupported(format!("the {} model does not take images", self.cfg.arch_name)));
+        };
+        let img = crate::vision::Image::new(image.width, image.height, image.rgb.clone())?;
+        let p = v.processor.patchify(&img)?;
+        if p.tokens(v.processor.merge) != image.tokens {
+            return Err(crate::Error::InvalidRequest(format!(
+                "an image of {}x{} is {} tokens, but the prompt holds {} placeholders for it",
+                image.width,
+                image.height,
+                p.tokens(v.processor.merge),
+                image.tokens
+            )));
+        }
+        self.kernel_pool.run(|| v.tower.encode(&p.values, p.grid))
+    }
 
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
         self.kernel_pool.run(|| {

@@ -62,6 +62,16 @@ pub trait Model: Send + Sync {
     fn kernel_pool(&self) -> KernelPool {
         KernelPool::Hearth
     }
+    /// The model encodes images ([`Model::encode_image`]).
+    fn takes_images(&self) -> bool {
+        false
+    }
+    /// A vision-language model's image encoder: one image (at its processor size) to its LLM tokens'
+    /// embeddings, (tokens, hidden). Text models refuse.
+    fn encode_image(&self, image: &crate::vision::PromptImage) -> Result<Tensor> {
+        let _ = image;
+        Err(Error::Unsupported(format!("the {} model does not take images", self.config().arch_name)))
+    }
     /// tokens: (T,) u32 packed per `ctx`. Returns f32 logits: (rows, vocab), or (T, vocab) with `ctx.all_logits`.
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor>;
     /// The final hidden states (after the final norm, before the output head) at the positions `forward` returns

@@ -141,7 +141,8 @@ impl Scheduler {
         self.kv.demote_idle();
         self.admit();
         for s in self.running.iter_mut().filter(|s| s.prompt_scores.is_none()) {
-            self.kv.extend_hit(s.slot, &mut s.kv, &s.tokens, s.prompt_len);
+            let ids = sequence::cache_ids(&s.media, &s.tokens);
+            self.kv.extend_hit(s.slot, &mut s.kv, &ids, s.prompt_len);
         }
         let pieces = self.plan_pieces();
         let pieces = self.add_drafts(pieces);
@@ -160,7 +161,7 @@ impl Scheduler {
                     && s.siblings.is_empty()
                     && s.draft.is_empty();
                 let own = n - s.draft.len();
-                self.kv.plan_captures(slot, &s.kv, &s.tokens, s.prompt_len, own);
+                self.kv.plan_captures(slot, &s.kv, &sequence::cache_ids(&s.media, &s.tokens), s.prompt_len, own);
                 let mut tokens = s.tokens[computed..computed + own].to_vec();
                 tokens.extend_from_slice(&s.draft);
                 let decoding = computed >= s.prompt_len;
@@ -177,6 +178,7 @@ impl Scheduler {
                     decoding,
                     logits: if prompt_logits { own } else { 1 + s.draft.len() },
                     scores_prompt: prompt_logits,
+                    media: s.media.clone(),
                 })
             })
             .collect();
@@ -244,7 +246,7 @@ impl Scheduler {
             // A row that scores its prompt computes all of it: no cached prefix.
             let hit = match s.prompt_scores {
                 Some(_) => crate::kv::Hit::miss(),
-                None => self.kv.lookup(&s.tokens, s.kv.skip_cold),
+                None => self.kv.lookup(&sequence::cache_ids(&s.media, &s.tokens), s.kv.skip_cold),
             };
             if hit.room(total) > self.kv.num_free().saturating_sub(promised) {
                 self.kv.release_hit(hit);

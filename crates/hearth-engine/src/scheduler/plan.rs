@@ -30,6 +30,8 @@ pub struct PlannedRow {
     pub logits: usize,
     /// A prompt piece of a row that scores its prompt: its logits go to the host (not `greedy`, not `masked`).
     pub scores_prompt: bool,
+    /// Images in the row's prompt (their embeddings replace the placeholder tokens this step computes).
+    pub media: Option<std::sync::Arc<crate::vision::RequestMedia>>,
 }
 
 /// A step: block transfers and recurrent-state orders first (planned by the KV cache manager), then the rows,

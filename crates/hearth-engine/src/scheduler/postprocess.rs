@@ -50,7 +50,7 @@ impl Scheduler {
             // A speculating row's drafted tokens count once verification keeps them.
             s.kv.computed += row.tokens.len() - s.draft.len();
             self.stats.prompt_tokens_processed_total += (s.kv.computed.min(prompt) - before.min(prompt)) as u64;
-            self.kv.register_computed(&mut s.kv, &s.tokens);
+            self.kv.register_computed(&mut s.kv, &super::sequence::cache_ids(&s.media, &s.tokens));
             if s.pending() > 0 {
                 self.running.insert(i, s); // mid-prefill
                 continue;

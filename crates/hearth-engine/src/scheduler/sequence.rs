@@ -5,6 +5,8 @@ use crate::sampling::grammar::Constraint;
 use crate::sampling::{Sampler, SamplingParams};
 use crate::speculative::{RowSpec, SpecConfig};
 use crate::types::{EngineEvent, EngineRequest, RequestStream, Usage};
+use crate::vision::RequestMedia;
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
@@ -39,6 +41,17 @@ pub struct Sequence {
     /// While the request's prompt log-probabilities are owed (choice 0 only): those scored so far, one per prompt
     /// position after the first. Such a row computes its whole prompt, with logits at every position.
     pub prompt_scores: Option<PromptScores>,
+    /// Images in its prompt (shared by the request's choices).
+    pub media: Option<Arc<RequestMedia>>,
+}
+
+/// The ids the prompt cache names a row's blocks by ([`RequestMedia::cache_ids`]): the tokens themselves when
+/// its prompt has no images.
+pub fn cache_ids<'a>(media: &Option<Arc<RequestMedia>>, tokens: &'a [u32]) -> Cow<'a, [u32]> {
+    match media {
+        Some(m) if !m.images.is_empty() => Cow::Owned(m.cache_ids(tokens)),
+        _ => Cow::Borrowed(tokens),
+    }
 }
 
 /// Prompt log-probabilities as they are scored: one entry per prompt token after the first.
@@ -61,6 +74,7 @@ impl Sequence {
         mut next_slot: impl FnMut() -> usize,
     ) -> (Sequence, RequestStream) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let media = req.media.clone().map(Arc::new);
         let cancel: Vec<Arc<AtomicBool>> = (0..req.n.max(1)).map(|_| Arc::new(AtomicBool::new(false))).collect();
         let mut seqs: Vec<Sequence> = cancel
             .iter()
@@ -87,13 +101,15 @@ impl Sequence {
                     ignore_eos: req.ignore_eos,
                     tx: tx.clone(),
                     cancel: flag.clone(),
-                    spec: RowSpec::new(spec, &req.spec),
+                    // A draft would not see the images: rows with images do not speculate.
+                    spec: if media.is_some() { None } else { RowSpec::new(spec, &req.spec) },
                     draft: Vec::new(),
                     prompt_scores: req
                         .sampling
                         .prompt_logprobs
                         .filter(|_| choice == 0)
                         .map(|top_k| PromptScores { top_k, ..Default::default() }),
+                    media: media.clone(),
                 }
             })
             .collect();

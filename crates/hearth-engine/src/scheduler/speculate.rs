@@ -138,7 +138,7 @@ impl Scheduler {
         }
         self.stats.spec_drafted_total += draft.len() as u64;
         self.stats.spec_accepted_total += kept as u64;
-        self.kv.register_computed(&mut s.kv, &s.tokens);
+        self.kv.register_computed(&mut s.kv, &super::sequence::cache_ids(&s.media, &s.tokens));
         finished
     }
 }

@@ -141,6 +141,7 @@ pub(super) fn request(prompt_len: usize, seed: u32, max_tokens: usize, n: usize)
         n,
         constraint: None,
         spec: Default::default(),
+        media: None,
     }
 }
 

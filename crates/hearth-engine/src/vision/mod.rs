@@ -3,7 +3,12 @@
 //! Pillow-exact resizing ([`resample`]). Fetching and decoding image bytes is the server's (`hearth-media`).
 
 pub mod qwen2_vl;
+pub mod request;
 pub mod resample;
+pub mod spec;
+
+pub use request::{MropePositions, PromptImage, RequestMedia};
+pub use spec::VisionSpec;
 
 use crate::{Error, Result};
 

@@ -105,10 +105,32 @@ impl Qwen2VlProcessor {
         smart_resize(img.height, img.width, self.patch * self.merge, self.min_pixels, self.max_pixels)
     }
 
+    /// The image resized as the processor resizes it (Pillow bicubic to [`Self::target_size`]).
+    pub fn resize(&self, img: &Image) -> Result<Image> {
+        let (oh, ow) = self.target_size(img)?;
+        Image::new(ow, oh, resize_rgb(&img.rgb, img.width, img.height, ow, oh, Filter::Bicubic))
+    }
+
+    /// The LLM tokens an image of `width x height` becomes.
+    pub fn tokens_for(&self, width: usize, height: usize) -> Result<usize> {
+        let (oh, ow) = smart_resize(height, width, self.patch * self.merge, self.min_pixels, self.max_pixels)?;
+        Ok((oh / self.patch / self.merge) * (ow / self.patch / self.merge))
+    }
+
     /// The image's patches.
     pub fn preprocess(&self, img: &Image) -> Result<Patches> {
-        let (oh, ow) = self.target_size(img)?;
-        let rgb = resize_rgb(&img.rgb, img.width, img.height, ow, oh, Filter::Bicubic);
+        self.patchify(&self.resize(img)?)
+    }
+
+    /// The patches of an image already at its processor size (sides multiples of `patch * merge`).
+    pub fn patchify(&self, img: &Image) -> Result<Patches> {
+        let (oh, ow, rgb) = (img.height, img.width, &img.rgb);
+        if oh % (self.patch * self.merge) != 0 || ow % (self.patch * self.merge) != 0 {
+            return Err(Error::InvalidRequest(format!(
+                "an image of {ow}x{oh} is not at this processor's size (sides multiples of {})",
+                self.patch * self.merge
+            )));
+        }
         let (p, m, t) = (self.patch, self.merge, self.temporal);
         let (gh, gw) = (oh / p, ow / p);
         let per_patch = 3 * t * p * p;

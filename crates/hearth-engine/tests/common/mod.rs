@@ -141,6 +141,7 @@ pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> hearth_engine::engine::Eng
         n: 1,
         constraint: None,
         spec: Default::default(),
+        media: None,
     }
 }
 

@@ -228,6 +228,7 @@ impl GenParams {
             n: self.n,
             constraint,
             spec: SpecRequest { off: !self.speculative, prediction },
+            media: None,
         })
     }
 }

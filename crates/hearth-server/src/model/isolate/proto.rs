@@ -146,6 +146,21 @@ mod tests {
                 after_marker: Some("</think>".into()),
             }),
             spec: hearth_engine::speculative::SpecRequest { off: false, prediction: vec![4, 5, 6] },
+            // An image crosses as its hash and base64 pixels.
+            media: Some(hearth_engine::vision::RequestMedia {
+                images: vec![hearth_engine::vision::PromptImage {
+                    start: 1,
+                    tokens: 1,
+                    hash: [0xab; 32],
+                    width: 2,
+                    height: 1,
+                    rgb: vec![0, 1, 2, 253, 254, 255],
+                }],
+                rope: Some(hearth_engine::vision::MropePositions {
+                    rows: [vec![0, 1, 2], vec![0, 1, 2], vec![0, 1, 2]],
+                    delta: 0,
+                }),
+            }),
         }
     }
 
@@ -160,6 +175,7 @@ mod tests {
             kv_block_size: 16,
             kv_blocks: 256,
             max_request_tokens: 2048,
+            images: true,
         }
     }
 
