@@ -38,7 +38,7 @@ torch.use_deterministic_algorithms(True)
 
 SRC_TOK = FIXTURES / "tiny-qwen2"
 OUT = FIXTURES / "tiny-qwen2_5_vl"
-IMAGE, VIDEO, V_START, V_END = 500, 501, 502, 503
+IMAGE, VIDEO, V_START, V_END = 448, 449, 450, 451  # the first ids after the tiny BPE vocabulary
 TEXT = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
         "max_position_embeddings": 512, "hidden_act": "silu", "tie_word_embeddings": False,
@@ -59,6 +59,21 @@ CASES = [
     ("straddle", [[1] + list(range(100, 128)), ["a"], [43, 44, 45]]),
 ]
 N_GREEDY = 6
+VISION_TOKENS = {IMAGE: "<|image_pad|>", VIDEO: "<|video_pad|>", V_START: "<|vision_start|>", V_END: "<|vision_end|>"}
+# Qwen2.5-VL's published chat template.
+CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "{% endif %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}"
+    "<|im_end|>\n{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in "
+    "content or 'image_url' in content %}{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}"
+    "Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] "
+    "== 'video' or 'video' in content %}{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}"
+    "Video {{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content "
+    "%}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}"
+    "<|im_start|>assistant\n{% endif %}"
+)
+CHAT_TEXT = "What is in the picture?"
 
 
 def randomize(model: torch.nn.Module) -> None:
@@ -83,6 +98,35 @@ def published_name(k: str) -> str:
     return k
 
 
+@torch.no_grad()
+def chat_case(ref, proc, feats) -> dict:
+    """A chat request as a client sends it (image a as a PNG data URL, then text), rendered by the chat template,
+    its placeholder expanded as Qwen2_5_VLProcessor does, and the greedy answer."""
+    import base64
+    import io
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(OUT))
+    kind, w, h = IMAGES["a"]
+    buf = io.BytesIO()
+    Image.fromarray(pattern(kind, w, h), "RGB").save(buf, format="PNG")
+    png = base64.b64encode(buf.getvalue()).decode()
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": CHAT_TEXT}]}]
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    pv, grid, emb = feats["a"]
+    at = ids.index(IMAGE)
+    ids = ids[:at] + [IMAGE] * emb.shape[0] + ids[at + 1:]
+    seq, toks = list(ids), []
+    for _ in range(N_GREEDY):
+        t = torch.tensor([seq])
+        lg = ref(input_ids=t, pixel_values=pv, image_grid_thw=grid, mm_token_type_ids=(t == IMAGE).int(),
+                 use_cache=False).logits[0, -1].float()
+        toks.append(int(torch.argmax(lg)))
+        seq.append(toks[-1])
+    return {"text": CHAT_TEXT, "png_base64": png, "prompt_ids": ids, "greedy": toks,
+            "answer": tok.decode(toks, skip_special_tokens=True)}
+
+
 def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
@@ -95,6 +139,21 @@ def main() -> None:
     (OUT / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2) + "\n")
     for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
         shutil.copy(SRC_TOK / f, OUT / f)
+    # The vision tokens as special tokens at the config's ids (unused by the tiny BPE vocabulary), and the
+    # published chat template.
+    tok = json.loads((OUT / "tokenizer.json").read_text())
+    used = set(tok["model"]["vocab"].values())
+    assert not used & set(VISION_TOKENS), "the vision token ids are taken"
+    for i, content in sorted(VISION_TOKENS.items()):
+        tok["added_tokens"].append({"id": i, "content": content, "single_word": False, "lstrip": False,
+                                    "rstrip": False, "normalized": False, "special": True})
+    (OUT / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False) + "\n")
+    tcfg = json.loads((OUT / "tokenizer_config.json").read_text())
+    for i, content in sorted(VISION_TOKENS.items()):
+        tcfg["added_tokens_decoder"][str(i)] = {"content": content, "lstrip": False, "normalized": False,
+                                                "rstrip": False, "single_word": False, "special": True}
+    tcfg["chat_template"] = CHAT_TEMPLATE
+    (OUT / "tokenizer_config.json").write_text(json.dumps(tcfg, indent=2) + "\n")
 
     cfg = Qwen2_5_VLConfig.from_pretrained(str(OUT))
     torch.manual_seed(0)
@@ -156,6 +215,8 @@ def main() -> None:
                       "greedy": toks, "greedy_gaps": gaps})
         print(f"  {name}: {len(ids)} tokens, greedy {toks}, min gap {min(gaps):.4g}")
 
+    chat = chat_case(ref, proc, feats)
+
     golden = {
         "reference": reference("transformers", "torch", "pillow"),
         "fixture": "tests/fixtures/tiny-qwen2_5_vl",
@@ -165,6 +226,7 @@ def main() -> None:
                   "logits row; greedy: full forward each step (no cache), argmax, lowest id on ties."],
         "encoder": encoder,
         "cases": cases,
+        "chat": chat,
     }
     dump_json(golden, GOLDENS / "tiny_qwen2_5_vl.json")
     size = sum(p.stat().st_size for p in OUT.iterdir())

@@ -132,6 +132,10 @@ pub struct ServeArgs {
     /// `chat_template_kwargs`): on or off; unset, the template's own default.
     #[arg(long, env = "HEARTH_REASONING", value_parser = parse_on_off)]
     pub reasoning: Option<bool>,
+    /// Let image URLs reach private, loopback, link-local and CGNAT addresses (for images on your own network);
+    /// by default the server fetches only from public addresses.
+    #[arg(long, env = "HEARTH_ALLOW_PRIVATE_MEDIA")]
+    pub allow_private_media: bool,
     /// Run the engine in a child process: a crash of the model (a kernel fault, out of memory) ends only the
     /// requests it was running (502 `engine_unavailable`), and the server respawns the engine with backoff while it
     /// keeps answering /health (`degraded`), /v1/models, /stats and the web chat.
@@ -287,6 +291,7 @@ fn cache_namespace(fingerprint: u128, device: &str) -> u128 {
 /// Load the model (and the draft model), size the KV cache, start the engine.
 fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let m = a.model.load()?;
+    let images = image_support(a, &m.location)?;
     let draft = crate::draft::load(a.draft_model.as_deref(), &a.model, &m)?;
     let bs = a.kv_block_size;
     // The engine's defaults on this device (its memory read after the weights loaded); flags override them.
@@ -364,6 +369,30 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
         device,
         defaults,
         created: unix_now(),
+        images,
+    })
+}
+
+/// What the server knows of a model's images (its processor and placeholder, from its directory) and the media
+/// fetch's policy from the flags.
+fn image_support(
+    a: &ServeArgs,
+    location: &hearth_engine::weights::resolve::ModelLocation,
+) -> anyhow::Result<hearth_server::chat::images::ImageSupport> {
+    use hearth_engine::weights::resolve::ModelLocation;
+    let vision = match location {
+        ModelLocation::HfDir(dir) => hearth_engine::vision::VisionSpec::from_hf_dir(dir)?,
+        ModelLocation::Gguf(_) => None,
+    };
+    if let Some(v) = &vision {
+        tracing::info!(arch = %v.arch, "the model takes images");
+    }
+    let mut limits = hearth_media::MediaLimits::default();
+    limits.fetch.allow_private = a.allow_private_media;
+    Ok(hearth_server::chat::images::ImageSupport {
+        vision: vision.map(std::sync::Arc::new),
+        limits: std::sync::Arc::new(limits),
+        net: std::sync::Arc::new(hearth_media::SystemNet),
     })
 }
 
@@ -408,6 +437,7 @@ fn load_isolated(a: &ServeArgs) -> anyhow::Result<Ready> {
         model_id: served_id(a),
         defaults: sampling_defaults(a, side.generation_config.as_ref()),
         created: unix_now(),
+        images: image_support(a, &side.location)?,
     })
 }
 
@@ -429,6 +459,7 @@ fn load_pool(a: &ServeArgs) -> anyhow::Result<Arc<ModelPool>> {
             defaults: sampling_defaults(a, side.generation_config.as_ref()),
             reasoning: a.reasoning,
             max_positions: side.config.max_position_embeddings,
+            images: image_support(a, &side.location)?,
             cmd: ChildCommand {
                 program: program.clone(),
                 args: pool_child_args(std::env::args_os().skip(1), spec),

@@ -14,7 +14,7 @@ use hearth_engine::models::qwen2_5_vl_vision::{VisionConfig, VisionTower};
 use hearth_engine::vision::qwen2_vl::{rope_positions, Qwen2VlProcessor};
 use hearth_engine::vision::Image;
 
-const IMAGE_TOKEN: u32 = 500;
+const IMAGE_TOKEN: u32 = 448;
 
 struct Vl {
     tower: VisionTower,

@@ -5,6 +5,7 @@
 //! `output`'s to split and each API's to shape.
 
 pub mod constraint;
+pub mod images;
 pub mod offload;
 pub mod params;
 pub mod request;

@@ -4,7 +4,7 @@
 use super::constraint::{Requested, Source};
 use super::params::{self, GenParams};
 use super::tools::{ToolChoice, Tools};
-use super::{offload, template, ChatRequest};
+use super::{images, offload, template, ChatRequest};
 use crate::error::{ApiError, ApiResult};
 use crate::model::Ready;
 use crate::output::answer::AnswerShape;
@@ -28,6 +28,15 @@ pub struct Prepared {
 /// Check a chat request and build its engine request: sampling, the template's prompt with the tools, the tools'
 /// grammar or the request's own constraint, and the reasoning split.
 pub fn prepare(ready: &Ready, req: ChatRequest) -> ApiResult<Prepared> {
+    prepare_with(ready, req, Vec::new())
+}
+
+/// [`prepare`] with the bytes of the conversation's images ([`images::fetch_all`], in part order).
+pub fn prepare_with(
+    ready: &Ready,
+    req: ChatRequest,
+    image_bytes: Vec<hearth_media::ImageBytes>,
+) -> ApiResult<Prepared> {
     let ChatRequest { conversation, params: p, fields, logprobs: want_logprobs, top_logprobs } = req;
     offload::check_text_fits(ready, template::text_bytes(&conversation), fields.messages)?;
     let mut g = params::resolve(&p, &ready.defaults, ready.engine.info().vocab_size, fields)?;
@@ -53,7 +62,14 @@ pub fn prepare(ready: &Ready, req: ChatRequest) -> ApiResult<Prepared> {
         }
         g.constraint = Some(Requested { spec, source: Source::Tools });
     }
-    let (prompt_text, prompt) = template::prompt_ids(ready, &conversation, tools.as_ref())?;
+    let (prompt_text, mut prompt) = template::prompt_ids(ready, &conversation, tools.as_ref())?;
+    let mut media = None;
+    if let (Some(spec), false) = (&ready.images.vision, image_bytes.is_empty()) {
+        let parts = images::collect(&conversation)?;
+        let prepared = images::prepare(spec, &ready.images.limits, &parts, image_bytes)?;
+        let (ids, m) = images::splice(spec, &prompt, prepared)?;
+        (prompt, media) = (ids, Some(m));
+    }
     // A harmony template (gpt-oss): the answer's channels are its parts, read from its special tokens.
     let harmony = crate::output::harmony::template_speaks(source);
     if harmony {
@@ -89,6 +105,7 @@ pub fn prepare(ready: &Ready, req: ChatRequest) -> ApiResult<Prepared> {
         }
     }
     let mut req = g.engine_request(prompt, ready)?;
+    req.media = media;
     // A thought the prompt opened is free text: the constraint (a schema, a tool grammar) applies after it.
     if opened {
         if let Some(c) = req.constraint.as_mut() {
@@ -116,8 +133,11 @@ pub struct Submitted {
 
 /// Prepare `req` on the blocking pool and queue it in `ready`'s engine.
 pub async fn submit(ready: &Arc<Ready>, req: ChatRequest) -> ApiResult<Submitted> {
+    // Images are fetched first (a text model refuses them here), then decoded with the rest of the preparation.
+    let parts = images::collect(&req.conversation)?;
+    let bytes = images::fetch_all(&ready.images, &ready.model_id, &parts).await?;
     let r = ready.clone();
-    let Prepared { req, g, shape, want_logprobs } = offload::run(move || prepare(&r, req)).await?;
+    let Prepared { req, g, shape, want_logprobs } = offload::run(move || prepare_with(&r, req, bytes)).await?;
     let prompt_tokens = req.prompt.len();
     tracing::info!(prompt_tokens, max_tokens = req.max_tokens, n = g.n, stream = g.stream, "accepted");
     let stream = ready.engine.submit(req).await.map_err(|e| g.submit_error(e))?;

@@ -16,13 +16,20 @@ use serde_json::{Map, Value};
 
 const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
 
-/// Validate and normalize `messages`.
+/// Validate and normalize `messages` (for a model without images).
 pub fn normalize(c: &Conversation) -> ApiResult<Value> {
+    normalize_with(c, false)
+}
+
+/// [`normalize`]; with `images` (a vision-language model) a content list holding images stays a list for the
+/// template, its text parts as they are and each image as `{"type": "image"}` (what Hugging Face templates
+/// write their image placeholders for).
+pub fn normalize_with(c: &Conversation, images: bool) -> ApiResult<Value> {
     let msgs = c.messages.as_ref().ok_or_else(|| ApiError::param("messages", "`messages` is required"))?;
     if msgs.is_empty() {
         return Err(ApiError::param("messages", "`messages` must hold at least one message"));
     }
-    msgs.iter().enumerate().map(|(i, m)| message(i, m)).collect::<ApiResult<Vec<_>>>().map(Value::Array)
+    msgs.iter().enumerate().map(|(i, m)| message(i, m, images)).collect::<ApiResult<Vec<_>>>().map(Value::Array)
 }
 
 /// Bytes of message text (content strings and text parts, without their surrounding whitespace, which a template
@@ -37,7 +44,7 @@ pub fn text_bytes(c: &Conversation) -> usize {
     c.messages.as_deref().unwrap_or_default().iter().map(content).sum()
 }
 
-fn message(i: usize, m: &Value) -> ApiResult<Value> {
+fn message(i: usize, m: &Value, images: bool) -> ApiResult<Value> {
     let at = format!("messages[{i}]");
     let Some(obj) = m.as_object() else {
         return Err(ApiError::param(&at, format!("`{at}` must be an object, got {}", kind(m))));
@@ -72,6 +79,7 @@ fn message(i: usize, m: &Value) -> ApiResult<Value> {
             ))
         }
         Some(Value::String(s)) => Value::String(s.clone()),
+        Some(Value::Array(parts)) if images && parts.iter().any(is_image) => image_parts(&at, parts)?,
         Some(Value::Array(parts)) => Value::String(join_parts(&at, parts)?),
         Some(v) => {
             return Err(ApiError::param(
@@ -87,26 +95,44 @@ fn message(i: usize, m: &Value) -> ApiResult<Value> {
     Ok(Value::Object(out))
 }
 
-fn join_parts(at: &str, parts: &[Value]) -> ApiResult<String> {
-    let mut texts = Vec::with_capacity(parts.len());
+fn is_image(part: &Value) -> bool {
+    part.get("type").and_then(Value::as_str) == Some("image_url")
+}
+
+/// A content list with images, for a template that renders them: text parts and `{"type": "image"}`.
+fn image_parts(at: &str, parts: &[Value]) -> ApiResult<Value> {
+    let mut out = Vec::with_capacity(parts.len());
     for (j, part) in parts.iter().enumerate() {
-        let here = format!("{at}.content[{j}]");
-        let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
-        match (kind, part.get("text")) {
-            ("text", Some(Value::String(t))) => texts.push(t.as_str()),
-            ("text", _) => {
-                return Err(ApiError::param(&here, format!("`{here}` is a text part without a `text` string")))
-            }
-            ("", _) => return Err(ApiError::param(&here, format!("`{here}` must be an object with a `type`"))),
-            (other, _) => {
-                return Err(ApiError::param(
-                    &here,
-                    format!("`{here}`: `{other}` content is not supported by this model; only `text` parts are"),
-                ))
-            }
-        }
+        out.push(match is_image(part) {
+            true => serde_json::json!({"type": "image"}),
+            false => serde_json::json!({"type": "text", "text": text_of(at, j, part)?}),
+        });
     }
+    Ok(Value::Array(out))
+}
+
+fn join_parts(at: &str, parts: &[Value]) -> ApiResult<String> {
+    let texts = parts.iter().enumerate().map(|(j, p)| text_of(at, j, p)).collect::<ApiResult<Vec<_>>>()?;
     Ok(texts.join("\n"))
+}
+
+/// The text of part `j` of `at`'s content, or an error naming it.
+fn text_of<'a>(at: &str, j: usize, part: &'a Value) -> ApiResult<&'a str> {
+    let here = format!("{at}.content[{j}]");
+    let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+    match (kind, part.get("text")) {
+        ("text", Some(Value::String(t))) => Ok(t.as_str()),
+        ("text", _) => Err(ApiError::param(&here, format!("`{here}` is a text part without a `text` string"))),
+        ("", _) => Err(ApiError::param(&here, format!("`{here}` must be an object with a `type`"))),
+        ("image_url", _) => {
+            Err(ApiError::param(&here, format!("`{here}`: this model does not take images; send text"))
+                .with_code("model_takes_no_images"))
+        }
+        (other, _) => Err(ApiError::param(
+            &here,
+            format!("`{here}`: `{other}` content is not supported by this model; only `text` parts are"),
+        )),
+    }
 }
 
 fn tool_calls(at: &str, calls: &Value) -> ApiResult<Value> {
@@ -173,7 +199,7 @@ pub fn source(ready: &Ready) -> &str {
 /// Render the request's conversation with the model's chat template (`tools`: what `Tools::resolve` made of
 /// the request's tools).
 pub fn render(ready: &Ready, c: &Conversation, with: Option<&Tools>) -> ApiResult<String> {
-    let mut messages = normalize(c)?;
+    let mut messages = normalize_with(c, ready.images.vision.is_some())?;
     // The template sees the tools when the request offers them (`Tools::resolve` checked them).
     let tools = with.and(c.tools.as_ref()).map(|l| Value::Array(l.clone()));
     if let Some(t) = with.filter(|t| t.instructions().is_some()) {
@@ -270,7 +296,11 @@ mod tests {
         );
         assert_eq!(
             msg(json!([{"role": "user", "content": [{"type": "image_url"}]}])),
-            "`messages[0].content[0]`: `image_url` content is not supported by this model; only `text` parts are"
+            "`messages[0].content[0]`: this model does not take images; send text"
+        );
+        assert_eq!(
+            msg(json!([{"role": "user", "content": [{"type": "input_audio"}]}])),
+            "`messages[0].content[0]`: `input_audio` content is not supported by this model; only `text` parts are"
         );
         assert_eq!(
             msg(json!([{"role": "user", "content": [{"type": "text"}]}])),

@@ -28,6 +28,8 @@ pub struct Ready {
     pub reasoning: Option<bool>,
     /// Unix time the model became ready (`created` in /v1/models).
     pub created: u64,
+    /// The model's images (None for a text model) and the media fetch's policy.
+    pub images: crate::chat::images::ImageSupport,
 }
 
 impl Ready {

@@ -30,6 +30,8 @@ pub struct PoolModel {
     /// The model's context (from its configuration), for `/v1/models` while it is not resident.
     pub max_positions: usize,
     pub cmd: ChildCommand,
+    /// Its images and the media policy.
+    pub images: crate::chat::images::ImageSupport,
 }
 
 struct Resident {
@@ -51,6 +53,8 @@ pub struct ModelPool {
 pub struct PoolState {
     pub model: String,
     pub max_positions: usize,
+    /// The model takes images.
+    pub images: bool,
     pub ready: Option<Arc<Ready>>,
 }
 
@@ -86,6 +90,7 @@ impl ModelPool {
             .map(|(i, m)| PoolState {
                 model: m.id.clone(),
                 max_positions: m.max_positions,
+                images: m.images.vision.is_some(),
                 ready: resident.iter().find(|r| r.index == i).map(|r| r.ready.clone()),
             })
             .collect()
@@ -174,6 +179,7 @@ impl ModelPool {
             defaults: m.defaults.clone(),
             reasoning: m.reasoning,
             created: unix_now(),
+            images: m.images.clone(),
         }))
     }
 }

@@ -159,6 +159,8 @@ pub struct ModelObject {
     pub created: u64,
     pub owned_by: &'static str,
     pub max_model_len: usize,
+    /// What the model reads: `["text"]`, or `["text", "image"]` for a vision-language model.
+    pub input_modalities: Vec<&'static str>,
     /// With a model pool: whether the model's engine is resident now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loaded: Option<bool>,

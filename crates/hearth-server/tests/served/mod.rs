@@ -104,6 +104,7 @@ pub fn ready_router_with(
         defaults: SamplingDefaults::default(),
         reasoning: None,
         created: 1,
+        images: Default::default(),
     };
     assert!(state.set_ready(ready));
     (hearth_server::router(state), vocab)

@@ -153,10 +153,47 @@ fn text_parts(at: &str, v: &Value) -> ApiResult<Value> {
     }
 }
 
+/// An `image` block as a chat `image_url` part (its place kept for errors): a `base64` source as a `data:` URL,
+/// a `url` source as itself.
+fn image_block(at: &str, b: &Value) -> ApiResult<Value> {
+    let src = b.get("source").filter(|s| s.is_object()).ok_or_else(|| {
+        ApiError::param(
+            &format!("{at}.source"),
+            format!("`{at}.source` must be an object (a `base64` or `url` source)"),
+        )
+    })?;
+    let s = |k: &str| src.get(k).and_then(Value::as_str);
+    let url = match s("type") {
+        Some("base64") => match (s("media_type"), s("data")) {
+            (Some(mt), Some(data)) => format!("data:{mt};base64,{data}"),
+            _ => {
+                return Err(ApiError::param(
+                    &format!("{at}.source"),
+                    format!("`{at}.source` of type `base64` needs `media_type` and `data` strings"),
+                ))
+            }
+        },
+        Some("url") => s("url")
+            .ok_or_else(|| ApiError::param(&format!("{at}.source.url"), format!("`{at}.source.url` must be a string")))?
+            .to_string(),
+        other => {
+            return Err(ApiError::param(
+                &format!("{at}.source.type"),
+                format!(
+                    "`{at}.source.type` must be `base64` or `url`, got {}",
+                    other.map_or("nothing".into(), |t| format!("`{t}`"))
+                ),
+            ))
+        }
+    };
+    Ok(json!({"type": "image_url", "image_url": {"url": url}, "_at": at}))
+}
+
 /// A 400 for a content block this server does not take.
 fn unsupported(at: &str, ty: &str) -> ApiError {
     let why = match ty {
-        "image" | "document" => format!("`{at}` is a `{ty}` block: hearth does not take {ty} input yet; send text"),
+        "image" => format!("`{at}`: an `image` block belongs in a user message"),
+        "document" => format!("`{at}` is a `document` block: hearth does not take documents; send text"),
         _ => format!("`{at}` has type `{ty}`, which is not a content block hearth takes here"),
     };
     ApiError::param(at, why)
@@ -201,6 +238,7 @@ fn message(at: &str, m: &Value, out: &mut Vec<Value>) -> ApiResult<()> {
         };
         match (b.get("type").and_then(Value::as_str), role) {
             (Some("text"), _) => text.push(json!({"type": "text", "text": need_str("text")?})),
+            (Some("image"), "user") => text.push(image_block(&bat, b)?),
             (Some("tool_use"), "assistant") => {
                 let input = match field("input") {
                     None => json!({}),
@@ -324,6 +362,21 @@ mod tests {
     }
 
     #[test]
+    fn image_blocks_become_image_parts() {
+        let t = tr(json!({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
+            {"type": "text", "text": "what is it?"},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.jpg"}}]}]}))
+        .unwrap();
+        let m = t.conversation.messages.clone().unwrap_or_default();
+        let parts = m[0]["content"].as_array().cloned().unwrap_or_default();
+        assert_eq!(parts[0]["image_url"]["url"], "data:image/png;base64,iVBO");
+        assert_eq!(parts[0]["_at"], "messages[0].content[0]");
+        assert_eq!(parts[1]["text"], "what is it?");
+        assert_eq!(parts[2]["image_url"]["url"], "https://example.com/a.jpg");
+    }
+
+    #[test]
     fn a_tool_round_trip_becomes_chat_messages() {
         let t = tr(json!({
             "model": "m", "max_tokens": 64, "system": [{"type": "text", "text": "be brief"}],
@@ -372,6 +425,12 @@ mod tests {
         assert_eq!(
             param(
                 json!({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}], "max_tokens": 5})
+            ),
+            "messages[0].content[0].source.type"
+        );
+        assert_eq!(
+            param(
+                json!({"messages": [{"role": "assistant", "content": [{"type": "image", "source": {"type": "url", "url": "https://x"}}]}], "max_tokens": 5})
             ),
             "messages[0].content[0]"
         );

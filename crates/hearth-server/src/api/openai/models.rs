@@ -7,6 +7,14 @@ use crate::wire::admin::{ModelList, ModelObject};
 use axum::extract::{Path, State};
 use axum::Json;
 
+fn modalities(images: bool) -> Vec<&'static str> {
+    if images {
+        vec!["text", "image"]
+    } else {
+        vec!["text"]
+    }
+}
+
 fn model_object(r: &Ready) -> ModelObject {
     ModelObject {
         id: r.model_id.clone(),
@@ -14,6 +22,7 @@ fn model_object(r: &Ready) -> ModelObject {
         created: r.created,
         owned_by: "hearth",
         max_model_len: r.engine.info().max_positions,
+        input_modalities: modalities(r.images.vision.is_some()),
         loaded: None,
     }
 }
@@ -25,6 +34,7 @@ fn embedding_object(e: &Embedding) -> ModelObject {
         created: e.created,
         owned_by: "hearth",
         max_model_len: e.handle.info().max_input_tokens,
+        input_modalities: modalities(false),
         loaded: None,
     }
 }
@@ -47,6 +57,7 @@ fn served(st: &AppState) -> ApiResult<Vec<ModelObject>> {
                     created: 0,
                     owned_by: "hearth",
                     max_model_len: s.max_positions,
+                    input_modalities: modalities(s.images),
                     loaded: Some(false),
                 },
             })

@@ -117,7 +117,8 @@ fn content_text(at: &str, v: &Value) -> ApiResult<Value> {
                     (Some("input_text" | "output_text" | "text"), Some(t)) => {
                         out.push(json!({"type": "text", "text": t}))
                     }
-                    (Some(ty @ ("input_image" | "input_file" | "input_audio")), _) => {
+                    (Some("input_image"), _) => out.push(input_image(&pat, p)?),
+                    (Some(ty @ ("input_file" | "input_audio")), _) => {
                         return Err(ApiError::param(
                             &pat,
                             format!("`{pat}` is `{ty}`: hearth does not take that input yet; send text"),
@@ -135,6 +136,21 @@ fn content_text(at: &str, v: &Value) -> ApiResult<Value> {
             Ok(Value::Array(out))
         }
         v => Err(ApiError::param(at, format!("`{at}` must be a string or a list of content parts, got {}", kind(v)))),
+    }
+}
+
+/// An `input_image` part as a chat `image_url` part (its place kept for errors).
+fn input_image(at: &str, p: &Value) -> ApiResult<Value> {
+    match (p.get("image_url").and_then(Value::as_str), p.get("file_id").filter(|f| !f.is_null())) {
+        (Some(url), _) => {
+            let detail = p.get("detail").cloned().unwrap_or(Value::Null);
+            Ok(json!({"type": "image_url", "image_url": {"url": url, "detail": detail}, "_at": at}))
+        }
+        (None, Some(_)) => Err(ApiError::param(
+            &format!("{at}.file_id"),
+            format!("`{at}.file_id`: hearth has no file store; send the image as `image_url` (a URL or a data: URL)"),
+        )),
+        (None, None) => Err(ApiError::param(&format!("{at}.image_url"), format!("`{at}.image_url` must be a string"))),
     }
 }
 
@@ -301,6 +317,23 @@ mod tests {
     }
 
     #[test]
+    fn input_images_become_image_parts() {
+        let t = tr(
+            json!({"input": [{"role": "user", "content": [{"type": "input_text", "text": "this?"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBO", "detail": "low"}]}]}),
+            Vec::new(),
+        )
+        .unwrap();
+        let m = t.chat.conversation.messages.clone().unwrap_or_default();
+        let p = &m[0]["content"][1];
+        assert_eq!(
+            (p["type"].as_str(), p["image_url"]["url"].as_str()),
+            (Some("image_url"), Some("data:image/png;base64,iVBO"))
+        );
+        assert_eq!((p["image_url"]["detail"].as_str(), p["_at"].as_str()), (Some("low"), Some("input[0].content[1]")));
+    }
+
+    #[test]
     fn items_become_chat_messages_after_the_previous_conversation() {
         let previous = vec![json!({"role": "user", "content": "hi"}), json!({"role": "assistant", "content": "hello"})];
         let t = tr(
@@ -346,7 +379,11 @@ mod tests {
         assert_eq!(param(json!({"input": [{"role": "robot", "content": "x"}]})), "input[0].role");
         assert_eq!(
             param(json!({"input": [{"role": "user", "content": [{"type": "input_image"}]}]})),
-            "input[0].content[0]"
+            "input[0].content[0].image_url"
+        );
+        assert_eq!(
+            param(json!({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]})),
+            "input[0].content[0].file_id"
         );
         assert_eq!(param(json!({"input": [{"type": "function_call", "name": "f"}]})), "input[0].call_id");
         assert_eq!(param(json!({"input": [{"type": "web_search_call"}]})), "input[0].type");

@@ -1,0 +1,168 @@
+//! Images in chat requests: the image parts of a conversation (OpenAI `image_url` parts; Anthropic's and the
+//! Responses API's image inputs arrive translated into them) fetched under the server's media policy, decoded,
+//! resized by the model's processor, and spliced into the prompt: each placeholder the chat template wrote becomes
+//! the image's run of tokens, with the prompt's 3D rope positions. Errors name the part and say why.
+
+use crate::error::{ApiError, ApiResult};
+use crate::wire::chat::Conversation;
+use hearth_engine::vision::qwen2_vl::rope_positions;
+use hearth_engine::vision::{Image, MropePositions, PromptImage, RequestMedia, VisionSpec};
+use hearth_media::{ImageBytes, MediaError, MediaLimits, Net, SystemNet};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// What a model's server knows of images: the model's processor and placeholder (None: a text model), and the
+/// fetch policy and limits (`--allow-private-media`).
+#[derive(Clone)]
+pub struct ImageSupport {
+    pub vision: Option<Arc<VisionSpec>>,
+    pub limits: Arc<MediaLimits>,
+    pub net: Arc<dyn Net>,
+}
+
+impl Default for ImageSupport {
+    fn default() -> Self {
+        ImageSupport { vision: None, limits: Arc::new(MediaLimits::default()), net: Arc::new(SystemNet) }
+    }
+}
+
+/// An image part of the conversation: where it is (for errors) and its URL (`data:` or http(s)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImagePart {
+    pub at: String,
+    pub url: String,
+}
+
+/// The image parts of `c`'s messages, in order. An image part without a URL string is an error naming it.
+pub fn collect(c: &Conversation) -> ApiResult<Vec<ImagePart>> {
+    let mut out = Vec::new();
+    for (i, m) in c.messages.as_deref().unwrap_or_default().iter().enumerate() {
+        let Some(parts) = m.get("content").and_then(Value::as_array) else { continue };
+        for (j, p) in parts.iter().enumerate() {
+            if p.get("type").and_then(Value::as_str) != Some("image_url") {
+                continue;
+            }
+            let at = p
+                .get("_at")
+                .and_then(Value::as_str)
+                .map_or_else(|| format!("messages[{i}].content[{j}]"), str::to_string);
+            let url = match p.get("image_url") {
+                Some(Value::String(u)) => u.clone(),
+                Some(Value::Object(o)) => match o.get("url") {
+                    Some(Value::String(u)) => u.clone(),
+                    _ => return Err(ApiError::param(&at, format!("`{at}.image_url.url` must be a string"))),
+                },
+                _ => return Err(ApiError::param(&at, format!("`{at}.image_url` must be an object with a `url`"))),
+            };
+            if let Some(d) = p.get("image_url").and_then(|v| v.get("detail")).filter(|d| !d.is_null()) {
+                if !matches!(d.as_str(), Some("auto" | "low" | "high")) {
+                    return Err(ApiError::param(
+                        &at,
+                        format!("`{at}.image_url.detail` must be `auto`, `low` or `high`"),
+                    ));
+                }
+            }
+            out.push(ImagePart { at, url });
+        }
+    }
+    Ok(out)
+}
+
+/// A media error as a 400 on the part it came from, with its kind as the error's code.
+fn media_error(at: &str, e: MediaError) -> ApiError {
+    let code = e.code();
+    ApiError::param(at, format!("`{at}`: {e}")).with_code(code)
+}
+
+/// The bytes of every image part (fetched one after another, each under the policy's limits), refused at once
+/// when the model takes no images.
+pub async fn fetch_all(support: &ImageSupport, model_id: &str, parts: &[ImagePart]) -> ApiResult<Vec<ImageBytes>> {
+    if parts.is_empty() {
+        return Ok(Vec::new());
+    }
+    if support.vision.is_none() {
+        let at = &parts[0].at;
+        return Err(ApiError::param(at, format!("`{at}`: the model `{model_id}` does not take images; send text"))
+            .with_code("model_takes_no_images"));
+    }
+    let mut out = Vec::with_capacity(parts.len());
+    for p in parts {
+        out.push(
+            hearth_media::load_url(&p.url, &support.limits, support.net.as_ref())
+                .await
+                .map_err(|e| media_error(&p.at, e))?,
+        );
+    }
+    Ok(out)
+}
+
+/// One image ready for the prompt: resized by the processor, with its token count.
+pub struct Prepared {
+    pub image: PromptImage,
+}
+
+/// Decode and resize each fetched image (on the blocking pool: this is CPU work).
+pub fn prepare(
+    spec: &VisionSpec,
+    limits: &MediaLimits,
+    parts: &[ImagePart],
+    bytes: Vec<ImageBytes>,
+) -> ApiResult<Vec<Prepared>> {
+    parts
+        .iter()
+        .zip(bytes)
+        .map(|(p, b)| {
+            let rgb = hearth_media::decode::decode(&b.bytes, limits.max_pixels).map_err(|e| media_error(&p.at, e))?;
+            let img = Image::new(rgb.width as usize, rgb.height as usize, rgb.data)
+                .map_err(|e| ApiError::param(&p.at, format!("`{}`: {e}", p.at)))?;
+            let resized =
+                spec.processor.resize(&img).map_err(|e| ApiError::param(&p.at, format!("`{}`: {e}", p.at)))?;
+            let tokens =
+                spec.processor.tokens_for(img.width, img.height).map_err(|e| ApiError::param(&p.at, e.to_string()))?;
+            Ok(Prepared {
+                image: PromptImage {
+                    start: 0,
+                    tokens,
+                    hash: b.hash,
+                    width: resized.width,
+                    height: resized.height,
+                    rgb: resized.rgb,
+                },
+            })
+        })
+        .collect()
+}
+
+/// Each placeholder the template wrote (one per image, in order) expanded to its image's tokens: the prompt and
+/// what it carries (the images at their places, the 3D rope positions).
+pub fn splice(spec: &VisionSpec, ids: &[u32], images: Vec<Prepared>) -> ApiResult<(Vec<u32>, RequestMedia)> {
+    let found = ids.iter().filter(|&&t| t == spec.image_token).count();
+    if found != images.len() {
+        return Err(ApiError::bad_request(format!(
+            "the chat template wrote {found} image placeholders for {} images; the model's template must write one \
+             per image part",
+            images.len()
+        ))
+        .with_code("template_error"));
+    }
+    let extra: usize = images.iter().map(|p| p.image.tokens - 1).sum();
+    let mut out = Vec::with_capacity(ids.len() + extra);
+    let mut placed = Vec::with_capacity(images.len());
+    let mut next = images.into_iter();
+    for &t in ids {
+        if t != spec.image_token {
+            out.push(t);
+            continue;
+        }
+        if let Some(mut p) = next.next() {
+            p.image.start = out.len();
+            out.extend(std::iter::repeat_n(t, p.image.tokens));
+            placed.push(p.image);
+        }
+    }
+    let grids: Vec<[usize; 3]> =
+        placed.iter().map(|i| [1, i.height / spec.processor.patch, i.width / spec.processor.patch]).collect();
+    let (rows, delta) = rope_positions(&out, spec.image_token, &grids, spec.processor.merge)
+        .map_err(|e| ApiError::internal(format!("placing the images: {e}")))?;
+    Ok((out, RequestMedia { images: placed, rope: Some(MropePositions { rows, delta }) }))
+}
