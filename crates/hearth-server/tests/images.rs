@@ -148,8 +148,10 @@ async fn every_api_answers_an_image_as_transformers_does() {
     let anthropic = json!({"model": "tiny-vl", "max_tokens": 6, "temperature": 0, "messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}},
         {"type": "text", "text": text}]}]});
-    let (s, v) = call(&r, Method::POST, "/v1/messages", Some(anthropic)).await;
+    let (s, v) = call(&r, Method::POST, "/v1/messages", Some(anthropic.clone())).await;
     assert_eq!((s, v["content"][0]["text"].as_str()), (200, Some(want.as_str())), "{v}");
+    let (s, v) = call(&r, Method::POST, "/v1/messages/count_tokens", Some(anthropic)).await;
+    assert_eq!((s, v["input_tokens"].as_u64()), (200, Some(prompt_tokens as u64)), "images count as their tokens: {v}");
 
     let responses = json!({"model": "tiny-vl", "max_output_tokens": 6, "temperature": 0, "input": [{"role": "user", "content": [
         {"type": "input_image", "image_url": format!("data:image/png;base64,{b64}")},
