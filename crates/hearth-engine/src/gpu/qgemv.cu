@@ -3,7 +3,7 @@
 // dtype T (compiled once per dtype: -DXT=<type> -DXSFX=<suffix>).
 //
 // * x is quantized once per block into shared memory as llama.cpp's q8_1 does (per 32 values: d = amax / 127,
-//   q = round(v / d), s = the sum of the values), and every 32-value unit of a weight row is dotted with it in
+//   q = round(v / d), s = the sum of the values; one pass, a group's threads meeting by shuffles), and every 32-value unit of a weight row is dotted with it in
 //   integer arithmetic (dp4a), as llama.cpp's MMVQ does: its arithmetic (the k-quants' min term on d · Σq), with d
 //   and s kept in f32.
 // * A persistent grid of WARPS-warp blocks. A warp walks its output columns' weight rows in pieces of 64 units
@@ -236,43 +236,6 @@ __device__ __forceinline__ void input_chunk(const T *xr, const T *ar, const T *w
   }
 }
 
-// Group g (32 values) of one input row to q8_1 in shared memory: d = amax / 127, q = round(v / d), s = the values'
-// sum. Two passes over its 16-byte chunks (the second recomputes them), so that a thread holds one chunk at a time.
-template <typename T, int MODE>
-__device__ __forceinline__ void quantize_group(const T *xr, const T *ar, const T *wn, float scale, int g, int8_t *q,
-                                               float2 *ds) {
-  constexpr int V = Vec16<T>::N;
-  float amax = 0.f, s = 0.f;
-#pragma unroll
-  for (int c = 0; c < 32 / V; ++c) {
-    float v[V];
-    input_chunk<T, MODE>(xr, ar, wn, scale, 32 * g + c * V, v);
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      amax = fmaxf(amax, fabsf(v[i]));
-      s += v[i];
-    }
-  }
-  const float d = amax / 127.f;
-  int *qi = reinterpret_cast<int *>(q);
-#pragma unroll
-  for (int c = 0; c < 32 / V; ++c) {
-    float v[V];
-    input_chunk<T, MODE>(xr, ar, wn, scale, 32 * g + c * V, v);
-#pragma unroll
-    for (int w = 0; w < V / 4; ++w) {
-      int word = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int x8 = amax == 0.f ? 0 : (int)roundf(v[4 * w + j] / d);
-        word |= (x8 & 0xFF) << (8 * j);
-      }
-      qi[c * V / 4 + w] = word;
-    }
-  }
-  *ds = make_float2(d, s);
-}
-
 // x (m rows of K) into shared memory as q8_1: the rows themselves (X_PLAIN) or rmsnorm(h + a) * wn per row
 // (X_ADDNORM; a may be null; block 0 writes h + a to h_out unless it is null). Block-wide; waits for the previous
 // kernel itself.
@@ -311,8 +274,56 @@ __device__ void quantize_x(const T *x, const T *a, const T *wn, T *h_out, float 
       scale = rsqrtf(total / K + eps);
       __syncthreads();  // red is reused by the next row
     }
-    for (int g = t; g < groups; g += WARPS * 32)
-      quantize_group<T, MODE>(xr, ar, wn, scale, g, xq + (size_t)r * K + 32 * g, xds + (size_t)r * groups + g);
+    // One pass: each thread takes 16-byte chunks (QB of them loaded before any is used, so their loads are in
+    // flight together); the G threads of a 32-value group are adjacent lanes and meet amax and the sum by shuffles.
+    constexpr int G = 32 / V, QB = 2;
+    const int chunks = K / V;
+    for (int c0 = 0; c0 < chunks; c0 += QB * WARPS * 32) {
+      float v[QB][V];
+#pragma unroll
+      for (int b = 0; b < QB; ++b) {
+        const int c = c0 + b * WARPS * 32 + t;
+        if (c < chunks) {
+          input_chunk<T, MODE>(xr, ar, wn, scale, c * V, v[b]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < V; ++i) v[b][i] = 0.f;
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < QB; ++b) {
+        const int c = c0 + b * WARPS * 32 + t;
+        float amax = 0.f, sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          amax = fmaxf(amax, fabsf(v[b][i]));
+          sum += v[b][i];
+        }
+#pragma unroll
+        for (int o = G / 2; o > 0; o >>= 1) {
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
+          sum += __shfl_xor_sync(0xffffffff, sum, o);
+        }
+        const float d = amax / 127.f;
+        if (c < chunks) {
+          int words[V / 4];
+#pragma unroll
+          for (int w = 0; w < V / 4; ++w) {
+            int word = 0;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const int x8 = amax == 0.f ? 0 : (int)roundf(v[b][4 * w + j] / d);
+              word |= (x8 & 0xFF) << (8 * j);
+            }
+            words[w] = word;
+          }
+          int *dst = reinterpret_cast<int *>(xq + (size_t)r * K + (size_t)c * V);
+#pragma unroll
+          for (int w = 0; w < V / 4; ++w) dst[w] = words[w];
+          if (t % G == 0) xds[(size_t)r * groups + c / G] = make_float2(d, sum);
+        }
+      }
+    }
   }
   __syncthreads();
 }
