@@ -8,6 +8,7 @@ import './cases/conversations.mjs';
 import './cases/errors.mjs';
 import './cases/layout.mjs';
 import './cases/rendering.mjs';
+import './cases/images.mjs';
 
 // Nothing here may hang a test run.
 setTimeout(() => {

@@ -1,8 +1,11 @@
 // The parts of hearth's OpenAI-compatible wire format the app reads and writes (docs/server-api.md).
 
+/** A part of a user message that holds images. */
+export type WirePart = { type: 'text'; text: string } | { type: 'image_url'; image_url: { url: string } };
+
 export interface WireMessage {
   role: 'system' | 'user' | 'assistant' | 'tool';
-  content: string | null;
+  content: string | WirePart[] | null;
 }
 
 export interface ChatRequest {
@@ -48,6 +51,8 @@ export interface ChatChunk {
 export interface ModelInfo {
   id: string;
   max_model_len?: number;
+  /** `["text"]`, or `["text", "image"]` for a model that takes images. */
+  input_modalities?: string[];
 }
 
 export interface EngineStats {

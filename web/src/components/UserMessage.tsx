@@ -22,7 +22,14 @@ export function UserMessage({ message: m }: { message: Message }) {
         />
       ) : (
         <>
-          <div class="msg-body user-text">{m.content}</div>
+          {m.images?.length ? (
+            <div class="msg-images" data-testid="message-images">
+              {m.images.map((url, i) => (
+                <img key={i} src={url} alt={`Image ${i + 1}`} loading="lazy" />
+              ))}
+            </div>
+          ) : null}
+          {m.content && <div class="msg-body user-text">{m.content}</div>}
           <div class="msg-actions">
             <IconButton icon="copy" label="Copy" onClick={() => copyText(m.content)} />
             <IconButton icon="edit" label="Edit and resend" data-testid="edit" disabled={busy} onClick={() => setEditing(true)} />

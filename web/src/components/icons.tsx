@@ -20,6 +20,7 @@ const paths = {
   help: 'M9.5 9a2.5 2.5 0 115 0c0 2-2.5 2-2.5 4M12 17h0',
   search: 'M11 4a7 7 0 100 14 7 7 0 000-14zM20 20l-4-4',
   key: 'M15 4a5 5 0 00-4.6 7L4 17.4V20h3v-2h2v-2h2l1.6-1.6A5 5 0 1015 4z',
+  image: 'M4 5h16v14H4zM4 16l5-5 4 4 2-2 5 5M15 9h0',
 };
 
 export type IconName = keyof typeof paths;

@@ -158,11 +158,12 @@ async function start(next: Conversation): Promise<void> {
   }
 }
 
-export async function send(text: string): Promise<void> {
+export async function send(text: string, images: string[] = []): Promise<void> {
   const t = text.trim();
-  if (!t || busy()) return;
+  if ((!t && !images.length) || busy()) return;
   const c = current.value;
   const user: Message = { id: newId(), role: 'user', content: t, created: Date.now() };
+  if (images.length) user.images = images;
   const title = c.messages.length === 0 ? titleFrom(t) : c.title;
   await start({ ...c, title, messages: [...c.messages, user], updated: Date.now() });
 }

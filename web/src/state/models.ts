@@ -25,6 +25,11 @@ function retryModels(): void {
   void loadModels();
 }
 
+/** Whether the served model `id` takes images (`input_modalities` in `/v1/models`). */
+export function takesImages(id: string): boolean {
+  return models.value.some((m) => m.id === id && (m.input_modalities ?? []).includes('image'));
+}
+
 /** The model a conversation asks for: its own choice if still served, else the first served one. */
 export function modelFor(wanted: string): string {
   const list = models.value;

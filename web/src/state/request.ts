@@ -19,7 +19,13 @@ function samplingFields(s: Sampling): Partial<ChatRequest> {
 export function chatRequest(c: Conversation, history: Message[], model: string): ChatRequest {
   const messages: WireMessage[] = [];
   if (c.system.trim()) messages.push({ role: 'system', content: c.system });
-  for (const m of history) messages.push({ role: m.role, content: m.content });
+  for (const m of history) {
+    const images = m.role === 'user' ? (m.images ?? []) : [];
+    const content: WireMessage['content'] = images.length
+      ? [...images.map((url) => ({ type: 'image_url' as const, image_url: { url } })), { type: 'text' as const, text: m.content }]
+      : m.content;
+    messages.push({ role: m.role, content });
+  }
   return {
     ...(model ? { model } : {}),
     messages,

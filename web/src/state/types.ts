@@ -45,6 +45,8 @@ export interface Message {
   content: string;
   reasoning?: string;
   tool_calls?: ToolCall[];
+  /** Images of a user message, as data: URLs (sent before its text). */
+  images?: string[];
   stats?: MessageStats;
   /** The model that wrote an assistant message. */
   model?: string;

@@ -22,7 +22,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
  * ratePerSecond: 0 (as fast as possible) or tokens per second }.
  */
 export async function startMock(dist) {
-  const state = { reply: { content: ['Hello!'] }, requests: [] };
+  const state = { reply: { content: ['Hello!'] }, requests: [], models: [{ id: 'mock-model', object: 'model' }] };
   const server = http.createServer(async (req, res) => {
     const url = new URL(req.url, 'http://x');
     if (req.method === 'POST' && url.pathname === '/v1/chat/completions') {
@@ -56,7 +56,7 @@ export async function startMock(dist) {
       res.end(JSON.stringify(v));
     };
     if (url.pathname === '/health') return json({ status: 'ok' });
-    if (url.pathname === '/v1/models') return json({ object: 'list', data: [{ id: 'mock-model', object: 'model' }] });
+    if (url.pathname === '/v1/models') return json({ object: 'list', data: state.models });
     const file = path.join(dist, url.pathname === '/' ? 'index.html' : path.normalize(url.pathname));
     if (file.startsWith(dist) && fs.existsSync(file) && fs.statSync(file).isFile()) {
       res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
