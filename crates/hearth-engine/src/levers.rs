@@ -226,7 +226,7 @@ levers! {
     gpu_gemv_split: bool = switch, "HEARTH_GPU_GEMV_SPLIT", Switch, true, "on", "one-row matmuls with K up to 4x the one-warp row split each column over 2 or 4 warps";
     gpu_gemv_norm: bool = switch, "HEARTH_GPU_GEMV_NORM", Switch, true, "on", "the residual add + RMSNorm run inside the one-row matmul after it";
     gpu_gemv_gated: bool = switch, "HEARTH_GPU_GEMV_GATED", Switch, true, "on", "SiLU/GELU x up runs in the one-row gate|up matmul's epilogue";
-    gpu_qgemv: bool = switch, "HEARTH_GPU_QGEMV", Switch, true, "off", "opt-in: quantized GGUF matmuls of up to 8 rows take hearth's kernels (q|k|v and gate|up stacked, add+norm and activation fused) instead of candle's";
+    gpu_qgemv: bool = switch, "HEARTH_GPU_QGEMV", Switch, true, "on", "quantized GGUF matmuls of up to 8 rows take hearth's kernels (q|k|v and gate|up stacked, add+norm and activation fused) instead of candle's";
     gpu_gemv_pdl: bool = switch, "HEARTH_GPU_GEMV_PDL", Switch, true, "on", "the skinny matmuls are launched with PDL like the other kernels";
     cuda_step_timing: bool = switch, "HEARTH_CUDA_STEP_TIMING", Diagnostic, true, "off", "CUDA events around every step: device time and inter-step gaps in /stats";
     cuda_diag_skip_attn: bool = switch, "HEARTH_CUDA_DIAG_SKIP_ATTN", Diagnostic, true, "off", "paged attention returns zeros without launching (outputs are wrong): what attention costs in a step";
