@@ -231,6 +231,23 @@ pub struct EngineStats {
     pub prompt_cache: PromptCacheStats,
     /// The SSD tier, when `--ssd-cache` is set.
     pub ssd_cache: Option<crate::kv::ssd::SsdStats>,
+    /// The image encoder and its cache (vision-language models).
+    #[serde(default)]
+    pub images: ImageStats,
+}
+
+/// Images in `/stats`: what the engine encoded, and what its encoder cache saved.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ImageStats {
+    /// Images run through the vision tower.
+    pub encoded_total: u64,
+    /// Their total encoding time.
+    pub encode_ms_total: f64,
+    /// Images whose embeddings came from the cache.
+    pub cache_hits_total: u64,
+    /// Images the cache holds now, and their embeddings' bytes.
+    pub cached: usize,
+    pub cached_bytes: u64,
 }
 
 impl EngineStats {

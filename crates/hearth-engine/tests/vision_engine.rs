@@ -120,6 +120,10 @@ fn a_repeated_image_reuses_the_prompt_cache_and_another_image_does_not() {
     let image_at = other.media.as_ref().map_or(0, |m| m.images[0].start);
     let (_, cached_other) = finish(e.submit(other).unwrap());
     assert_eq!(cached_other, image_at, "only the tokens before another image are reused");
+    // Two images were encoded (the repeat's uncached placeholders took its embeddings from the encoder cache).
+    let images = e.stats().images;
+    assert_eq!((images.encoded_total, images.cached), (2, 2), "{images:?}");
+    assert!(images.cache_hits_total >= 1, "{images:?}");
 }
 
 #[test]

@@ -18,8 +18,9 @@ pub struct EncoderCache {
     map: HashMap<[u8; 32], (Tensor, u64)>,
     bytes: usize,
     tick: u64,
-    pub hits: u64,
-    pub misses: u64,
+    hits: u64,
+    misses: u64,
+    encode_ms: f64,
 }
 
 impl EncoderCache {
@@ -32,7 +33,10 @@ impl EncoderCache {
             return Ok(t.clone());
         }
         self.misses += 1;
+        let t0 = std::time::Instant::now();
         let t = model.encode_image(img)?;
+        // Host time; on a GPU the encoder's kernels may still run (the step waits for them with its logits).
+        self.encode_ms += t0.elapsed().as_secs_f64() * 1e3;
         let size = t.elem_count() * t.dtype().size_in_bytes();
         while self.bytes + size > ENCODER_CACHE_BYTES && !self.map.is_empty() {
             let oldest = self.map.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| *k);
@@ -45,6 +49,19 @@ impl EncoderCache {
             self.map.insert(img.hash, (t.clone(), self.tick));
         }
         Ok(t)
+    }
+}
+
+impl EncoderCache {
+    /// Its counters for `/stats`.
+    pub fn stats(&self) -> crate::types::ImageStats {
+        crate::types::ImageStats {
+            encoded_total: self.misses,
+            encode_ms_total: self.encode_ms,
+            cache_hits_total: self.hits,
+            cached: self.map.len(),
+            cached_bytes: self.bytes as u64,
+        }
     }
 }
 

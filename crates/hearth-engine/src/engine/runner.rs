@@ -221,5 +221,6 @@ impl Runner for ModelRunner {
     fn add_stats(&self, s: &mut EngineStats) {
         self.observer.add_stats(s);
         self.mover.add_stats(s);
+        s.images = self.encoder_cache.stats();
     }
 }
