@@ -107,6 +107,11 @@ impl VisionTower {
                 cfg.hidden_size, cfg.num_heads, cfg.patch_size, cfg.spatial_merge_size
             )));
         }
+        if let Some(act) = cfg.hidden_act.as_deref().filter(|a| *a != "silu") {
+            return Err(Error::Unsupported(format!(
+                "a Qwen2.5-VL vision tower with hidden_act `{act}` (its MLP is SiLU)"
+            )));
+        }
         let patch_dim = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size;
         let pw = get("patch_embed.proj.weight")?;
         let patch_embed = Linear { w: pw.reshape((cfg.hidden_size, patch_dim))?, b: None };

@@ -74,9 +74,16 @@ fn media_error(at: &str, e: MediaError) -> ApiError {
     ApiError::param(at, format!("`{at}`: {e}")).with_code(code)
 }
 
-/// The bytes of every image part (fetched one after another, each under the policy's limits), refused at once
-/// when the model takes no images.
-pub async fn fetch_all(support: &ImageSupport, model_id: &str, parts: &[ImagePart]) -> ApiResult<Vec<ImageBytes>> {
+/// An image part with its bytes.
+pub struct FetchedImage {
+    pub part: ImagePart,
+    pub bytes: ImageBytes,
+}
+
+/// The conversation's image parts with their bytes (fetched one after another, each under the policy's limits),
+/// refused at once when the model takes no images.
+pub async fn fetch_all(support: &ImageSupport, model_id: &str, c: &Conversation) -> ApiResult<Vec<FetchedImage>> {
+    let parts = collect(c)?;
     if parts.is_empty() {
         return Ok(Vec::new());
     }
@@ -86,48 +93,32 @@ pub async fn fetch_all(support: &ImageSupport, model_id: &str, parts: &[ImagePar
             .with_code("model_takes_no_images"));
     }
     let mut out = Vec::with_capacity(parts.len());
-    for p in parts {
-        out.push(
-            hearth_media::load_url(&p.url, &support.limits, support.net.as_ref())
-                .await
-                .map_err(|e| media_error(&p.at, e))?,
-        );
+    for part in parts {
+        let loaded = hearth_media::load_url(&part.url, &support.limits, support.net.as_ref()).await;
+        let bytes = loaded.map_err(|e| media_error(&part.at, e))?;
+        out.push(FetchedImage { part, bytes });
     }
     Ok(out)
 }
 
-/// One image ready for the prompt: resized by the processor, with its token count.
-pub struct Prepared {
-    pub image: PromptImage,
-}
-
-/// Decode and resize each fetched image (on the blocking pool: this is CPU work).
-pub fn prepare(
-    spec: &VisionSpec,
-    limits: &MediaLimits,
-    parts: &[ImagePart],
-    bytes: Vec<ImageBytes>,
-) -> ApiResult<Vec<Prepared>> {
-    parts
-        .iter()
-        .zip(bytes)
-        .map(|(p, b)| {
+/// Decode and resize each fetched image (on the blocking pool: this is CPU work), with its token count; its place
+/// in the prompt is set by [`splice`].
+pub fn prepare(spec: &VisionSpec, limits: &MediaLimits, fetched: Vec<FetchedImage>) -> ApiResult<Vec<PromptImage>> {
+    fetched
+        .into_iter()
+        .map(|FetchedImage { part: p, bytes: b }| {
+            let bad = |e: hearth_engine::Error| ApiError::param(&p.at, format!("`{}`: {e}", p.at));
             let rgb = hearth_media::decode::decode(&b.bytes, limits.max_pixels).map_err(|e| media_error(&p.at, e))?;
-            let img = Image::new(rgb.width as usize, rgb.height as usize, rgb.data)
-                .map_err(|e| ApiError::param(&p.at, format!("`{}`: {e}", p.at)))?;
-            let resized =
-                spec.processor.resize(&img).map_err(|e| ApiError::param(&p.at, format!("`{}`: {e}", p.at)))?;
-            let tokens =
-                spec.processor.tokens_for(img.width, img.height).map_err(|e| ApiError::param(&p.at, e.to_string()))?;
-            Ok(Prepared {
-                image: PromptImage {
-                    start: 0,
-                    tokens,
-                    hash: b.hash,
-                    width: resized.width,
-                    height: resized.height,
-                    rgb: resized.rgb,
-                },
+            let img = Image::new(rgb.width as usize, rgb.height as usize, rgb.data).map_err(bad)?;
+            let resized = spec.processor.resize(&img).map_err(bad)?;
+            let tokens = spec.processor.tokens_for(img.width, img.height).map_err(bad)?;
+            Ok(PromptImage {
+                start: 0,
+                tokens,
+                hash: b.hash,
+                width: resized.width,
+                height: resized.height,
+                rgb: resized.rgb,
             })
         })
         .collect()
@@ -135,7 +126,7 @@ pub fn prepare(
 
 /// Each placeholder the template wrote (one per image, in order) expanded to its image's tokens: the prompt and
 /// what it carries (the images at their places, the 3D rope positions).
-pub fn splice(spec: &VisionSpec, ids: &[u32], images: Vec<Prepared>) -> ApiResult<(Vec<u32>, RequestMedia)> {
+pub fn splice(spec: &VisionSpec, ids: &[u32], images: Vec<PromptImage>) -> ApiResult<(Vec<u32>, RequestMedia)> {
     let found = ids.iter().filter(|&&t| t == spec.image_token).count();
     if found != images.len() {
         return Err(ApiError::bad_request(format!(
@@ -145,7 +136,7 @@ pub fn splice(spec: &VisionSpec, ids: &[u32], images: Vec<Prepared>) -> ApiResul
         ))
         .with_code("template_error"));
     }
-    let extra: usize = images.iter().map(|p| p.image.tokens - 1).sum();
+    let extra: usize = images.iter().map(|p| p.tokens - 1).sum();
     let mut out = Vec::with_capacity(ids.len() + extra);
     let mut placed = Vec::with_capacity(images.len());
     let mut next = images.into_iter();
@@ -155,9 +146,9 @@ pub fn splice(spec: &VisionSpec, ids: &[u32], images: Vec<Prepared>) -> ApiResul
             continue;
         }
         if let Some(mut p) = next.next() {
-            p.image.start = out.len();
-            out.extend(std::iter::repeat_n(t, p.image.tokens));
-            placed.push(p.image);
+            p.start = out.len();
+            out.extend(std::iter::repeat_n(t, p.tokens));
+            placed.push(p);
         }
     }
     let grids: Vec<[usize; 3]> =

@@ -31,12 +31,8 @@ pub fn prepare(ready: &Ready, req: ChatRequest) -> ApiResult<Prepared> {
     prepare_with(ready, req, Vec::new())
 }
 
-/// [`prepare`] with the bytes of the conversation's images ([`images::fetch_all`], in part order).
-pub fn prepare_with(
-    ready: &Ready,
-    req: ChatRequest,
-    image_bytes: Vec<hearth_media::ImageBytes>,
-) -> ApiResult<Prepared> {
+/// [`prepare`] with the conversation's images ([`images::fetch_all`], in part order).
+pub fn prepare_with(ready: &Ready, req: ChatRequest, fetched: Vec<images::FetchedImage>) -> ApiResult<Prepared> {
     let ChatRequest { conversation, params: p, fields, logprobs: want_logprobs, top_logprobs } = req;
     offload::check_text_fits(ready, template::text_bytes(&conversation), fields.messages)?;
     let mut g = params::resolve(&p, &ready.defaults, ready.engine.info().vocab_size, fields)?;
@@ -64,9 +60,8 @@ pub fn prepare_with(
     }
     let (prompt_text, mut prompt) = template::prompt_ids(ready, &conversation, tools.as_ref())?;
     let mut media = None;
-    if let (Some(spec), false) = (&ready.images.vision, image_bytes.is_empty()) {
-        let parts = images::collect(&conversation)?;
-        let prepared = images::prepare(spec, &ready.images.limits, &parts, image_bytes)?;
+    if let (Some(spec), false) = (&ready.images.vision, fetched.is_empty()) {
+        let prepared = images::prepare(spec, &ready.images.limits, fetched)?;
         let (ids, m) = images::splice(spec, &prompt, prepared)?;
         (prompt, media) = (ids, Some(m));
     }
@@ -134,10 +129,9 @@ pub struct Submitted {
 /// Prepare `req` on the blocking pool and queue it in `ready`'s engine.
 pub async fn submit(ready: &Arc<Ready>, req: ChatRequest) -> ApiResult<Submitted> {
     // Images are fetched first (a text model refuses them here), then decoded with the rest of the preparation.
-    let parts = images::collect(&req.conversation)?;
-    let bytes = images::fetch_all(&ready.images, &ready.model_id, &parts).await?;
+    let fetched = images::fetch_all(&ready.images, &ready.model_id, &req.conversation).await?;
     let r = ready.clone();
-    let Prepared { req, g, shape, want_logprobs } = offload::run(move || prepare_with(&r, req, bytes)).await?;
+    let Prepared { req, g, shape, want_logprobs } = offload::run(move || prepare_with(&r, req, fetched)).await?;
     let prompt_tokens = req.prompt.len();
     tracing::info!(prompt_tokens, max_tokens = req.max_tokens, n = g.n, stream = g.stream, "accepted");
     let stream = ready.engine.submit(req).await.map_err(|e| g.submit_error(e))?;

@@ -70,9 +70,8 @@ pub async fn count_tokens(State(st): State<AppState>, JsonBody(req): JsonBody<Me
     chat.params.max_tokens = Some(1);
     let ready = st.ready()?;
     // Images count as the tokens they become, so they are fetched and sized as for generation.
-    let parts = chat::images::collect(&chat.conversation)?;
-    let bytes = chat::images::fetch_all(&ready.images, &ready.model_id, &parts).await?;
-    let Prepared { req, .. } = offload::run(move || chat::submit::prepare_with(&ready, chat, bytes)).await?;
+    let fetched = chat::images::fetch_all(&ready.images, &ready.model_id, &chat.conversation).await?;
+    let Prepared { req, .. } = offload::run(move || chat::submit::prepare_with(&ready, chat, fetched)).await?;
     Ok(Json(TokenCount { input_tokens: req.prompt.len() }).into_response())
 }
 
