@@ -3,7 +3,8 @@ logits for them (llama-cpp-python): GGUF loading of architectures without reacha
 the implementation that defines the format.
 
 Run from the repo root (needs bench/setup-llama-cpp.sh: its llama.cpp checkout holds convert_hf_to_gguf.py):
-    .venv-oracle/bin/python tools/oracle/tiny_gguf.py [qwen3moe] [gpt-oss] [qwen35] [qwen3next]   # default: all
+    .venv-oracle/bin/python tools/oracle/tiny_gguf.py [qwen3moe] [gpt-oss] [qwen35] [qwen3next] [qwen2_5_vl]
+(default: all)
 Writes tests/fixtures/tiny-<name>.gguf and tests/goldens/tiny_<name>_gguf.json for:
   qwen3moe-q8_0: tiny_models.py's qwen3-moe with every layer routed (llama.cpp's qwen3moe has no dense layers),
                  converted with --outtype q8_0 (stacked ffn_*_exps expert tensors, a float router).
@@ -14,6 +15,12 @@ Writes tests/fixtures/tiny-<name>.gguf and tests/goldens/tiny_<name>_gguf.json f
   qwen35-f32, qwen35moe-q8_0: tiny_models.py's qwen3_5 (f32) and qwen3_5-moe (q8_0), with --no-mtp (llama.cpp
                  reorders the value heads into tiled order, keeps -exp(A_log) and the norms as 1 + w).
   qwen3next-f32: tiny_models.py's qwen3-next with every layer routed, f32, --no-mtp.
+  qwen2_5_vl:    tests/fixtures/tiny-qwen2_5_vl (tiny_qwen2_5_vl.py) as a text GGUF (`qwen2vl`, f32) and, with
+                 --mmproj, its vision tower (tiny-qwen2_5_vl-mmproj.gguf, f32). The mmproj also states the tiny
+                 tower's window (56 pixels) and its processor's pixel bounds under llama.cpp's own keys
+                 (clip.vision.window_size, image_min_pixels, image_max_pixels), which the converter leaves out
+                 (llama.cpp then assumes the published 112-pixel window). No llama.cpp golden: f32 conversions of
+                 the checkpoint answer to its transformers golden (tests/goldens/tiny_qwen2_5_vl.json).
 The tokenizer's pre-tokenizer is tiny_models.py's own, which the converter does not know: it is written as
 `default`. Goldens are computed from token ids, so tokenization takes no part in them.
 """
@@ -50,13 +57,15 @@ def hf_checkpoint(name: str, spec: dict, out: Path, tok) -> None:
     tm.save_tokenizer(tok, out)
 
 
-def convert(src: Path, dst: Path, outtype: str, extra: tuple[str, ...] = ()) -> None:
-    """llama.cpp's convert_hf_to_gguf.py on `src`, its pre-tokenizer check answered with `default`."""
+def convert(src: Path, dst: Path, outtype: str, extra: tuple[str, ...] = (), patch: str = "") -> None:
+    """llama.cpp's convert_hf_to_gguf.py on `src`, its pre-tokenizer check answered with `default` (and `patch`,
+    Python run before the converter)."""
     script = (
         "import sys, runpy\n"
         f"sys.path.insert(0, {str(LLAMA_CPP)!r})\n"
         "import conversion.base as base\n"
         "base.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'default'\n"
+        f"{patch}"
         f"sys.argv = ['convert_hf_to_gguf.py', {str(src)!r}, '--outtype', {outtype!r}, '--outfile', {str(dst)!r}]"
         f" + {list(extra)!r}\n"
         f"runpy.run_path({str(LLAMA_CPP / 'convert_hf_to_gguf.py')!r}, run_name='__main__')\n"
@@ -155,7 +164,32 @@ def qwen3next(ids: list[int]) -> None:
     all_routed("qwen3-next", "qwen3next-f32", "f32", ("--no-mtp",), ids)
 
 
-BUILDS = {"qwen3moe": qwen3moe, "gpt-oss": gpt_oss, "qwen35": qwen35, "qwen3next": qwen3next}
+# The tiny tower's window and processor bounds, under the keys llama.cpp reads (clip.vision.*).
+MMPROJ_KEYS_PATCH = """
+import json
+import conversion.qwenvl as qwenvl
+_set = qwenvl.Qwen2VLVisionModel.set_gguf_parameters
+def _with_keys(self):
+    _set(self)
+    pre = json.loads((self.dir_model / "preprocessor_config.json").read_text())
+    self.gguf_writer.add_uint32("clip.vision.window_size", self.hparams_vision["window_size"])
+    self.gguf_writer.add_uint32("clip.vision.image_min_pixels", pre["min_pixels"])
+    self.gguf_writer.add_uint32("clip.vision.image_max_pixels", pre["max_pixels"])
+qwenvl.Qwen2VLVisionModel.set_gguf_parameters = _with_keys
+"""
+
+
+def qwen2_5_vl(_ids: list[int]) -> None:
+    src = (FIXTURES / "tiny-qwen2_5_vl").resolve()
+    text, mmproj = FIXTURES / "tiny-qwen2_5_vl.gguf", FIXTURES / "tiny-qwen2_5_vl-mmproj.gguf"
+    convert(src, text, "f32")
+    convert(src, mmproj, "f32", ("--mmproj",), MMPROJ_KEYS_PATCH)
+    for f in (text, mmproj):
+        print(f"  fixture {f.name}: {f.stat().st_size} bytes")
+
+
+BUILDS = {"qwen3moe": qwen3moe, "gpt-oss": gpt_oss, "qwen35": qwen35, "qwen3next": qwen3next,
+          "qwen2_5_vl": qwen2_5_vl}
 
 
 def main() -> None:

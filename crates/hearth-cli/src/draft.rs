@@ -4,7 +4,7 @@
 use crate::ModelArgs;
 use anyhow::Context;
 use hearth_engine::loader::LoadedModel;
-use hearth_engine::models::{LoadOptions, Model};
+use hearth_engine::models::Model;
 use hearth_engine::speculative::SpecMode;
 
 /// The draft model's flags (`--draft-model`, how many `--model`s, `--speculative`), as `serve` checks them before
@@ -25,11 +25,7 @@ pub fn check(draft: Option<&str>, models: usize, mode: SpecMode) -> anyhow::Resu
 /// checked to tokenize as the model does.
 pub fn load(spec: Option<&str>, args: &ModelArgs, m: &LoadedModel) -> anyhow::Result<Option<Box<dyn Model>>> {
     let Some(spec) = spec else { return Ok(None) };
-    let opts = LoadOptions {
-        dequantize: args.dequantize,
-        dtype: hearth_engine::models::parse_dtype(&args.dtype)?,
-        kv_cache: args.kv_cache()?,
-    };
+    let opts = args.load_options()?;
     let d = hearth_engine::loader::load_with(spec, &m.device, None, &opts)
         .with_context(|| format!("loading the draft model {spec}"))?;
     hearth_engine::loader::check_same_vocabulary(&m.tokenizer, &d.tokenizer)

@@ -4,6 +4,7 @@ mod draft;
 mod generate;
 mod kv_quality;
 mod levers;
+mod media;
 mod models;
 mod open;
 mod parse;
@@ -50,6 +51,9 @@ pub struct ModelArgs {
     /// turbo:kXvY (X-bit keys, Y-bit values, rotated: 8 is q8_0, 4/3/2 a Lloyd-Max codebook; turbo:k8v3 2.81x).
     #[arg(long, env = "HEARTH_KV_CACHE_DTYPE", default_value = "auto")]
     pub kv_cache_dtype: String,
+    /// llama.cpp's `mmproj` GGUF with the vision tower of a GGUF model (Qwen2.5-VL): the model then takes images.
+    #[arg(long, env = "HEARTH_MMPROJ")]
+    pub mmproj: Option<std::path::PathBuf>,
 }
 
 impl ModelArgs {
@@ -63,6 +67,16 @@ impl ModelArgs {
         hearth_engine::kv::KvEncoding::parse(&self.kv_cache_dtype).map_err(|e| anyhow::anyhow!("--kv-cache-dtype: {e}"))
     }
 
+    /// How the flags load a model's weights (a draft model's too: without the `--mmproj`, which is the model's).
+    pub fn load_options(&self) -> anyhow::Result<hearth_engine::models::LoadOptions> {
+        Ok(hearth_engine::models::LoadOptions {
+            dequantize: self.dequantize,
+            dtype: hearth_engine::models::parse_dtype(&self.dtype)?,
+            kv_cache: self.kv_cache()?,
+            mmproj: None,
+        })
+    }
+
     /// Load the model.
     pub fn load(&self) -> anyhow::Result<hearth_engine::loader::LoadedModel> {
         anyhow::ensure!(
@@ -72,11 +86,7 @@ impl ModelArgs {
         );
         hearth_engine::device::set_cpu_threads(self.threads)?;
         let device = hearth_engine::device::select_device(&self.device)?;
-        let opts = hearth_engine::models::LoadOptions {
-            dequantize: self.dequantize,
-            dtype: hearth_engine::models::parse_dtype(&self.dtype)?,
-            kv_cache: self.kv_cache()?,
-        };
+        let opts = hearth_engine::models::LoadOptions { mmproj: self.mmproj.clone(), ..self.load_options()? };
         let m = hearth_engine::loader::load_with(self.spec(), &device, self.chat_template.as_deref(), &opts)?;
         tracing::info!(
             model = %m.location.path().display(),

@@ -249,6 +249,7 @@ fn is_embedding_model(spec: &str) -> bool {
 /// with several --model, a model pool.
 fn load_all(a: &ServeArgs) -> anyhow::Result<Loaded> {
     if a.model.model.len() > 1 {
+        anyhow::ensure!(a.model.mmproj.is_none(), "--mmproj goes with one --model, not a model pool");
         let embedding = a.embedding_model.as_deref().map(|spec| load_embedding(a, spec, model_id(spec))).transpose()?;
         return Ok(Loaded { ready: None, embedding, pool: Some(load_pool(a)?) });
     }
@@ -291,7 +292,7 @@ fn cache_namespace(fingerprint: u128, device: &str) -> u128 {
 /// Load the model (and the draft model), size the KV cache, start the engine.
 fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     let m = a.model.load()?;
-    let images = image_support(a, &m.location)?;
+    let images = crate::media::image_support(a.model.mmproj.as_deref(), a.allow_private_media, &m.location)?;
     let draft = crate::draft::load(a.draft_model.as_deref(), &a.model, &m)?;
     let bs = a.kv_block_size;
     // The engine's defaults on this device (its memory read after the weights loaded); flags override them.
@@ -373,29 +374,6 @@ fn load(a: &ServeArgs) -> anyhow::Result<Ready> {
     })
 }
 
-/// What the server knows of a model's images (its processor and placeholder, from its directory) and the media
-/// fetch's policy from the flags.
-fn image_support(
-    a: &ServeArgs,
-    location: &hearth_engine::weights::resolve::ModelLocation,
-) -> anyhow::Result<hearth_server::chat::images::ImageSupport> {
-    use hearth_engine::weights::resolve::ModelLocation;
-    let vision = match location {
-        ModelLocation::HfDir(dir) => hearth_engine::vision::VisionSpec::from_hf_dir(dir)?,
-        ModelLocation::Gguf(_) => None,
-    };
-    if let Some(v) = &vision {
-        tracing::info!(arch = %v.arch, "the model takes images");
-    }
-    let mut limits = hearth_media::MediaLimits::default();
-    limits.fetch.allow_private = a.allow_private_media;
-    Ok(hearth_server::chat::images::ImageSupport {
-        vision: vision.map(std::sync::Arc::new),
-        limits: std::sync::Arc::new(limits),
-        net: std::sync::Arc::new(hearth_media::SystemNet),
-    })
-}
-
 /// The server's sampling defaults: the flags over the model's generation config.
 fn sampling_defaults(a: &ServeArgs, generation_config: Option<&serde_json::Value>) -> SamplingDefaults {
     let flags =
@@ -437,7 +415,7 @@ fn load_isolated(a: &ServeArgs) -> anyhow::Result<Ready> {
         model_id: served_id(a),
         defaults: sampling_defaults(a, side.generation_config.as_ref()),
         created: unix_now(),
-        images: image_support(a, &side.location)?,
+        images: crate::media::image_support(a.model.mmproj.as_deref(), a.allow_private_media, &side.location)?,
     })
 }
 
@@ -459,7 +437,7 @@ fn load_pool(a: &ServeArgs) -> anyhow::Result<Arc<ModelPool>> {
             defaults: sampling_defaults(a, side.generation_config.as_ref()),
             reasoning: a.reasoning,
             max_positions: side.config.max_position_embeddings,
-            images: image_support(a, &side.location)?,
+            images: crate::media::image_support(a.model.mmproj.as_deref(), a.allow_private_media, &side.location)?,
             cmd: ChildCommand {
                 program: program.clone(),
                 args: pool_child_args(std::env::args_os().skip(1), spec),

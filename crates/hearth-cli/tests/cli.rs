@@ -59,6 +59,24 @@ fn clear_errors() {
     let out = hearth(&["serve", "-m", "smollm2-135m", "-m", "gemma3-270m", "--served-model-name", "x"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--served-model-name names one model"));
+
+    // --mmproj: only beside a GGUF model, only an mmproj file.
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let (dir, text) = (fixtures.join("tiny-qwen2_5_vl"), fixtures.join("tiny-qwen2_5_vl.gguf"));
+    let (dir, text) = (dir.to_string_lossy(), text.to_string_lossy());
+    let out = hearth(&["serve", "--device", "cpu", "--port", "0", "-m", &dir, "--mmproj", &text]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("carries its own vision tower"));
+    let out = hearth(&["serve", "--device", "cpu", "--port", "0", "-m", &text, "--mmproj", &text]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not an mmproj file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = hearth(&["serve", "--port", "0", "-m", &text, "-m", &dir, "--mmproj", &text]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--mmproj goes with one --model"));
 }
 
 #[test]

@@ -942,3 +942,27 @@ fn required_call(s: &Server, name: &str, param: &str, max: usize, extra: Value) 
     );
     (c["message"].clone(), calls[0].2)
 }
+
+/// A vision-language GGUF with llama.cpp's `mmproj` file for its vision tower (`--mmproj`), its engine in a
+/// child process (`--isolate` passes the flag on): `/v1/models` lists the image modality and an image gets the
+/// answer the checkpoint's own directory gives (tests/fixtures/tiny-qwen2_5_vl and its conversion).
+#[test]
+fn a_gguf_with_its_mmproj_takes_images() {
+    let root = repo_root().join("tests/fixtures");
+    let (dir, text, mmproj) =
+        (root.join("tiny-qwen2_5_vl"), root.join("tiny-qwen2_5_vl.gguf"), root.join("tiny-qwen2_5_vl-mmproj.gguf"));
+    let golden: Value =
+        serde_json::from_slice(&std::fs::read(repo_root().join("tests/goldens/tiny_qwen2_5_vl.json")).unwrap())
+            .unwrap();
+    let png = golden["chat"]["png_base64"].as_str().unwrap();
+    let ask = json!({"max_tokens": 6, "temperature": 0, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{png}")}},
+        {"type": "text", "text": golden["chat"]["text"]}]}]});
+    let answer = |s: &Server| ok(s.post("/v1/chat/completions", &ask))["choices"][0]["message"]["content"].clone();
+    let s = Server::start(&["-m", &dir.to_string_lossy()], &[]);
+    let want = answer(&s);
+    drop(s);
+    let s = Server::start(&["-m", &text.to_string_lossy(), "--mmproj", &mmproj.to_string_lossy(), "--isolate"], &[]);
+    assert_eq!(ok(s.get("/v1/models"))["data"][0]["input_modalities"], json!(["text", "image"]));
+    assert_eq!(answer(&s), want);
+}

@@ -134,14 +134,18 @@ fn context_cap(max_positions: usize, max_batch: usize, block_size: usize) -> usi
 /// chosen or default dtype on a GPU).
 pub fn weights_bytes(w: &Weights, device: &Device, opts: &LoadOptions) -> u64 {
     let (elements, stored) = w.sizes();
-    match w {
-        Weights::Gguf(_) if opts.dequantize => elements * 4,
-        Weights::Gguf(_) => stored,
-        Weights::Hf(_) => {
-            let dtype = opts.dtype.unwrap_or_else(|| crate::models::activation_dtype(w, device));
-            elements * dtype.size_in_bytes() as u64
+    // an mmproj's vision tower is held in f32
+    let tower =
+        opts.mmproj.as_deref().and_then(|p| crate::weights::GgufFile::open(p).ok()).map_or(0, |g| g.sizes().0 * 4);
+    tower
+        + match w {
+            Weights::Gguf(_) if opts.dequantize => elements * 4,
+            Weights::Gguf(_) => stored,
+            Weights::Hf(_) => {
+                let dtype = opts.dtype.unwrap_or_else(|| crate::models::activation_dtype(w, device));
+                elements * dtype.size_in_bytes() as u64
+            }
         }
-    }
 }
 
 /// The memory a model can take on `device` now, and where it was read: a GPU's free memory, or the host's

@@ -2,17 +2,21 @@
 //! (tests/fixtures/tiny-qwen2_5_vl, tests/goldens/tiny_qwen2_5_vl.json, tools/oracle/tiny_qwen2_5_vl.py): the
 //! vision tower's merged embeddings of each image (window and full attention, 2D rope), the 3D rope positions
 //! of prompts with one and two images, logits at image and text positions with the embeddings spliced in, and
-//! greedy decoding with positions continued by the rope delta.
+//! greedy decoding with positions continued by the rope delta. Each is checked twice: from the checkpoint's
+//! directory, and from its llama.cpp conversion, a `qwen2vl` text GGUF with its vision tower in an `mmproj` file
+//! (tests/fixtures/tiny-qwen2_5_vl.gguf and -mmproj.gguf, tools/oracle/tiny_gguf.py; both f32).
 
 mod common;
 
 use candle_core::{Device, Tensor};
 use common::{fixture, floats, golden, ids};
 use hearth_engine::attention::{BatchContext, BatchMedia, ContiguousKv};
-use hearth_engine::loader::load;
-use hearth_engine::models::qwen2_5_vl_vision::{VisionConfig, VisionTower};
+use hearth_engine::loader::{load, load_with};
+use hearth_engine::models::qwen2_5_vl_vision::{TowerWeights, VisionConfig, VisionTower};
+use hearth_engine::models::LoadOptions;
 use hearth_engine::vision::qwen2_vl::{rope_positions, Qwen2VlProcessor};
-use hearth_engine::vision::Image;
+use hearth_engine::vision::{Image, VisionSpec};
+use hearth_engine::weights::{GgufFile, HfWeights};
 
 const IMAGE_TOKEN: u32 = 448;
 
@@ -22,17 +26,45 @@ struct Vl {
     model: hearth_engine::loader::LoadedModel,
 }
 
-fn setup() -> Vl {
+/// Where the model is read from.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    HfDir,
+    GgufMmproj,
+}
+
+fn setup(source: Source) -> Vl {
     let dir = fixture("tiny-qwen2_5_vl");
-    let cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
-    let pre: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("preprocessor_config.json")).unwrap()).unwrap();
-    let vcfg: VisionConfig = serde_json::from_value(cfg["vision_config"].clone()).unwrap();
-    let model = load(dir.to_str().unwrap(), &Device::Cpu, None).unwrap();
-    let (weights, _) = hearth_engine::loader::open_weights(&model.location).unwrap();
-    let tower = VisionTower::load(&weights, vcfg, &Device::Cpu).unwrap();
-    Vl { tower, proc: Qwen2VlProcessor::from_config(&pre), model }
+    match source {
+        Source::HfDir => {
+            let cfg: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+            let pre: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join("preprocessor_config.json")).unwrap()).unwrap();
+            let vcfg: VisionConfig = serde_json::from_value(cfg["vision_config"].clone()).unwrap();
+            let model = load(dir.to_str().unwrap(), &Device::Cpu, None).unwrap();
+            let hf = HfWeights::open(&dir).unwrap();
+            let tower = VisionTower::load(TowerWeights::Hf(&hf), vcfg, &Device::Cpu).unwrap();
+            Vl { tower, proc: Qwen2VlProcessor::from_config(&pre), model }
+        }
+        Source::GgufMmproj => {
+            let (text, mmproj) = (fixture("tiny-qwen2_5_vl.gguf"), fixture("tiny-qwen2_5_vl-mmproj.gguf"));
+            let opts = LoadOptions { mmproj: Some(mmproj.clone()), ..Default::default() };
+            let model = load_with(text.to_str().unwrap(), &Device::Cpu, None, &opts).unwrap();
+            assert!(model.model.takes_images());
+            let (g, mm) = (GgufFile::open(&text).unwrap(), GgufFile::open(&mmproj).unwrap());
+            let spec = VisionSpec::from_gguf(&g, &mm, &mmproj).unwrap();
+            // The same processor, placeholder and tower as the checkpoint's directory states.
+            let hf_spec = VisionSpec::from_hf_dir(&dir).unwrap().unwrap();
+            assert_eq!((&spec.processor, spec.image_token), (&hf_spec.processor, hf_spec.image_token));
+            for k in ["depth", "hidden_size", "num_heads", "window_size", "out_hidden_size", "fullatt_block_indexes"] {
+                assert_eq!(spec.vision_config[k], hf_spec.vision_config[k], "vision config `{k}`");
+            }
+            let vcfg: VisionConfig = serde_json::from_value(spec.vision_config).unwrap();
+            let tower = VisionTower::load(TowerWeights::Mmproj(&mm), vcfg, &Device::Cpu).unwrap();
+            Vl { tower, proc: spec.processor, model }
+        }
+    }
 }
 
 /// (grid, embeddings) of golden image `key`.
@@ -46,7 +78,26 @@ fn encode(vl: &Vl, g: &serde_json::Value, key: &str) -> ([usize; 3], Tensor) {
 
 #[test]
 fn vision_tower_equals_transformers() {
-    let vl = setup();
+    tower_equals_transformers(Source::HfDir);
+}
+
+#[test]
+fn mmproj_vision_tower_equals_transformers() {
+    tower_equals_transformers(Source::GgufMmproj);
+}
+
+#[test]
+fn prompts_with_images_equal_transformers() {
+    prompts_equal_transformers(Source::HfDir);
+}
+
+#[test]
+fn gguf_with_mmproj_prompts_equal_transformers() {
+    prompts_equal_transformers(Source::GgufMmproj);
+}
+
+fn tower_equals_transformers(source: Source) {
+    let vl = setup(source);
     let g = golden("tiny_qwen2_5_vl.json");
     for key in ["a", "b"] {
         let (grid, emb) = encode(&vl, &g, key);
@@ -62,14 +113,13 @@ fn vision_tower_equals_transformers() {
                 worst = worst.max((a - b).abs() / (1.0 + b.abs()));
             }
         }
-        eprintln!("image {key}: worst relative difference {worst:.2e}");
+        eprintln!("{source:?} image {key}: worst relative difference {worst:.2e}");
         assert!(worst < 2e-4, "image {key}: embeddings differ by {worst}");
     }
 }
 
-#[test]
-fn prompts_with_images_equal_transformers() {
-    let vl = setup();
+fn prompts_equal_transformers(source: Source) {
+    let vl = setup(source);
     let g = golden("tiny_qwen2_5_vl.json");
     let m = &vl.model;
     let cpu = Device::Cpu;
@@ -105,7 +155,7 @@ fn prompts_with_images_equal_transformers() {
         for (p, want) in case["logits_at"].as_object().unwrap() {
             let p: usize = p.parse().unwrap();
             let d = logits[p].iter().zip(floats(want)).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            eprintln!("{name} position {p}: logits max-abs {d:.2e}");
+            eprintln!("{source:?} {name} position {p}: logits max-abs {d:.2e}");
             assert!(d < 1e-3, "{name} position {p}: logits differ by {d}");
         }
         // Greedy decoding: each new token at KV position n, rope position n + delta on all three axes.

@@ -1,7 +1,8 @@
 //! Images through the HTTP APIs on a tiny random Qwen2.5-VL (tests/fixtures/tiny-qwen2_5_vl, its published chat
 //! template): an image as a data: URL (OpenAI chat), a base64 block (Anthropic Messages), an `input_image`
 //! (Responses) and an http URL fetched through the media policy all give transformers' greedy answer
-//! (tests/goldens/tiny_qwen2_5_vl.json `chat`); refused URLs, bad images and images for a text model get 400s in
+//! (tests/goldens/tiny_qwen2_5_vl.json `chat`), from the checkpoint's directory and from its llama.cpp
+//! conversion (a GGUF and its `mmproj` file); refused URLs, bad images and images for a text model get 400s in
 //! each API's shape, naming the part, and the server keeps serving.
 
 mod served;
@@ -11,6 +12,7 @@ use axum::http::{Method, Request};
 use axum::Router;
 use base64::Engine as _;
 use hearth_engine::engine::{start, EngineConfig};
+use hearth_engine::weights::GgufFile;
 use hearth_media::fetch::{Net, NetFuture};
 use hearth_media::MediaLimits;
 use hearth_server::chat::images::ImageSupport;
@@ -76,6 +78,25 @@ async fn router(png: &[u8]) -> (Router, Arc<hearth_engine::tokenizer::Tokenizer>
     let dir = repo().join("tests/fixtures/tiny-qwen2_5_vl");
     let m = hearth_engine::loader::load(dir.to_str().unwrap(), &candle_core::Device::Cpu, None).unwrap();
     let vision = hearth_engine::vision::VisionSpec::from_hf_dir(&dir).unwrap().map(Arc::new);
+    serve(m, vision, png).await
+}
+
+/// The same checkpoint as llama.cpp converts it: a `qwen2vl` text GGUF and its vision tower's `mmproj` file.
+async fn router_gguf(png: &[u8]) -> (Router, Arc<hearth_engine::tokenizer::Tokenizer>) {
+    let (text, mmproj) =
+        (repo().join("tests/fixtures/tiny-qwen2_5_vl.gguf"), repo().join("tests/fixtures/tiny-qwen2_5_vl-mmproj.gguf"));
+    let opts = hearth_engine::models::LoadOptions { mmproj: Some(mmproj.clone()), ..Default::default() };
+    let m = hearth_engine::loader::load_with(text.to_str().unwrap(), &candle_core::Device::Cpu, None, &opts).unwrap();
+    let (g, mm) = (GgufFile::open(&text).unwrap(), GgufFile::open(&mmproj).unwrap());
+    let vision = hearth_engine::vision::VisionSpec::from_gguf(&g, &mm, &mmproj).unwrap();
+    serve(m, Some(Arc::new(vision)), png).await
+}
+
+async fn serve(
+    m: hearth_engine::loader::LoadedModel,
+    vision: Option<Arc<hearth_engine::vision::VisionSpec>>,
+    png: &[u8],
+) -> (Router, Arc<hearth_engine::tokenizer::Tokenizer>) {
     let cfg = EngineConfig {
         max_batch: 4,
         kv_block_size: 16,
@@ -125,11 +146,20 @@ fn openai(url: &str, text: &str) -> Value {
 
 #[tokio::test]
 async fn every_api_answers_an_image_as_transformers_does() {
+    every_api_answers(false).await;
+}
+
+#[tokio::test]
+async fn a_gguf_with_its_mmproj_answers_as_transformers_does() {
+    every_api_answers(true).await;
+}
+
+async fn every_api_answers(gguf: bool) {
     let g = golden();
     let c = &g["chat"];
     let b64 = c["png_base64"].as_str().unwrap();
     let png = base64_decode(b64);
-    let (r, tok) = router(&png).await;
+    let (r, tok) = if gguf { router_gguf(&png).await } else { router(&png).await };
     // The answer as the server writes it: the greedy tokens decoded, the leading space trimmed.
     let want = tok.decode(&ids(&c["greedy"]), true).trim_start().to_string();
     let text = c["text"].as_str().unwrap();

@@ -21,13 +21,24 @@ pub struct Loader<'a> {
     pub dequantize: bool,
     /// `--kv-cache-dtype` (None: auto).
     pub kv_cache: Option<crate::kv::KvEncoding>,
+    /// llama.cpp's `mmproj` file for a GGUF model's vision tower, and its path (`--mmproj`).
+    pub mmproj: Option<(&'a crate::weights::GgufFile, &'a std::path::Path)>,
     /// The pool the model's CPU kernels run on, as the weights loaded so far decide ([`Loader::kernel_pool`]).
     pool: Cell<KernelPool>,
 }
 
 impl<'a> Loader<'a> {
     pub fn new(weights: &'a Weights, cfg: &'a ModelConfig, device: &'a Device, dtype: DType, dequantize: bool) -> Self {
-        Self { weights, cfg, device, dtype, dequantize, kv_cache: None, pool: Cell::new(KernelPool::default()) }
+        Self {
+            weights,
+            cfg,
+            device,
+            dtype,
+            dequantize,
+            kv_cache: None,
+            mmproj: None,
+            pool: Cell::new(KernelPool::default()),
+        }
     }
 
     /// The pool the model's CPU kernels run on: candle's when candle's kernels decode any of its weights (read

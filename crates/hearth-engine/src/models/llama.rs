@@ -151,13 +151,22 @@ struct Vision {
 }
 
 impl Vision {
-    /// The vision tower of a Hugging Face checkpoint whose images hearth encodes, if it is one.
+    /// The vision tower of a Hugging Face checkpoint whose images hearth encodes, or of a GGUF's `mmproj` file.
     fn load(l: &Loader) -> Result<Option<Self>> {
-        let crate::weights::Weights::Hf(hf) = l.weights else { return Ok(None) };
-        let Some(spec) = crate::vision::VisionSpec::from_hf_dir(&hf.dir)? else { return Ok(None) };
+        use super::qwen2_5_vl_vision::{TowerWeights, VisionTower};
+        let (spec, source) = match (l.weights, l.mmproj) {
+            (crate::weights::Weights::Hf(hf), _) => match crate::vision::VisionSpec::from_hf_dir(&hf.dir)? {
+                Some(spec) => (spec, TowerWeights::Hf(hf)),
+                None => return Ok(None),
+            },
+            (crate::weights::Weights::Gguf(text), Some((mm, path))) => {
+                (crate::vision::VisionSpec::from_gguf(text, mm, path)?, TowerWeights::Mmproj(mm))
+            }
+            (crate::weights::Weights::Gguf(_), None) => return Ok(None),
+        };
         let cfg = serde_json::from_value(spec.vision_config)
-            .map_err(|e| crate::Error::InvalidModel(format!("config.json vision_config: {e}")))?;
-        let tower = super::qwen2_5_vl_vision::VisionTower::load(l.weights, cfg, l.device)?;
+            .map_err(|e| crate::Error::InvalidModel(format!("vision config: {e}")))?;
+        let tower = VisionTower::load(source, cfg, l.device)?;
         Ok(Some(Vision { tower, processor: spec.processor }))
     }
 }

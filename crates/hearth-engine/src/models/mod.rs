@@ -16,7 +16,7 @@ pub mod qwen3_5;
 
 use crate::attention::{BatchContext, KvStore};
 use crate::weights::config::Family;
-use crate::weights::{ModelConfig, Weights};
+use crate::weights::{GgufFile, ModelConfig, Weights};
 use crate::work_pool::KernelPool;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
@@ -108,6 +108,8 @@ pub struct LoadOptions {
     pub dtype: Option<DType>,
     /// The KV cache's encoding (`--kv-cache-dtype`); None: `auto`. One the device cannot read fails the load.
     pub kv_cache: Option<crate::kv::KvEncoding>,
+    /// A GGUF model's vision tower: llama.cpp's `mmproj` file (`--mmproj`).
+    pub mmproj: Option<std::path::PathBuf>,
 }
 
 /// The activation dtype for these weights on this device: f32 on the CPU; on a GPU bf16 for dense (safetensors)
@@ -133,8 +135,26 @@ pub fn load_model(weights: &Weights, cfg: &ModelConfig, device: &Device, opts: &
             )))
         }
     };
+    let mmproj = match (&opts.mmproj, weights, cfg.family) {
+        (None, ..) => None,
+        (Some(p), Weights::Gguf(_), Family::Llama) => Some((GgufFile::open(p)?, p.as_path())),
+        (Some(p), Weights::Hf(_), _) => {
+            return Err(Error::InvalidRequest(format!(
+                "--mmproj {}: a Hugging Face directory carries its own vision tower; --mmproj goes with a .gguf model",
+                p.display()
+            )))
+        }
+        (Some(p), ..) => {
+            return Err(Error::Unsupported(format!(
+                "--mmproj {} with a {} model (hearth runs mmproj towers for qwen2vl GGUFs)",
+                p.display(),
+                cfg.arch_name
+            )))
+        }
+    };
     let mut l = layers::Loader::new(weights, cfg, device, dtype, opts.dequantize);
     l.kv_cache = opts.kv_cache;
+    l.mmproj = mmproj.as_ref().map(|(g, p)| (g, *p));
     Ok(match cfg.family {
         Family::Llama => Box::new(llama::Llama::load(&l)?),
         Family::Gemma3 => Box::new(gemma3::Gemma3::load(&l)?),

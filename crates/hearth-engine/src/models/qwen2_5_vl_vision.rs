@@ -5,7 +5,7 @@
 //! `merge x merge` group of patches (adjacent in the patch order) normalized, concatenated and mapped by a GELU
 //! MLP to one LLM token. The window reordering is undone at the end, so the output is in the processor's order.
 
-use crate::weights::Weights;
+use crate::weights::{GgufFile, HfWeights};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor, D};
 use serde::Deserialize;
@@ -32,6 +32,72 @@ pub struct VisionConfig {
 
 fn default_in_channels() -> usize {
     3
+}
+
+/// Where the tower's weights are.
+pub enum TowerWeights<'a> {
+    Hf(&'a HfWeights),
+    /// A llama.cpp `mmproj` file (`clip.projector_type` `qwen2.5vl_merger`).
+    Mmproj(&'a GgufFile),
+}
+
+impl TowerWeights<'_> {
+    /// The tensor named as Hugging Face names it under `visual.`, in f32 (an mmproj's split q/k/v and its
+    /// patch embedding split into two frames are joined back).
+    fn tensor(&self, name: &str, device: &Device) -> Result<Tensor> {
+        match self {
+            TowerWeights::Hf(hf) => {
+                for prefix in ["visual.", "model.visual."] {
+                    if let Some(t) = hf.stored_tensor(&format!("{prefix}{name}"), DType::F32, device)? {
+                        return Ok(t);
+                    }
+                }
+                Err(Error::InvalidModel(format!("the vision tower lacks `visual.{name}`")))
+            }
+            TowerWeights::Mmproj(g) => {
+                let get = |n: &str| -> Result<Tensor> {
+                    if !g.has_tensor(n) {
+                        return Err(Error::InvalidModel(format!("the mmproj file lacks `{n}`")));
+                    }
+                    g.tensor_f32(n, device)
+                };
+                if name == "patch_embed.proj.weight" {
+                    let frames = [get("v.patch_embd.weight")?, get("v.patch_embd.weight.1")?];
+                    return Ok(Tensor::stack(&frames, 2)?);
+                }
+                if let Some((block, suffix)) = name.strip_prefix("blocks.").and_then(|r| r.split_once(".attn.qkv.")) {
+                    let [q, k, v] = ["q", "k", "v"].map(|p| get(&format!("v.blk.{block}.attn_{p}.{suffix}")));
+                    return Ok(Tensor::cat(&[q?, k?, v?], 0)?);
+                }
+                let mapped = mmproj_name(name)
+                    .ok_or_else(|| Error::InvalidModel(format!("no mmproj tensor stands for `visual.{name}`")))?;
+                get(&mapped)
+            }
+        }
+    }
+}
+
+/// llama.cpp's mmproj name of a Qwen2.5-VL tower tensor (Hugging Face's name under `visual.`), but for the
+/// fused q/k/v and the patch embedding, which are split there.
+fn mmproj_name(hf: &str) -> Option<String> {
+    if hf == "merger.ln_q.weight" {
+        return Some("v.post_ln.weight".into());
+    }
+    if let Some(rest) = hf.strip_prefix("merger.mlp.") {
+        return Some(format!("mm.{rest}"));
+    }
+    let (block, param) = hf.strip_prefix("blocks.")?.split_once('.')?;
+    let (module, suffix) = param.rsplit_once('.')?;
+    let g = match module {
+        "norm1" => "ln1",
+        "norm2" => "ln2",
+        "attn.proj" => "attn_out",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("v.blk.{block}.{g}.{suffix}"))
 }
 
 struct Linear {
@@ -75,20 +141,10 @@ pub struct VisionTower {
 const EPS: f64 = 1e-6;
 
 impl VisionTower {
-    /// Load from a Hugging Face checkpoint (`visual.*` as published, `model.visual.*` as transformers 5 saves).
-    pub fn load(weights: &Weights, cfg: VisionConfig, device: &Device) -> Result<Self> {
-        let Weights::Hf(hf) = weights else {
-            return Err(Error::Unsupported("a Qwen2.5-VL vision tower from GGUF (use --mmproj)".into()));
-        };
-        let prefix = if hf.stored_tensor("visual.patch_embed.proj.weight", DType::F32, device)?.is_some() {
-            "visual."
-        } else {
-            "model.visual."
-        };
-        let get = |name: &str| -> Result<Tensor> {
-            hf.stored_tensor(&format!("{prefix}{name}"), DType::F32, device)?
-                .ok_or_else(|| Error::InvalidModel(format!("the vision tower lacks `{prefix}{name}`")))
-        };
+    /// Load from a Hugging Face checkpoint (`visual.*` as published, `model.visual.*` as transformers 5 saves) or
+    /// a llama.cpp `mmproj` GGUF.
+    pub fn load(source: TowerWeights, cfg: VisionConfig, device: &Device) -> Result<Self> {
+        let get = |name: &str| source.tensor(name, device);
         let linear = |name: &str, bias: bool| -> Result<Linear> {
             Ok(Linear {
                 w: get(&format!("{name}.weight"))?,

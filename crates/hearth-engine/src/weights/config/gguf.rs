@@ -66,6 +66,14 @@ fn gguf_vocab(g: &GgufFile, arch: &str) -> Result<usize> {
     }
 }
 
+/// llama.cpp's Qwen2-VL / Qwen2.5-VL text model (`qwen2vl`): M-RoPE's sections, `rope.dimension_sections`
+/// (four entries, the fourth 0), as transformers' `mrope_section` (the first three).
+fn gguf_mrope_sections(g: &GgufFile, arch: &str) -> Option<Vec<usize>> {
+    let v = g.get(&format!("{arch}.rope.dimension_sections"))?.to_vec().ok()?;
+    let s: Vec<usize> = v.iter().filter_map(|x| x.to_i32().ok().map(|n| n.max(0) as usize)).collect();
+    (arch == "qwen2vl" && s.len() >= 3).then(|| s[..3].to_vec())
+}
+
 /// llama.cpp's Qwen3.5 and Qwen3-Next linear-attention layers (`ssm.*` keys): Qwen3.5's value heads stored in
 /// tiled order (value head `h` reads key head `h % key_heads`), Qwen3-Next's grouped as Hugging Face keeps them;
 /// the layers from `attention.recurrent_layers` or `full_attention_interval`.
@@ -191,7 +199,7 @@ impl ModelConfig {
                 _ => None,
             },
             rotary_dim: g.get_u64(&key("rope.dimension_count")).map_or(head_dim, |d| d as usize),
-            mrope_section: None,
+            mrope_section: gguf_mrope_sections(g, &arch),
             arch_name: arch,
         }
         .validate()

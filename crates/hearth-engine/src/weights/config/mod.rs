@@ -294,12 +294,12 @@ impl ModelConfig {
 
 const SUPPORTED_ARCHS: &str = "llama, mistral, qwen2, qwen3, qwen3_moe (GGUF qwen3moe), gpt_oss, gemma3, \
                                qwen3_5 and qwen3_5_moe (GGUF qwen35, qwen35moe), qwen3_next (GGUF qwen3next), qwen2_vl and qwen2_5_vl \
-                               (GGUF general.architecture or HF model_type)";
+                               (GGUF qwen2vl); named by GGUF general.architecture or HF model_type";
 
 fn family_of(arch: &str) -> Result<Family> {
     match arch {
         "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "qwen3moe" | "gpt_oss" | "gpt-oss" | "smollm"
-        | "smollm2" | "qwen2_vl" | "qwen2_vl_text" | "qwen2_5_vl" | "qwen2_5_vl_text" => Ok(Family::Llama),
+        | "smollm2" | "qwen2_vl" | "qwen2_vl_text" | "qwen2_5_vl" | "qwen2_5_vl_text" | "qwen2vl" => Ok(Family::Llama),
         "gemma3" | "gemma3_text" => Ok(Family::Gemma3),
         "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" | "qwen35" | "qwen35moe"
         | "qwen3next" => Ok(Family::Qwen35),
