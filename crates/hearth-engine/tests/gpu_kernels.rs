@@ -150,7 +150,8 @@ fn kernel_case_steps(
             let all_v = Tensor::from_vec(hist_v[slot].clone(), (n, kvh, d), &Device::Cpu).unwrap();
             let kr = all_k.narrow(0, kv_pos0, n - kv_pos0).unwrap().transpose(0, 1).unwrap().contiguous().unwrap();
             let vr = all_v.narrow(0, kv_pos0, n - kv_pos0).unwrap().transpose(0, 1).unwrap().contiguous().unwrap();
-            let want = portable::attend_row(&qc.narrow(0, start, len).unwrap(), &kr, &vr, pos0, kv_pos0, &p).unwrap();
+            let want =
+                portable::attend_row(&qc.narrow(0, start, len).unwrap(), &kr, &vr, (pos0, kv_pos0), &[], &p).unwrap();
             let want: Vec<Vec<f32>> = want.to_vec2().unwrap();
             for i in 0..len {
                 for (layer, o) in [&out, &out1].into_iter().enumerate() {

@@ -62,7 +62,7 @@ fn setup(source: Source) -> Vl {
             }
             let vcfg: VisionConfig = serde_json::from_value(spec.vision_config).unwrap();
             let tower = VisionTower::load(TowerWeights::Mmproj(&mm), vcfg, &Device::Cpu).unwrap();
-            Vl { tower, proc: spec.processor, model }
+            Vl { tower, proc: spec.processor.qwen2_vl().unwrap().clone(), model }
         }
     }
 }
@@ -147,7 +147,8 @@ fn prompts_equal_transformers(source: Source) {
         let t = input.len();
         let mut ctx = BatchContext::new(&[(0, 0, t)], true, &cpu).unwrap();
         let flat: Vec<u32> = pos.iter().flatten().copied().collect();
-        ctx.media = Some(BatchMedia { rope_positions: Some(Tensor::from_vec(flat, (3, t), &cpu).unwrap()), embeds });
+        let rope_positions = Some(Tensor::from_vec(flat, (3, t), &cpu).unwrap());
+        ctx.media = Some(BatchMedia { rope_positions, embeds, ..Default::default() });
         let max_len = t + 16;
         let mut kv = ContiguousKv::new(layers, max_len);
         let tokens = Tensor::new(input.as_slice(), &cpu).unwrap();
@@ -168,7 +169,7 @@ fn prompts_equal_transformers(source: Source) {
             let rp = (n as i64 + delta) as u32;
             ctx.media = Some(BatchMedia {
                 rope_positions: Some(Tensor::from_vec(vec![rp; 3], (3, 1), &cpu).unwrap()),
-                embeds: vec![],
+                ..Default::default()
             });
             let l = m.model.forward(&Tensor::new(&[next], &cpu).unwrap(), &ctx, &mut kv).unwrap();
             next = hearth_engine::sampling::sampler::argmax(&l.to_vec2::<f32>().unwrap()[0]) as u32;

@@ -1,8 +1,9 @@
-//! Images through the serving engine (tests/fixtures/tiny-qwen2_5_vl against tests/goldens/tiny_qwen2_5_vl.json):
-//! greedy tokens equal transformers' for prompts with one and two images, alone and batched with text-only rows
-//! and with an image cut across prompt pieces; the second identical request reuses the prompt cache's blocks
-//! (image tokens included) and the encoder cache; an image with another hash in the same place does not reuse
-//! the blocks that hold it.
+//! Images through the serving engine, for each vision-language family (tests/fixtures/tiny-qwen2_5_vl and
+//! tiny-gemma3-vision against their goldens): greedy tokens equal transformers' for prompts with one and two images,
+//! alone and batched with text-only rows and with an image where 32-token prompt pieces would cut it (Qwen2.5-VL's
+//! is cut; Gemma 3's tokens attend each other both ways, so its piece stops before the image); the second
+//! identical request reuses the prompt cache's blocks (image tokens included) and the encoder cache; an image with
+//! another hash in the same place does not reuse the blocks that hold it.
 
 mod common;
 
@@ -12,9 +13,13 @@ use hearth_engine::vision::qwen2_vl::rope_positions;
 use hearth_engine::vision::{Image, MropePositions, PromptImage, RequestMedia, VisionSpec};
 use sha2::Digest;
 
-fn engine() -> (EngineHandle, VisionSpec) {
-    let spec = VisionSpec::from_hf_dir(&common::fixture("tiny-qwen2_5_vl")).unwrap().expect("a vision spec");
-    (engine_of("tiny-qwen2_5_vl"), spec)
+/// The families' fixtures and goldens.
+const FAMILIES: [(&str, &str); 2] =
+    [("tiny-qwen2_5_vl", "tiny_qwen2_5_vl.json"), ("tiny-gemma3-vision", "tiny_gemma3_vision.json")];
+
+fn engine(fixture: &str) -> (EngineHandle, VisionSpec) {
+    let spec = VisionSpec::from_hf_dir(&common::fixture(fixture)).unwrap().expect("a vision spec");
+    (engine_of(fixture), spec)
 }
 
 /// An engine on fixture `name`, 32-token prompt pieces, a prompt cache of 16-token blocks.
@@ -62,13 +67,12 @@ fn request(spec: &VisionSpec, g: &serde_json::Value, case: &serde_json::Value, s
         });
         at += tokens;
     }
-    let grids: Vec<[usize; 3]> =
-        images.iter().map(|i| [1, i.height / spec.processor.patch, i.width / spec.processor.patch]).collect();
-    let (rows, delta) = rope_positions(&prompt, spec.image_token, &grids, spec.processor.merge).unwrap();
-    EngineRequest {
-        media: Some(RequestMedia { images, rope: Some(MropePositions { rows, delta }) }),
-        ..common::greedy(prompt, ids(&case["greedy"]).len())
-    }
+    let rope = spec.processor.qwen2_vl().map(|p| {
+        let grids: Vec<[usize; 3]> = images.iter().map(|i| [1, i.height / p.patch, i.width / p.patch]).collect();
+        let (rows, delta) = rope_positions(&prompt, spec.image_token, &grids, p.merge).unwrap();
+        MropePositions { rows, delta }
+    });
+    EngineRequest { media: Some(RequestMedia { images, rope }), ..common::greedy(prompt, ids(&case["greedy"]).len()) }
 }
 
 /// Tokens and cached prompt tokens of a finished request.
@@ -90,14 +94,20 @@ fn case<'a>(g: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
 
 #[test]
 fn images_batched_with_text_rows_give_the_reference_tokens() {
-    let (e, spec) = engine();
-    let g = golden("tiny_qwen2_5_vl.json");
+    for (fixture, golden_file) in FAMILIES {
+        batched_with_text_rows(fixture, golden_file);
+    }
+}
+
+fn batched_with_text_rows(fixture: &str, golden_file: &str) {
+    let (e, spec) = engine(fixture);
+    let g = golden(golden_file);
     let names = ["one_image", "two_images", "straddle"];
     // Every case at once, with a text-only row beside them.
     let mut streams: Vec<_> = names.iter().map(|n| e.submit(request(&spec, &g, case(&g, n), 0)).unwrap()).collect();
     let text = e.submit(common::greedy(vec![1, 40, 41, 42, 43], 6)).unwrap();
     for (n, s) in names.iter().zip(streams.drain(..)) {
-        assert_eq!(finish(s).0, ids(&case(&g, n)["greedy"]), "{n}");
+        assert_eq!(finish(s).0, ids(&case(&g, n)["greedy"]), "{fixture} {n}");
     }
     let (text_alone, _) = finish(e.submit(common::greedy(vec![1, 40, 41, 42, 43], 6)).unwrap());
     assert_eq!(finish(text).0, text_alone, "the text-only row beside the images");
@@ -105,30 +115,45 @@ fn images_batched_with_text_rows_give_the_reference_tokens() {
 
 #[test]
 fn a_repeated_image_reuses_the_prompt_cache_and_another_image_does_not() {
-    let (e, spec) = engine();
-    let g = golden("tiny_qwen2_5_vl.json");
+    for (fixture, golden_file) in FAMILIES {
+        repeated_image(fixture, golden_file);
+    }
+}
+
+fn repeated_image(fixture: &str, golden_file: &str) {
+    let (e, spec) = engine(fixture);
+    let g = golden(golden_file);
     let c = case(&g, "straddle");
     let want = ids(&c["greedy"]);
     let (first, cached0) = finish(e.submit(request(&spec, &g, c, 0)).unwrap());
-    assert_eq!((first.as_slice(), cached0), (want.as_slice(), 0));
-    // The same image again: its blocks (16 text + 16 holding image tokens) come from the cache.
+    assert_eq!((first.as_slice(), cached0), (want.as_slice(), 0), "{fixture}");
+    // The same image again: at least every whole 16-token block before the prompt's last token (text and image
+    // tokens) comes from the cache (and a cached partial block's shared tokens, where the first request left one).
     let (again, cached) = finish(e.submit(request(&spec, &g, c, 0)).unwrap());
-    assert_eq!(again, want);
-    assert_eq!(cached, 32, "blocks holding the image are reused");
+    assert_eq!(again, want, "{fixture}");
+    let prompt_len = ids(&c["input_ids"]).len();
+    assert!(cached >= (prompt_len - 1) / 16 * 16, "{fixture}: blocks holding the image are reused ({cached})");
     // Another image hash at the same place: the reuse stops where the image begins.
     let other = request(&spec, &g, c, 1);
     let image_at = other.media.as_ref().map_or(0, |m| m.images[0].start);
     let (_, cached_other) = finish(e.submit(other).unwrap());
-    assert_eq!(cached_other, image_at, "only the tokens before another image are reused");
-    // Two images were encoded (the repeat's uncached placeholders took its embeddings from the encoder cache).
+    assert_eq!(cached_other, image_at, "{fixture}: only the tokens before another image are reused");
+    // Two images were encoded (where the repeat computed some of its image's tokens, it took their embeddings
+    // from the encoder cache).
     let images = e.stats().images;
-    assert_eq!((images.encoded_total, images.cached), (2, 2), "{images:?}");
-    assert!(images.cache_hits_total >= 1, "{images:?}");
+    assert_eq!((images.encoded_total, images.cached), (2, 2), "{fixture}: {images:?}");
+    let end = image_end(&request(&spec, &g, c, 0));
+    assert_eq!(images.cache_hits_total >= 1, cached < end, "{fixture}: {images:?}, {cached} cached");
+}
+
+/// The end of a request's first image's tokens.
+fn image_end(r: &EngineRequest) -> usize {
+    r.media.as_ref().map_or(0, |m| m.images[0].start + m.images[0].tokens)
 }
 
 #[test]
 fn images_are_refused_where_they_cannot_go() {
-    let (e, spec) = engine();
+    let (e, spec) = engine("tiny-qwen2_5_vl");
     let g = golden("tiny_qwen2_5_vl.json");
     let mut r = request(&spec, &g, case(&g, "one_image"), 0);
     if let Some(m) = r.media.as_mut() {

@@ -32,7 +32,11 @@ fn repo() -> PathBuf {
 }
 
 fn golden() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(repo().join("tests/goldens/tiny_qwen2_5_vl.json")).unwrap()).unwrap()
+    golden_of("tiny_qwen2_5_vl.json")
+}
+
+fn golden_of(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(repo().join("tests/goldens").join(name)).unwrap()).unwrap()
 }
 
 /// `images.test` and `public.test` resolve to a public test address, every connection goes to `server`.
@@ -75,7 +79,12 @@ async fn image_server(png: Vec<u8>) -> SocketAddr {
 }
 
 async fn router(png: &[u8]) -> (Router, Arc<hearth_engine::tokenizer::Tokenizer>) {
-    let dir = repo().join("tests/fixtures/tiny-qwen2_5_vl");
+    router_dir("tiny-qwen2_5_vl", png).await
+}
+
+/// A Hugging Face directory of tests/fixtures.
+async fn router_dir(fixture: &str, png: &[u8]) -> (Router, Arc<hearth_engine::tokenizer::Tokenizer>) {
+    let dir = repo().join("tests/fixtures").join(fixture);
     let m = hearth_engine::loader::load(dir.to_str().unwrap(), &candle_core::Device::Cpu, None).unwrap();
     let vision = hearth_engine::vision::VisionSpec::from_hf_dir(&dir).unwrap().map(Arc::new);
     serve(m, vision, png).await
@@ -144,22 +153,41 @@ fn openai(url: &str, text: &str) -> Value {
         {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}]}]})
 }
 
+/// Where the served model comes from.
+enum Served {
+    QwenDir,
+    QwenGguf,
+    Gemma3Dir,
+}
+
 #[tokio::test]
 async fn every_api_answers_an_image_as_transformers_does() {
-    every_api_answers(false).await;
+    every_api_answers(Served::QwenDir).await;
 }
 
 #[tokio::test]
 async fn a_gguf_with_its_mmproj_answers_as_transformers_does() {
-    every_api_answers(true).await;
+    every_api_answers(Served::QwenGguf).await;
 }
 
-async fn every_api_answers(gguf: bool) {
-    let g = golden();
+/// Gemma 3: the template's `<start_of_image>` expanded in text as Gemma3Processor does, the image's tokens
+/// attending each other both ways.
+#[tokio::test]
+async fn gemma3_answers_an_image_as_transformers_does() {
+    every_api_answers(Served::Gemma3Dir).await;
+}
+
+async fn every_api_answers(served: Served) {
+    let g =
+        golden_of(if matches!(served, Served::Gemma3Dir) { "tiny_gemma3_vision.json" } else { "tiny_qwen2_5_vl.json" });
     let c = &g["chat"];
     let b64 = c["png_base64"].as_str().unwrap();
     let png = base64_decode(b64);
-    let (r, tok) = if gguf { router_gguf(&png).await } else { router(&png).await };
+    let (r, tok) = match served {
+        Served::QwenDir => router(&png).await,
+        Served::QwenGguf => router_gguf(&png).await,
+        Served::Gemma3Dir => router_dir("tiny-gemma3-vision", &png).await,
+    };
     // The answer as the server writes it: the greedy tokens decoded, the leading space trimmed.
     let want = tok.decode(&ids(&c["greedy"]), true).trim_start().to_string();
     let text = c["text"].as_str().unwrap();

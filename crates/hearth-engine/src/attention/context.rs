@@ -34,13 +34,16 @@ pub struct BatchContext {
 }
 
 /// What a multimodal batch adds to its tokens.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct BatchMedia {
     /// M-RoPE positions of every packed token, (3, T) u32: (temporal, height, width); a text token's three are
     /// equal. Rope reads these instead of `positions`; the KV cache still indexes by `positions`.
     pub rope_positions: Option<Tensor>,
     /// Embeddings that replace the token embeddings of placeholder tokens: (first packed index, (n, hidden)).
     pub embeds: Vec<(usize, Tensor)>,
+    /// Runs of positions whose tokens attend each other both ways (Gemma 3's images): (slot, first position, end
+    /// position). A run is computed whole in one step.
+    pub both_ways: Vec<(usize, usize, usize)>,
 }
 
 impl BatchContext {
@@ -77,6 +80,17 @@ impl BatchContext {
         for (r, n) in self.rows.iter_mut().zip(logits) {
             r.logits = n.clamp(1, r.len);
         }
+    }
+
+    /// The runs of positions of `slot`'s row whose tokens attend each other both ways, as (first, end).
+    pub fn both_ways(&self, slot: usize) -> Vec<(usize, usize)> {
+        let runs = self.media.iter().flat_map(|m| m.both_ways.iter());
+        runs.filter(|r| r.0 == slot).map(|r| (r.1, r.2)).collect()
+    }
+
+    /// Whether any row has runs that attend both ways.
+    pub fn has_both_ways(&self) -> bool {
+        self.media.as_ref().is_some_and(|m| !m.both_ways.is_empty())
     }
 
     /// Total packed tokens.

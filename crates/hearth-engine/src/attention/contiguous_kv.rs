@@ -61,7 +61,7 @@ impl KvStore for ContiguousKv {
             let vr = v.narrow(0, row.start, row.len)?.transpose(0, 1)?.contiguous()?;
             let (k_all, v_all) = cache.append(&kr, &vr)?;
             let qr = q.narrow(0, row.start, row.len)?;
-            outs.push(portable::attend_row(&qr, &k_all, &v_all, row.pos0, 0, p)?);
+            outs.push(portable::attend_row(&qr, &k_all, &v_all, (row.pos0, 0), &ctx.both_ways(row.slot), p)?);
         }
         Ok(Tensor::cat(&outs, 0)?)
     }

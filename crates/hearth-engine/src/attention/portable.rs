@@ -7,22 +7,28 @@ use crate::Result;
 use candle_core::{DType, Device, Tensor};
 
 /// Causal (and optionally sliding-window) mask for `lq` queries starting at position `pos0` over keys at
-/// positions `kv_pos0..kv_pos0+lk`. Returns (lq, lk) f32 with 0 / -inf, or None when nothing is masked.
+/// positions `kv_pos0..kv_pos0+lk`, where the positions of each run of `both_ways` ((first, end)) also see each
+/// other's later ones (the window still bounds how far back a query sees). Returns (lq, lk) f32 with 0 / -inf, or
+/// None when nothing is masked.
 pub fn mask(
     lq: usize,
     pos0: usize,
     lk: usize,
     kv_pos0: usize,
     window: Option<usize>,
+    both_ways: &[(usize, usize)],
     device: &Device,
 ) -> Result<Option<Tensor>> {
     let mut any = false;
     let mut m = vec![0f32; lq * lk];
+    let run_of = |p: usize| both_ways.iter().position(|&(a, b)| a <= p && p < b);
     for i in 0..lq {
         let p = pos0 + i;
+        let run = run_of(p);
         for j in 0..lk {
             let kp = kv_pos0 + j;
-            let visible = kp <= p && window.is_none_or(|w| kp + w > p);
+            let ahead = kp > p && run.is_some() && run_of(kp) == run;
+            let visible = (kp <= p || ahead) && window.is_none_or(|w| kp + w > p);
             if !visible {
                 m[i * lk + j] = f32::NEG_INFINITY;
                 any = true;
@@ -32,8 +38,15 @@ pub fn mask(
     Ok(if any { Some(Tensor::from_vec(m, (lq, lk), device)?) } else { None })
 }
 
-/// q: (Lq, H, D); k, v: (KvH, Lk, D) holding positions kv_pos0.. . Returns (Lq, H*D).
-pub fn attend_row(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, kv_pos0: usize, p: &AttnParams) -> Result<Tensor> {
+/// q: (Lq, H, D); k, v: (KvH, Lk, D) holding positions kv_pos0.. . Returns (Lq, H*D). `both_ways`: see [`mask`].
+pub fn attend_row(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    (pos0, kv_pos0): (usize, usize),
+    both_ways: &[(usize, usize)],
+    p: &AttnParams,
+) -> Result<Tensor> {
     let (lq, h, d) = q.dims3()?;
     let (kvh, lk, _) = k.dims3()?;
     let groups = h / kvh;
@@ -46,7 +59,7 @@ pub fn attend_row(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, kv_pos0: usiz
     if let Some(cap) = p.softcap {
         scores = ((scores / cap)?.tanh()? * cap)?;
     }
-    if let Some(m) = mask(lq, pos0, lk, kv_pos0, p.window, q.device())? {
+    if let Some(m) = mask(lq, pos0, lk, kv_pos0, p.window, both_ways, q.device())? {
         let scores4 = scores.reshape((kvh, groups, lq, lk))?.broadcast_add(&m)?;
         scores = scores4.reshape((kvh, groups * lq, lk))?;
     }
@@ -71,13 +84,27 @@ mod tests {
 
     #[test]
     fn causal_and_window_mask() {
-        let m = mask(2, 3, 5, 0, Some(2), &Device::Cpu).unwrap().unwrap();
+        let m = mask(2, 3, 5, 0, Some(2), &[], &Device::Cpu).unwrap().unwrap();
         let m: Vec<Vec<f32>> = m.to_vec2().unwrap();
         // query at pos 3 sees keys 2,3; at pos 4 sees 3,4.
         let vis = |r: &Vec<f32>| r.iter().map(|x| x.is_finite()).collect::<Vec<_>>();
         assert_eq!(vis(&m[0]), vec![false, false, true, true, false]);
         assert_eq!(vis(&m[1]), vec![false, false, false, true, true]);
-        assert!(mask(1, 4, 5, 0, None, &Device::Cpu).unwrap().is_none());
+        assert!(mask(1, 4, 5, 0, None, &[], &Device::Cpu).unwrap().is_none());
+    }
+
+    /// A run of positions that attend both ways: its queries see the run's later keys, not the keys after it,
+    /// and a window still bounds how far back they see.
+    #[test]
+    fn runs_attend_both_ways_within_the_window() {
+        let m = mask(6, 0, 6, 0, Some(2), &[(1, 4)], &Device::Cpu).unwrap().unwrap();
+        let vis: Vec<String> = m
+            .to_vec2::<f32>()
+            .unwrap()
+            .iter()
+            .map(|r| r.iter().map(|x| if x.is_finite() { '1' } else { '.' }).collect())
+            .collect();
+        assert_eq!(vis, ["1.....", "1111..", ".111..", "..11..", "...11.", "....11"]);
     }
 
     #[test]
@@ -103,7 +130,7 @@ mod tests {
             .affine(0.03, -0.2)
             .unwrap();
         let p = AttnParams { scale: 0.5, window: None, softcap: None, sinks: None };
-        let out = attend_row(&q, &k, &v, 1, 0, &p).unwrap().to_vec2::<f32>().unwrap();
+        let out = attend_row(&q, &k, &v, (1, 0), &[], &p).unwrap().to_vec2::<f32>().unwrap();
         let (qv, kv, vv) = (q.to_vec3::<f32>().unwrap(), k.to_vec3::<f32>().unwrap(), v.to_vec3::<f32>().unwrap());
         for i in 0..lq {
             for hh in 0..h {

@@ -76,8 +76,10 @@ pub fn batch_media(
         return Ok(None);
     }
     let mrope = model.config().mrope_section.is_some();
+    let both_ways = model.images_attend_both_ways();
     let mut rows3: [Vec<u32>; 3] = Default::default();
     let mut embeds = Vec::new();
+    let mut runs = Vec::new();
     let mut start = 0;
     for r in &plan.rows {
         let (p0, n) = (r.pos0, r.tokens.len());
@@ -90,6 +92,9 @@ pub fn batch_media(
             if a < b {
                 let e = cache.embeddings(model, img)?;
                 embeds.push((start + a - p0, e.narrow(0, a - img.start, b - a)?));
+                if both_ways {
+                    runs.push((r.slot, img.start, img.start + img.tokens));
+                }
             }
         }
         start += n;
@@ -101,5 +106,5 @@ pub fn batch_media(
     } else {
         None
     };
-    Ok(Some(BatchMedia { rope_positions, embeds }))
+    Ok(Some(BatchMedia { rope_positions, embeds, both_ways: runs }))
 }

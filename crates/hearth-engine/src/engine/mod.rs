@@ -104,10 +104,20 @@ pub fn start_with_draft(
     recurrent_settings(model.config(), draft.as_ref().map(|d| d.config()), &mut cfg)?;
     cfg.check().map_err(Error::InvalidRequest)?;
     let max_positions = model.max_positions();
+    let model_both_ways = model.images_attend_both_ways();
+    // images whose tokens attend both ways are attended by the portable kernels, which read float caches
+    let images = model.takes_images() && !(model_both_ways && model.kv_encoding().is_quantized());
+    if model.takes_images() && !images {
+        tracing::warn!(
+            kv_cache = %model.kv_encoding().name(),
+            "images are off: this model's image tokens attend each other both ways, which the kernels for an \
+             encoded KV cache do not do; serve it with the default --kv-cache-dtype to take images"
+        );
+    }
     let info = EngineInfo {
         kv_capacity_bytes: crate::sizing::kv_bytes(model.as_ref(), cfg.kv_blocks, cfg.kv_block_size),
         kv_cache_dtype: model.kv_encoding().name(),
-        images: model.takes_images(),
+        images,
         ..EngineInfo::new(model.config().vocab_size, max_positions, &cfg)
     };
     let ssd = cfg.cache.ssd.clone().filter(|_| cfg.cache.max_blocks > 0);
@@ -119,7 +129,7 @@ pub fn start_with_draft(
         let drafter = crate::speculative::drafter::Drafter::new(d, device, cfg.kv_blocks, cfg.kv_block_size, vocab)?;
         runner = runner.with_drafter(drafter);
     }
-    let mut scheduler = Scheduler::new(cfg.clone(), eos, max_positions);
+    let mut scheduler = Scheduler::new(cfg.clone(), eos, max_positions).with_whole_images(model_both_ways);
     if let Some(c) = cold.clone() {
         scheduler = scheduler.with_cold_tier(c);
     }

@@ -1,6 +1,7 @@
-//! Gemma 3 (text): 5 sliding-window layers to 1 global, per-head q/k RMSNorm, RMSNorm before and after both the
-//! attention and the MLP, GELU-tanh gated MLP, embeddings scaled by sqrt(hidden), tied LM head. Reads top to
-//! bottom like Hugging Face's `modeling_gemma3.py`.
+//! Gemma 3: 5 sliding-window layers to 1 global, per-head q/k RMSNorm, RMSNorm before and after both the
+//! attention and the MLP, GELU-tanh gated MLP, embeddings scaled by sqrt(hidden), tied LM head; a checkpoint with
+//! a vision tower (4B and up) takes images, whose embeddings replace their tokens' (unscaled) and whose tokens
+//! attend each other both ways. Reads top to bottom like Hugging Face's `modeling_gemma3.py`.
 
 use super::layers::{finish_logits, select_rows, split_heads, Linear, Loader, RmsNorm, Rope, RopeAt};
 use super::mlp::Mlp;
@@ -97,6 +98,30 @@ pub struct Gemma3 {
     rope_local: Rope,
     /// The pool its CPU kernels run on (decided by its weights at load).
     kernel_pool: KernelPool,
+    /// A vision-language checkpoint's image encoder and its processor.
+    vision: Option<(super::gemma3_vision::Gemma3Vision, crate::vision::gemma3::Gemma3Processor)>,
+}
+
+/// The vision tower of a Hugging Face checkpoint whose images hearth encodes (None for a text model).
+fn load_vision(
+    l: &Loader,
+) -> Result<Option<(super::gemma3_vision::Gemma3Vision, crate::vision::gemma3::Gemma3Processor)>> {
+    let crate::weights::Weights::Hf(hf) = l.weights else {
+        if l.mmproj.is_some() {
+            return Err(crate::Error::Unsupported(
+                "a Gemma 3 mmproj file (its tower is read from Hugging Face directories)".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let Some(spec) = crate::vision::VisionSpec::from_hf_dir(&hf.dir)? else { return Ok(None) };
+    let crate::vision::ImageProcessor::Gemma3 { processor, .. } = spec.processor else {
+        return Err(crate::Error::InvalidModel(format!("a {} vision tower on a Gemma 3 model", spec.arch)));
+    };
+    let cfg = serde_json::from_value(spec.vision_config)
+        .map_err(|e| crate::Error::InvalidModel(format!("config.json vision_config: {e}")))?;
+    let tower = super::gemma3_vision::Gemma3Vision::load(hf, cfg, processor.tokens, l.device)?;
+    Ok(Some((tower, processor)))
 }
 
 impl Gemma3 {
@@ -133,6 +158,7 @@ impl Gemma3 {
             rope_global,
             rope_local,
             kernel_pool: l.kernel_pool(),
+            vision: load_vision(l)?,
         })
     }
 }
@@ -140,9 +166,36 @@ impl Gemma3 {
 impl Model for Gemma3 {
     super::model_accessors!(rope_global);
 
+    fn takes_images(&self) -> bool {
+        self.vision.is_some()
+    }
+
+    fn images_attend_both_ways(&self) -> bool {
+        self.vision.is_some()
+    }
+
+    fn encode_image(&self, image: &crate::vision::PromptImage) -> Result<Tensor> {
+        let Some((tower, processor)) = &self.vision else {
+            return Err(crate::Error::Unsupported(format!("the {} model does not take images", self.cfg.arch_name)));
+        };
+        if image.tokens != processor.tokens {
+            return Err(crate::Error::InvalidRequest(format!(
+                "an image is {} tokens for this model, but the prompt holds {} placeholders for it",
+                processor.tokens, image.tokens
+            )));
+        }
+        let img = crate::vision::Image::new(image.width, image.height, image.rgb.clone())?;
+        let pixels = processor.pixels(&img)?;
+        self.kernel_pool.run(|| tower.encode(&pixels))
+    }
+
     fn forward(&self, tokens: &Tensor, ctx: &BatchContext, kv: &mut dyn KvStore) -> Result<Tensor> {
         self.kernel_pool.run(|| {
             let mut h = (self.embed_tokens.lookup(tokens, self.dtype)? * self.embed_scale)?;
+            // image embeddings replace their tokens' embeddings, unscaled
+            if let Some(m) = ctx.media.as_ref().filter(|m| !m.embeds.is_empty()) {
+                h = super::layers::splice_rows(&h, &m.embeds)?;
+            }
             let (rope_local, rope_global) = (self.rope_local.at(&ctx.positions)?, self.rope_global.at(&ctx.positions)?);
             for (i, b) in self.layers.iter().enumerate() {
                 let rope = if b.sliding { &rope_local } else { &rope_global };

@@ -164,10 +164,13 @@ impl Vision {
             }
             (crate::weights::Weights::Gguf(_), None) => return Ok(None),
         };
+        let crate::vision::ImageProcessor::Qwen2Vl(processor) = spec.processor else {
+            return Err(crate::Error::InvalidModel(format!("a {} vision tower on a Llama-family model", spec.arch)));
+        };
         let cfg = serde_json::from_value(spec.vision_config)
             .map_err(|e| crate::Error::InvalidModel(format!("vision config: {e}")))?;
         let tower = VisionTower::load(source, cfg, l.device)?;
-        Ok(Some(Vision { tower, processor: spec.processor }))
+        Ok(Some(Vision { tower, processor }))
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod bert;
 pub mod delta_net;
 pub mod gemma3;
+pub mod gemma3_vision;
 pub mod layers;
 pub mod linear;
 pub mod llama;
@@ -64,6 +65,10 @@ pub trait Model: Send + Sync {
     }
     /// The model encodes images ([`Model::encode_image`]).
     fn takes_images(&self) -> bool {
+        false
+    }
+    /// An image's tokens attend each other both ways (Gemma 3): each image's run is computed in one prompt piece.
+    fn images_attend_both_ways(&self) -> bool {
         false
     }
     /// A vision-language model's image encoder: one image (at its processor size) to its LLM tokens'

@@ -48,6 +48,8 @@ pub struct Scheduler {
     /// What happened to rows since the engine core last took it.
     updates: Vec<Update>,
     stats: EngineStats,
+    /// The model's image tokens attend each other both ways: a prompt piece never ends inside an image's run.
+    whole_images: bool,
 }
 
 impl Scheduler {
@@ -69,7 +71,14 @@ impl Scheduler {
             waiting: VecDeque::new(),
             updates: Vec::new(),
             stats,
+            whole_images: false,
         }
+    }
+
+    /// The model's image tokens attend each other both ways (Gemma 3): each image's run is computed in one piece.
+    pub fn with_whole_images(mut self, on: bool) -> Self {
+        self.whole_images = on;
+        self
     }
 
     /// Look up (and spill to) a cold tier beside the pool.
@@ -295,7 +304,15 @@ impl Scheduler {
             step_tokens_decoding: self.cfg.step_tokens_decoding,
             max_pieces: self.cfg.max_prefill_rows,
         };
-        plan::plan_pieces(&rows, budget, PIECE_ALIGN)
+        let mut pieces = plan::plan_pieces(&rows, budget, PIECE_ALIGN);
+        if self.whole_images {
+            for (slot, n) in pieces.iter_mut() {
+                let Some(s) = self.running.iter().find(|s| s.slot == *slot) else { continue };
+                let runs = s.media.iter().flat_map(|m| m.images.iter()).map(|i| (i.start, i.start + i.tokens));
+                *n = plan::whole_runs(s.kv.computed, *n, runs);
+            }
+        }
+        pieces
     }
 
     fn index_of(&self, slot: usize) -> Option<usize> {

@@ -175,3 +175,16 @@ pub fn plan_pieces(rows: &[(usize, u64, usize, usize)], b: PieceBudget, align: u
     }
     plan
 }
+
+/// A piece of `n` tokens from `computed` that ends inside none of `runs` ((first, end) positions): one that would
+/// is cut back to the run's start, or, where the run starts at or before `computed`, carried to its end (past the
+/// step's budget: a run is computed whole).
+pub fn whole_runs(computed: usize, n: usize, runs: impl IntoIterator<Item = (usize, usize)>) -> usize {
+    let end = computed + n;
+    for (a, b) in runs {
+        if a < end && end < b {
+            return if a > computed { a - computed } else { b - computed };
+        }
+    }
+    n
+}

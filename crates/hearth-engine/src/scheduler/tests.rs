@@ -321,3 +321,17 @@ fn a_failed_step_fails_its_rows_and_keeps_serving() {
     run_to_idle(&mut c);
     assert_eq!(drain(&mut s, 1).remove(0).0, solo(&r));
 }
+
+/// A piece never ends inside a run computed whole (an image whose tokens attend both ways): it stops before the
+/// run, or, where the run starts where the piece does, takes all of it.
+#[test]
+fn pieces_keep_runs_whole() {
+    use super::plan::whole_runs;
+    let runs = [(30, 46), (60, 64)];
+    assert_eq!(whole_runs(0, 32, runs), 30, "cut back to the run's start");
+    assert_eq!(whole_runs(30, 8, runs), 16, "a piece from the run's start takes it whole");
+    assert_eq!(whole_runs(0, 30, runs), 30, "ending at the run's start is fine");
+    assert_eq!(whole_runs(46, 16, runs), 14, "the next run");
+    assert_eq!(whole_runs(46, 10, runs), 10, "ending before a run");
+    assert_eq!(whole_runs(40, 4, runs), 6, "a hit inside a run: carried to its end");
+}

@@ -2,13 +2,14 @@
 //! tensors their vision towers take, equal to transformers' processors with the Pillow backend) on top of
 //! Pillow-exact resizing ([`resample`]). Fetching and decoding image bytes is the server's (`hearth-media`).
 
+pub mod gemma3;
 pub mod qwen2_vl;
 pub mod request;
 pub mod resample;
 pub mod spec;
 
 pub use request::{MropePositions, PromptImage, RequestMedia};
-pub use spec::VisionSpec;
+pub use spec::{ImageProcessor, VisionSpec};
 
 use crate::{Error, Result};
 

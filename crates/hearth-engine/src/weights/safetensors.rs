@@ -12,7 +12,8 @@ pub struct HfWeights {
     /// Where the text model's tensors sit: names asked as `model.X` are read as `X` in a bare base model
     /// (`embed_tokens.weight`, `layers.0...`, as Qwen3-Embedding saves its `Qwen3Model`), as
     /// `model.language_model.X` in a multimodal checkpoint that nests it (Qwen3.5, Gemma 3 as transformers 5 saves
-    /// them; their vision tower and Qwen3.5's `mtp.*` head stay unread), and as themselves in a causal LM.
+    /// them; their vision tower and Qwen3.5's `mtp.*` head stay unread; `language_model.model.X` as Gemma 3 is
+    /// published), and as themselves in a causal LM.
     prefix: &'static str,
 }
 
@@ -41,6 +42,8 @@ impl HfWeights {
             "model."
         } else if has("model.language_model.embed_tokens.weight") {
             "model.language_model."
+        } else if has("language_model.model.embed_tokens.weight") {
+            "language_model.model."
         } else if has("embed_tokens.weight") {
             ""
         } else {

@@ -5,8 +5,9 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::wire::chat::Conversation;
+use hearth_engine::tokenizer::Tokenizer;
 use hearth_engine::vision::qwen2_vl::rope_positions;
-use hearth_engine::vision::{Image, MropePositions, PromptImage, RequestMedia, VisionSpec};
+use hearth_engine::vision::{Image, ImageProcessor, MropePositions, PromptImage, RequestMedia, VisionSpec};
 use hearth_media::{ImageBytes, MediaError, MediaLimits, Net, SystemNet};
 use serde_json::Value;
 use std::sync::Arc;
@@ -124,17 +125,28 @@ pub fn prepare(spec: &VisionSpec, limits: &MediaLimits, fetched: Vec<FetchedImag
         .collect()
 }
 
-/// Each placeholder the template wrote (one per image, in order) expanded to its image's tokens: the prompt and
-/// what it carries (the images at their places, the 3D rope positions).
+/// The rendered prompt with each image marker the template wrote expanded as the model's processor expands it
+/// in text before tokenizing (Gemma 3: `<start_of_image>` becomes `\n\n<start_of_image>`, the image's
+/// `<image_soft_token>`s and `<end_of_image>\n\n`); other families' prompts are returned as they are.
+pub fn expand_text(spec: &VisionSpec, tokenizer: &Tokenizer, text: &str) -> String {
+    let ImageProcessor::Gemma3 { processor, boi, eoi } = &spec.processor else { return text.to_string() };
+    let spell = |id: u32| tokenizer.decode(&[id], false);
+    let boi = spell(*boi);
+    if boi.is_empty() {
+        return text.to_string();
+    }
+    let run = spell(spec.image_token).repeat(processor.tokens);
+    text.replace(&boi, &format!("\n\n{boi}{run}{}\n\n", spell(*eoi)))
+}
+
+/// Each image's place in the prompt the template wrote (one per image part, in order): a Qwen2-VL placeholder
+/// expanded to the image's tokens, with the 3D rope positions; a Gemma 3 run of image tokens (expanded in text,
+/// [`expand_text`]) as it stands.
 pub fn splice(spec: &VisionSpec, ids: &[u32], images: Vec<PromptImage>) -> ApiResult<(Vec<u32>, RequestMedia)> {
+    let Some(qwen) = spec.processor.qwen2_vl() else { return place_runs(spec, ids, images) };
     let found = ids.iter().filter(|&&t| t == spec.image_token).count();
     if found != images.len() {
-        return Err(ApiError::bad_request(format!(
-            "the chat template wrote {found} image placeholders for {} images; the model's template must write one \
-             per image part",
-            images.len()
-        ))
-        .with_code("template_error"));
+        return Err(placeholder_count(found, images.len()));
     }
     let extra: usize = images.iter().map(|p| p.tokens - 1).sum();
     let mut out = Vec::with_capacity(ids.len() + extra);
@@ -151,9 +163,46 @@ pub fn splice(spec: &VisionSpec, ids: &[u32], images: Vec<PromptImage>) -> ApiRe
             placed.push(p);
         }
     }
-    let grids: Vec<[usize; 3]> =
-        placed.iter().map(|i| [1, i.height / spec.processor.patch, i.width / spec.processor.patch]).collect();
-    let (rows, delta) = rope_positions(&out, spec.image_token, &grids, spec.processor.merge)
+    let grids: Vec<[usize; 3]> = placed.iter().map(|i| [1, i.height / qwen.patch, i.width / qwen.patch]).collect();
+    let (rows, delta) = rope_positions(&out, spec.image_token, &grids, qwen.merge)
         .map_err(|e| ApiError::internal(format!("placing the images: {e}")))?;
     Ok((out, RequestMedia { images: placed, rope: Some(MropePositions { rows, delta }) }))
+}
+
+/// Images at the prompt's runs of image tokens, one run per image, each run as long as its image's tokens.
+fn place_runs(spec: &VisionSpec, ids: &[u32], images: Vec<PromptImage>) -> ApiResult<(Vec<u32>, RequestMedia)> {
+    let mut runs = Vec::new();
+    for (i, &t) in ids.iter().enumerate() {
+        match runs.last_mut() {
+            Some((_, end)) if t == spec.image_token && *end == i => *end += 1,
+            _ if t == spec.image_token => runs.push((i, i + 1)),
+            _ => {}
+        }
+    }
+    if runs.len() != images.len() {
+        return Err(placeholder_count(runs.len(), images.len()));
+    }
+    let mut placed = Vec::with_capacity(images.len());
+    for ((a, b), mut p) in runs.into_iter().zip(images) {
+        if b - a != p.tokens {
+            return Err(ApiError::bad_request(format!(
+                "the prompt holds {} image tokens where an image of {} goes; write images as image parts, not \
+                 as their tokens",
+                b - a,
+                p.tokens
+            ))
+            .with_code("template_error"));
+        }
+        p.start = a;
+        placed.push(p);
+    }
+    Ok((ids.to_vec(), RequestMedia { images: placed, rope: None }))
+}
+
+fn placeholder_count(found: usize, images: usize) -> ApiError {
+    ApiError::bad_request(format!(
+        "the chat template wrote {found} image placeholders for {images} images; the model's template must write \
+         one per image part"
+    ))
+    .with_code("template_error")
 }

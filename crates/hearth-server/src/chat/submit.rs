@@ -58,7 +58,8 @@ pub fn prepare_with(ready: &Ready, req: ChatRequest, fetched: Vec<images::Fetche
         }
         g.constraint = Some(Requested { spec, source: Source::Tools });
     }
-    let (prompt_text, mut prompt) = template::prompt_ids(ready, &conversation, tools.as_ref())?;
+    let vision = ready.images.vision.as_deref().filter(|_| !fetched.is_empty());
+    let (prompt_text, mut prompt) = template::prompt_ids(ready, &conversation, tools.as_ref(), vision)?;
     let mut media = None;
     if let (Some(spec), false) = (&ready.images.vision, fetched.is_empty()) {
         let prepared = images::prepare(spec, &ready.images.limits, fetched)?;

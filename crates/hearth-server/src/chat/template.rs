@@ -227,8 +227,16 @@ pub fn render(ready: &Ready, c: &Conversation, with: Option<&Tools>) -> ApiResul
 }
 
 /// Render and tokenize (BOS only if the template did not write it): the prompt's text and ids.
-pub fn prompt_ids(ready: &Ready, c: &Conversation, with: Option<&Tools>) -> ApiResult<(String, Vec<u32>)> {
-    let text = render(ready, c, with)?;
+pub fn prompt_ids(
+    ready: &Ready,
+    c: &Conversation,
+    with: Option<&Tools>,
+    images: Option<&hearth_engine::vision::VisionSpec>,
+) -> ApiResult<(String, Vec<u32>)> {
+    let mut text = render(ready, c, with)?;
+    if let Some(spec) = images {
+        text = super::images::expand_text(spec, &ready.tokenizer, &text);
+    }
     let ids = ready
         .tokenizer
         .encode_chat(&text)

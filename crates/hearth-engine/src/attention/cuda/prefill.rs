@@ -29,7 +29,7 @@ pub fn smem_bytes(d: usize) -> usize {
 pub fn tile_tokens(heads: usize, kv_heads: usize, head_dim: usize, dtype: DType) -> Option<usize> {
     if !crate::levers::get().cuda_tc_prefill
         || kv_heads == 0
-        || heads % kv_heads != 0
+        || !heads.is_multiple_of(kv_heads)
         || !matches!(dtype, DType::BF16 | DType::F16)
     {
         return None;
@@ -90,7 +90,7 @@ pub fn plan(
     dev: &Device,
 ) -> Result<Option<TcPlan>> {
     let Some(bq) = tile_tokens(heads, kv_heads, head_dim, dtype) else { return Ok(None) };
-    if !device_fits(&dev.as_cuda_device()?.cuda_stream().context(), head_dim) {
+    if !device_fits(dev.as_cuda_device()?.cuda_stream().context(), head_dim) {
         return Ok(None);
     }
     let group = heads / kv_heads;

@@ -39,6 +39,16 @@ pub fn attend(
         let idx = Tensor::from_vec(idx, end - base, kbuf.device())?;
         let kr = kbuf.index_select(&idx, 0)?.transpose(0, 1)?.contiguous()?;
         let vr = vbuf.index_select(&idx, 0)?.transpose(0, 1)?.contiguous()?;
+        // A row whose runs attend both ways (an image's tokens, each run whole in this piece) is attended in one
+        // block over all its keys: a run's queries see its keys to the run's end.
+        let both_ways = ctx.both_ways(row.slot);
+        if !both_ways.is_empty() {
+            let k0 = first_visible(row.pos0);
+            let (ks, vs) = (kr.narrow(1, k0 - base, end - k0)?, vr.narrow(1, k0 - base, end - k0)?);
+            let qr = q.narrow(0, row.start, row.len)?;
+            outs.push(portable::attend_row(&qr, &ks, &vs, (row.pos0, k0), &both_ways, p)?);
+            continue;
+        }
         // 3. attend, sub-block by sub-block: each sees exactly the keys up to its own end.
         let mut s = from;
         while s < end {
@@ -55,7 +65,7 @@ pub fn attend(
                 ks = pad(&ks, 1, 0, back)?;
                 vs = pad(&vs, 1, 0, back)?;
             }
-            let out = portable::attend_row(&qr, &ks, &vs, s, k0, p)?;
+            let out = portable::attend_row(&qr, &ks, &vs, (s, k0), &[], p)?;
             outs.push(if front + back > 0 { out.narrow(0, front, e - real)? } else { out });
             s = e;
         }

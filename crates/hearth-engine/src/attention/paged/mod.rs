@@ -120,6 +120,9 @@ impl KvStore for PagedAttention {
     ) -> Result<Option<Tensor>> {
         match &mut self.backend {
             Backend::Gather | Backend::CpuInPlace => Ok(None),
+            // runs that attend both ways: the portable path (`attend`)
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(_) if ctx.has_both_ways() => Ok(None),
             // the CUDA kernels take no attention sinks: the portable path attends those layers (`attend`)
             #[cfg(feature = "cuda")]
             Backend::Cuda(_) if p.sinks.is_some() => Ok(None),
@@ -137,6 +140,21 @@ impl KvStore for PagedAttention {
         ctx: &BatchContext,
         p: &AttnParams,
     ) -> Result<Tensor> {
+        if ctx.has_both_ways() && !matches!(self.backend, Backend::Gather) {
+            // Runs of tokens that attend each other both ways (Gemma 3's images) are attended by the portable
+            // kernels, which read float caches.
+            if self.kv.encoding().is_quantized() {
+                return Err(Error::Unsupported(format!(
+                    "images whose tokens attend each other both ways (Gemma 3) over a {} KV cache: their prompt is \
+                     attended by the portable kernels, which read float caches; serve this model with the default \
+                     --kv-cache-dtype",
+                    self.kv.encoding().name()
+                )));
+            }
+            // the cache's dtype (f16 on the CPU) may not be the model's
+            let (k, v) = (encode_rows(&self.kv, k, true)?, encode_rows(&self.kv, v, false)?);
+            return gather::attend(&self.kv, layer, q, &k, &v, ctx, p);
+        }
         match &mut self.backend {
             Backend::Gather => gather::attend(&self.kv, layer, q, k, v, ctx, p),
             Backend::CpuInPlace => cpu_inplace::attend(&self.kv, layer, q, k, v, ctx, p),
