@@ -9,8 +9,11 @@ preprocessor_config.json; the tokenizer with Gemma 3's turn and image tokens add
 and tests/goldens/tiny_gemma3_vision.json.
 
 The SigLIP tower sees 112x112 images as 8x8 patches; the projector pools them 2x2 into 16 tokens
-(`mm_tokens_per_image`), RMS-normalizes and projects them. The text model's sliding window (8) is shorter than an
-image's 16 tokens, so the bidirectional attention over an image's tokens meets the window's lower bound.
+(`mm_tokens_per_image`), RMS-normalizes and projects them. The text model has Gemma 3's 5 sliding : 1 global
+layers (as llama.cpp assumes for GGUF); its sliding window (8) is shorter than an image's 16 tokens, so the
+bidirectional attention over an image's tokens meets the window's lower bound.
+
+tools/oracle/tiny_gguf.py gemma3_vision converts it with llama.cpp's converter to a text GGUF and an mmproj.
 
 Images are the oracle's formula patterns (tools/oracle/vision_goldens.py `pattern`), processed by
 `Gemma3ImageProcessorPil` (bilinear resize to 112x112, mean and std 0.5). Goldens, all in f32 from the stored
@@ -47,14 +50,16 @@ torch.use_deterministic_algorithms(True)
 
 SRC_TOK = FIXTURES / "tiny-gemma3"
 OUT = FIXTURES / "tiny-gemma3-vision"
-# Gemma 3's turn and image tokens, at the first ids after the tiny BPE vocabulary.
+# Gemma 3's turn and image tokens, at the first ids after the tiny BPE vocabulary. The vocabulary size is what
+# llama.cpp's converter counts for this tokenizer (its vocab plus its added tokens: 448 + 8), so the GGUF's token
+# list and its embedding table (trimmed to that count) agree.
 SOT, EOT, BOI, EOI, IMAGE = 448, 449, 450, 451, 452
 ADDED = {SOT: "<start_of_turn>", EOT: "<end_of_turn>", BOI: "<start_of_image>", EOI: "<end_of_image>",
          IMAGE: "<image_soft_token>"}
 MM_TOKENS = 16
-TEXT = {"model_type": "gemma3_text", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-        "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8, "rms_norm_eps": 1e-6,
+TEXT = {"model_type": "gemma3_text", "vocab_size": 456, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "layer_types": ["sliding_attention"] * 5 + ["full_attention"], "sliding_window": 8, "rms_norm_eps": 1e-6,
         "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "query_pre_attn_scalar": 16,
         "max_position_embeddings": 512, "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": None,
         "attn_logit_softcapping": None}

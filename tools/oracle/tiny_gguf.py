@@ -3,7 +3,8 @@ logits for them (llama-cpp-python): GGUF loading of architectures without reacha
 the implementation that defines the format.
 
 Run from the repo root (needs bench/setup-llama-cpp.sh: its llama.cpp checkout holds convert_hf_to_gguf.py):
-    .venv-oracle/bin/python tools/oracle/tiny_gguf.py [qwen3moe] [gpt-oss] [qwen35] [qwen3next] [qwen2_5_vl]
+    .venv-oracle/bin/python tools/oracle/tiny_gguf.py [qwen3moe] [gpt-oss] [qwen35] [qwen3next] [qwen2_5_vl] \
+        [gemma3_vision]
 (default: all)
 Writes tests/fixtures/tiny-<name>.gguf and tests/goldens/tiny_<name>_gguf.json for:
   qwen3moe-q8_0: tiny_models.py's qwen3-moe with every layer routed (llama.cpp's qwen3moe has no dense layers),
@@ -21,6 +22,9 @@ Writes tests/fixtures/tiny-<name>.gguf and tests/goldens/tiny_<name>_gguf.json f
                  (clip.vision.window_size, image_min_pixels, image_max_pixels), which the converter leaves out
                  (llama.cpp then assumes the published 112-pixel window). No llama.cpp golden: f32 conversions of
                  the checkpoint answer to its transformers golden (tests/goldens/tiny_qwen2_5_vl.json).
+  gemma3_vision: tests/fixtures/tiny-gemma3-vision (tiny_gemma3_vision.py) the same way (`gemma3` text GGUF, f32;
+                 its mmproj f32 but the projection, which the converter keeps in F16: the fixture's bf16 values are
+                 exact in f16); answers to tests/goldens/tiny_gemma3_vision.json.
 The tokenizer's pre-tokenizer is tiny_models.py's own, which the converter does not know: it is written as
 `default`. Goldens are computed from token ids, so tokenization takes no part in them.
 """
@@ -179,17 +183,26 @@ qwenvl.Qwen2VLVisionModel.set_gguf_parameters = _with_keys
 """
 
 
-def qwen2_5_vl(_ids: list[int]) -> None:
-    src = (FIXTURES / "tiny-qwen2_5_vl").resolve()
-    text, mmproj = FIXTURES / "tiny-qwen2_5_vl.gguf", FIXTURES / "tiny-qwen2_5_vl-mmproj.gguf"
+def vision_pair(name: str, patch: str = "") -> None:
+    """tests/fixtures/tiny-NAME as an f32 text GGUF and its mmproj."""
+    src = (FIXTURES / f"tiny-{name}").resolve()
+    text, mmproj = FIXTURES / f"tiny-{name}.gguf", FIXTURES / f"tiny-{name}-mmproj.gguf"
     convert(src, text, "f32")
-    convert(src, mmproj, "f32", ("--mmproj",), MMPROJ_KEYS_PATCH)
+    convert(src, mmproj, "f32", ("--mmproj",), patch)
     for f in (text, mmproj):
         print(f"  fixture {f.name}: {f.stat().st_size} bytes")
 
 
+def qwen2_5_vl(_ids: list[int]) -> None:
+    vision_pair("qwen2_5_vl", MMPROJ_KEYS_PATCH)
+
+
+def gemma3_vision(_ids: list[int]) -> None:
+    vision_pair("gemma3-vision")
+
+
 BUILDS = {"qwen3moe": qwen3moe, "gpt-oss": gpt_oss, "qwen35": qwen35, "qwen3next": qwen3next,
-          "qwen2_5_vl": qwen2_5_vl}
+          "qwen2_5_vl": qwen2_5_vl, "gemma3_vision": gemma3_vision}
 
 
 def main() -> None:

@@ -12,7 +12,8 @@ use candle_core::{Device, Tensor};
 use common::{fixture, floats, golden, ids};
 use hearth_engine::attention::{BatchContext, BatchMedia, ContiguousKv};
 use hearth_engine::loader::{load, load_with};
-use hearth_engine::models::qwen2_5_vl_vision::{TowerWeights, VisionConfig, VisionTower};
+use hearth_engine::models::qwen2_5_vl_vision::{VisionConfig, VisionTower};
+use hearth_engine::models::vision_weights::VisionWeights;
 use hearth_engine::models::LoadOptions;
 use hearth_engine::vision::qwen2_vl::{rope_positions, Qwen2VlProcessor};
 use hearth_engine::vision::{Image, VisionSpec};
@@ -44,7 +45,7 @@ fn setup(source: Source) -> Vl {
             let vcfg: VisionConfig = serde_json::from_value(cfg["vision_config"].clone()).unwrap();
             let model = load(dir.to_str().unwrap(), &Device::Cpu, None).unwrap();
             let hf = HfWeights::open(&dir).unwrap();
-            let tower = VisionTower::load(TowerWeights::Hf(&hf), vcfg, &Device::Cpu).unwrap();
+            let tower = VisionTower::load(VisionWeights::Hf(&hf), vcfg, &Device::Cpu).unwrap();
             Vl { tower, proc: Qwen2VlProcessor::from_config(&pre), model }
         }
         Source::GgufMmproj => {
@@ -61,7 +62,7 @@ fn setup(source: Source) -> Vl {
                 assert_eq!(spec.vision_config[k], hf_spec.vision_config[k], "vision config `{k}`");
             }
             let vcfg: VisionConfig = serde_json::from_value(spec.vision_config).unwrap();
-            let tower = VisionTower::load(TowerWeights::Mmproj(&mm), vcfg, &Device::Cpu).unwrap();
+            let tower = VisionTower::load(VisionWeights::Mmproj(&mm), vcfg, &Device::Cpu).unwrap();
             Vl { tower, proc: spec.processor.qwen2_vl().unwrap().clone(), model }
         }
     }

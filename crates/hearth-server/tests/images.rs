@@ -90,10 +90,11 @@ async fn router_dir(fixture: &str, png: &[u8]) -> (Router, Arc<hearth_engine::to
     serve(m, vision, png).await
 }
 
-/// The same checkpoint as llama.cpp converts it: a `qwen2vl` text GGUF and its vision tower's `mmproj` file.
-async fn router_gguf(png: &[u8]) -> (Router, Arc<hearth_engine::tokenizer::Tokenizer>) {
+/// A checkpoint as llama.cpp converts it: a text GGUF and its vision tower's `mmproj` file.
+async fn router_gguf(name: &str, png: &[u8]) -> (Router, Arc<hearth_engine::tokenizer::Tokenizer>) {
+    let fixtures = repo().join("tests/fixtures");
     let (text, mmproj) =
-        (repo().join("tests/fixtures/tiny-qwen2_5_vl.gguf"), repo().join("tests/fixtures/tiny-qwen2_5_vl-mmproj.gguf"));
+        (fixtures.join(format!("tiny-{name}.gguf")), fixtures.join(format!("tiny-{name}-mmproj.gguf")));
     let opts = hearth_engine::models::LoadOptions { mmproj: Some(mmproj.clone()), ..Default::default() };
     let m = hearth_engine::loader::load_with(text.to_str().unwrap(), &candle_core::Device::Cpu, None, &opts).unwrap();
     let (g, mm) = (GgufFile::open(&text).unwrap(), GgufFile::open(&mmproj).unwrap());
@@ -158,6 +159,7 @@ enum Served {
     QwenDir,
     QwenGguf,
     Gemma3Dir,
+    Gemma3Gguf,
 }
 
 #[tokio::test]
@@ -175,18 +177,20 @@ async fn a_gguf_with_its_mmproj_answers_as_transformers_does() {
 #[tokio::test]
 async fn gemma3_answers_an_image_as_transformers_does() {
     every_api_answers(Served::Gemma3Dir).await;
+    every_api_answers(Served::Gemma3Gguf).await;
 }
 
 async fn every_api_answers(served: Served) {
-    let g =
-        golden_of(if matches!(served, Served::Gemma3Dir) { "tiny_gemma3_vision.json" } else { "tiny_qwen2_5_vl.json" });
+    let gemma = matches!(served, Served::Gemma3Dir | Served::Gemma3Gguf);
+    let g = golden_of(if gemma { "tiny_gemma3_vision.json" } else { "tiny_qwen2_5_vl.json" });
     let c = &g["chat"];
     let b64 = c["png_base64"].as_str().unwrap();
     let png = base64_decode(b64);
     let (r, tok) = match served {
         Served::QwenDir => router(&png).await,
-        Served::QwenGguf => router_gguf(&png).await,
+        Served::QwenGguf => router_gguf("qwen2_5_vl", &png).await,
         Served::Gemma3Dir => router_dir("tiny-gemma3-vision", &png).await,
+        Served::Gemma3Gguf => router_gguf("gemma3-vision", &png).await,
     };
     // The answer as the server writes it: the greedy tokens decoded, the leading space trimmed.
     let want = tok.decode(&ids(&c["greedy"]), true).trim_start().to_string();

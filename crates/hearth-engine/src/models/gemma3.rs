@@ -102,25 +102,17 @@ pub struct Gemma3 {
     vision: Option<(super::gemma3_vision::Gemma3Vision, crate::vision::gemma3::Gemma3Processor)>,
 }
 
-/// The vision tower of a Hugging Face checkpoint whose images hearth encodes (None for a text model).
+/// The vision tower of a Hugging Face checkpoint, or of a GGUF's `mmproj` file (None for a text model).
 fn load_vision(
     l: &Loader,
 ) -> Result<Option<(super::gemma3_vision::Gemma3Vision, crate::vision::gemma3::Gemma3Processor)>> {
-    let crate::weights::Weights::Hf(hf) = l.weights else {
-        if l.mmproj.is_some() {
-            return Err(crate::Error::Unsupported(
-                "a Gemma 3 mmproj file (its tower is read from Hugging Face directories)".into(),
-            ));
-        }
-        return Ok(None);
-    };
-    let Some(spec) = crate::vision::VisionSpec::from_hf_dir(&hf.dir)? else { return Ok(None) };
+    let Some((spec, source)) = super::vision_weights::vision_source(l)? else { return Ok(None) };
     let crate::vision::ImageProcessor::Gemma3 { processor, .. } = spec.processor else {
         return Err(crate::Error::InvalidModel(format!("a {} vision tower on a Gemma 3 model", spec.arch)));
     };
     let cfg = serde_json::from_value(spec.vision_config)
-        .map_err(|e| crate::Error::InvalidModel(format!("config.json vision_config: {e}")))?;
-    let tower = super::gemma3_vision::Gemma3Vision::load(hf, cfg, processor.tokens, l.device)?;
+        .map_err(|e| crate::Error::InvalidModel(format!("vision config: {e}")))?;
+    let tower = super::gemma3_vision::Gemma3Vision::load(source, cfg, processor.tokens, l.device)?;
     Ok(Some((tower, processor)))
 }
 

@@ -4,9 +4,9 @@
 //! biases, GELU-tanh MLP) and its final LayerNorm; then the projector: the patch grid average-pooled to
 //! `mm_tokens_per_image` tokens, Gemma's RMSNorm (`1 + w`) and a projection to the text model's width.
 
-use crate::weights::HfWeights;
+use super::vision_weights::VisionWeights;
 use crate::{Error, Result};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use serde::Deserialize;
 
 /// `vision_config` of a Gemma 3 `config.json` (SigLIP).
@@ -32,6 +32,63 @@ fn default_eps() -> f64 {
 
 fn default_channels() -> usize {
     3
+}
+
+/// The tensor Hugging Face names `name` (as published), in f32; an mmproj's projector norm is stored as `1 + w` and
+/// read back as `w`.
+fn tensor(w: VisionWeights, name: &str, device: &Device) -> Result<Tensor> {
+    match w {
+        VisionWeights::Hf(hf) => {
+            let flat = name.replacen("vision_tower.vision_model.", "vision_tower.", 1);
+            let names = [name.to_string(), format!("model.{name}"), format!("model.{flat}"), flat];
+            VisionWeights::hf_first(hf, &names, name, device)
+        }
+        VisionWeights::Mmproj(g) => {
+            let mapped = mmproj_name(name)
+                .ok_or_else(|| Error::InvalidModel(format!("no mmproj tensor stands for `{name}`")))?;
+            let t = VisionWeights::mmproj(g, &mapped, device)?;
+            Ok(if mapped == "mm.soft_emb_norm.weight" { (t - 1.0)? } else { t })
+        }
+    }
+}
+
+/// llama.cpp's mmproj name of a Gemma 3 vision tensor (named as published).
+fn mmproj_name(hf: &str) -> Option<String> {
+    let fixed = match hf {
+        "multi_modal_projector.mm_input_projection_weight" => Some("mm.input_projection.weight"),
+        "multi_modal_projector.mm_soft_emb_norm.weight" => Some("mm.soft_emb_norm.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.into());
+    }
+    let rest = hf.strip_prefix("vision_tower.vision_model.")?;
+    if let Some(e) = rest.strip_prefix("embeddings.") {
+        let (module, suffix) = e.rsplit_once('.')?;
+        let g = match module {
+            "patch_embedding" => "v.patch_embd",
+            "position_embedding" => "v.position_embd",
+            _ => return None,
+        };
+        return Some(format!("{g}.{suffix}"));
+    }
+    if let Some(s) = rest.strip_prefix("post_layernorm.") {
+        return Some(format!("v.post_ln.{s}"));
+    }
+    let (layer, param) = rest.strip_prefix("encoder.layers.")?.split_once('.')?;
+    let (module, suffix) = param.rsplit_once('.')?;
+    let g = match module {
+        "layer_norm1" => "ln1",
+        "layer_norm2" => "ln2",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.out_proj" => "attn_out",
+        "mlp.fc1" => "ffn_up",
+        "mlp.fc2" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("v.blk.{layer}.{g}.{suffix}"))
 }
 
 struct Linear {
@@ -77,19 +134,11 @@ pub struct Gemma3Vision {
 }
 
 impl Gemma3Vision {
-    /// Load from a Hugging Face checkpoint: `vision_tower.vision_model.*` and `multi_modal_projector.*` as
-    /// published, or `model.vision_tower.*` and `model.multi_modal_projector.*` as transformers 5 saves them.
-    /// `tokens` is `mm_tokens_per_image`.
-    pub fn load(hf: &HfWeights, cfg: SiglipConfig, tokens: usize, device: &Device) -> Result<Self> {
-        let get = |name: &str| -> Result<Tensor> {
-            let flat = name.replacen("vision_tower.vision_model.", "vision_tower.", 1);
-            for stored in [name.to_string(), format!("model.{name}"), format!("model.{flat}"), flat.clone()] {
-                if let Some(t) = hf.stored_tensor(&stored, DType::F32, device)? {
-                    return Ok(t);
-                }
-            }
-            Err(Error::InvalidModel(format!("the vision tower lacks `{name}`")))
-        };
+    /// Load from a Hugging Face checkpoint (`vision_tower.vision_model.*` and `multi_modal_projector.*` as
+    /// published, or under `model.` as transformers 5 saves them) or a llama.cpp `mmproj` file. `tokens` is
+    /// `mm_tokens_per_image`.
+    pub fn load(source: VisionWeights, cfg: SiglipConfig, tokens: usize, device: &Device) -> Result<Self> {
+        let get = |name: &str| tensor(source, name, device);
         let linear = |name: &str| -> Result<Linear> {
             Ok(Linear { w: get(&format!("{name}.weight"))?, b: get(&format!("{name}.bias"))? })
         };

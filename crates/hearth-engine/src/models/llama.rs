@@ -153,23 +153,13 @@ struct Vision {
 impl Vision {
     /// The vision tower of a Hugging Face checkpoint whose images hearth encodes, or of a GGUF's `mmproj` file.
     fn load(l: &Loader) -> Result<Option<Self>> {
-        use super::qwen2_5_vl_vision::{TowerWeights, VisionTower};
-        let (spec, source) = match (l.weights, l.mmproj) {
-            (crate::weights::Weights::Hf(hf), _) => match crate::vision::VisionSpec::from_hf_dir(&hf.dir)? {
-                Some(spec) => (spec, TowerWeights::Hf(hf)),
-                None => return Ok(None),
-            },
-            (crate::weights::Weights::Gguf(text), Some((mm, path))) => {
-                (crate::vision::VisionSpec::from_gguf(text, mm, path)?, TowerWeights::Mmproj(mm))
-            }
-            (crate::weights::Weights::Gguf(_), None) => return Ok(None),
-        };
+        let Some((spec, source)) = super::vision_weights::vision_source(l)? else { return Ok(None) };
         let crate::vision::ImageProcessor::Qwen2Vl(processor) = spec.processor else {
             return Err(crate::Error::InvalidModel(format!("a {} vision tower on a Llama-family model", spec.arch)));
         };
         let cfg = serde_json::from_value(spec.vision_config)
             .map_err(|e| crate::Error::InvalidModel(format!("vision config: {e}")))?;
-        let tower = VisionTower::load(source, cfg, l.device)?;
+        let tower = super::qwen2_5_vl_vision::VisionTower::load(source, cfg, l.device)?;
         Ok(Some(Vision { tower, processor }))
     }
 }

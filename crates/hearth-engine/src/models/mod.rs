@@ -14,6 +14,7 @@ pub mod moe;
 pub mod norm;
 pub mod qwen2_5_vl_vision;
 pub mod qwen3_5;
+pub mod vision_weights;
 
 use crate::attention::{BatchContext, KvStore};
 use crate::weights::config::Family;
@@ -142,7 +143,7 @@ pub fn load_model(weights: &Weights, cfg: &ModelConfig, device: &Device, opts: &
     };
     let mmproj = match (&opts.mmproj, weights, cfg.family) {
         (None, ..) => None,
-        (Some(p), Weights::Gguf(_), Family::Llama) => Some((GgufFile::open(p)?, p.as_path())),
+        (Some(p), Weights::Gguf(_), Family::Llama | Family::Gemma3) => Some((GgufFile::open(p)?, p.as_path())),
         (Some(p), Weights::Hf(_), _) => {
             return Err(Error::InvalidRequest(format!(
                 "--mmproj {}: a Hugging Face directory carries its own vision tower; --mmproj goes with a .gguf model",
@@ -151,7 +152,7 @@ pub fn load_model(weights: &Weights, cfg: &ModelConfig, device: &Device, opts: &
         }
         (Some(p), ..) => {
             return Err(Error::Unsupported(format!(
-                "--mmproj {} with a {} model (hearth runs mmproj towers for qwen2vl GGUFs)",
+                "--mmproj {} with a {} model (hearth runs mmproj towers for qwen2vl and gemma3 GGUFs)",
                 p.display(),
                 cfg.arch_name
             )))

@@ -5,9 +5,9 @@
 //! `merge x merge` group of patches (adjacent in the patch order) normalized, concatenated and mapped by a GELU
 //! MLP to one LLM token. The window reordering is undone at the end, so the output is in the processor's order.
 
-use crate::weights::{GgufFile, HfWeights};
+use super::vision_weights::VisionWeights;
 use crate::{Error, Result};
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{Device, Tensor, D};
 use serde::Deserialize;
 
 /// `vision_config` of a Qwen2.5-VL `config.json`.
@@ -34,47 +34,28 @@ fn default_in_channels() -> usize {
     3
 }
 
-/// Where the tower's weights are.
-pub enum TowerWeights<'a> {
-    Hf(&'a HfWeights),
-    /// A llama.cpp `mmproj` file (`clip.projector_type` `qwen2.5vl_merger`).
-    Mmproj(&'a GgufFile),
-}
-
-impl TowerWeights<'_> {
-    /// The tensor named as Hugging Face names it under `visual.`, in f32 (an mmproj's split q/k/v and its
-    /// patch embedding split into two frames are joined back).
-    fn tensor(&self, name: &str, device: &Device) -> Result<Tensor> {
-        match self {
-            TowerWeights::Hf(hf) => {
-                for prefix in ["visual.", "model.visual."] {
-                    if let Some(t) = hf.stored_tensor(&format!("{prefix}{name}"), DType::F32, device)? {
-                        return Ok(t);
-                    }
-                }
-                Err(Error::InvalidModel(format!("the vision tower lacks `visual.{name}`")))
-            }
-            TowerWeights::Mmproj(g) => {
-                let get = |n: &str| -> Result<Tensor> {
-                    if !g.has_tensor(n) {
-                        return Err(Error::InvalidModel(format!("the mmproj file lacks `{n}`")));
-                    }
-                    g.tensor_f32(n, device)
-                };
-                if name == "patch_embed.proj.weight" {
-                    let frames = [get("v.patch_embd.weight")?, get("v.patch_embd.weight.1")?];
-                    return Ok(Tensor::stack(&frames, 2)?);
-                }
-                if let Some((block, suffix)) = name.strip_prefix("blocks.").and_then(|r| r.split_once(".attn.qkv.")) {
-                    let [q, k, v] = ["q", "k", "v"].map(|p| get(&format!("v.blk.{block}.attn_{p}.{suffix}")));
-                    return Ok(Tensor::cat(&[q?, k?, v?], 0)?);
-                }
-                let mapped = mmproj_name(name)
-                    .ok_or_else(|| Error::InvalidModel(format!("no mmproj tensor stands for `visual.{name}`")))?;
-                get(&mapped)
-            }
+/// The tensor Hugging Face names `visual.{name}`, in f32 (an mmproj's split q/k/v and its patch embedding split
+/// into two frames are joined back).
+fn tensor(w: VisionWeights, name: &str, device: &Device) -> Result<Tensor> {
+    let g = match w {
+        VisionWeights::Hf(hf) => {
+            let names = [format!("visual.{name}"), format!("model.visual.{name}")];
+            return VisionWeights::hf_first(hf, &names, &format!("visual.{name}"), device);
         }
+        VisionWeights::Mmproj(g) => g,
+    };
+    let get = |n: &str| VisionWeights::mmproj(g, n, device);
+    if name == "patch_embed.proj.weight" {
+        let frames = [get("v.patch_embd.weight")?, get("v.patch_embd.weight.1")?];
+        return Ok(Tensor::stack(&frames, 2)?);
     }
+    if let Some((block, suffix)) = name.strip_prefix("blocks.").and_then(|r| r.split_once(".attn.qkv.")) {
+        let [q, k, v] = ["q", "k", "v"].map(|p| get(&format!("v.blk.{block}.attn_{p}.{suffix}")));
+        return Ok(Tensor::cat(&[q?, k?, v?], 0)?);
+    }
+    let mapped =
+        mmproj_name(name).ok_or_else(|| Error::InvalidModel(format!("no mmproj tensor stands for `visual.{name}`")))?;
+    get(&mapped)
 }
 
 /// llama.cpp's mmproj name of a Qwen2.5-VL tower tensor (Hugging Face's name under `visual.`), but for the
@@ -143,8 +124,8 @@ const EPS: f64 = 1e-6;
 impl VisionTower {
     /// Load from a Hugging Face checkpoint (`visual.*` as published, `model.visual.*` as transformers 5 saves) or
     /// a llama.cpp `mmproj` GGUF.
-    pub fn load(source: TowerWeights, cfg: VisionConfig, device: &Device) -> Result<Self> {
-        let get = |name: &str| source.tensor(name, device);
+    pub fn load(source: VisionWeights, cfg: VisionConfig, device: &Device) -> Result<Self> {
+        let get = |name: &str| tensor(source, name, device);
         let linear = |name: &str, bias: bool| -> Result<Linear> {
             Ok(Linear {
                 w: get(&format!("{name}.weight"))?,

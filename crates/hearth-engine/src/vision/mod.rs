@@ -3,6 +3,7 @@
 //! Pillow-exact resizing ([`resample`]). Fetching and decoding image bytes is the server's (`hearth-media`).
 
 pub mod gemma3;
+mod mmproj;
 pub mod qwen2_vl;
 pub mod request;
 pub mod resample;

@@ -6,7 +6,6 @@
 use super::gemma3::Gemma3Processor;
 use super::qwen2_vl::Qwen2VlProcessor;
 use super::Image;
-use crate::weights::GgufFile;
 use crate::{Error, Result};
 use std::path::Path;
 
@@ -111,98 +110,4 @@ impl VisionSpec {
         };
         Ok(Some(VisionSpec { arch, processor, image_token, vision_config }))
     }
-}
-
-/// llama.cpp's projector types hearth runs, and the architecture each is.
-const MMPROJ_TYPES: &[(&str, &str)] = &[("qwen2.5vl_merger", "qwen2_5_vl")];
-
-/// The published Qwen2.5-VL processor's pixel bounds (its `preprocessor_config.json`), for an mmproj file that
-/// states none.
-const QWEN25VL_MIN_PIXELS: usize = 3136;
-const QWEN25VL_MAX_PIXELS: usize = 12_845_056;
-
-impl VisionSpec {
-    /// The spec of a GGUF text model (`text`) with llama.cpp's `mmproj` file for its vision tower. The tower's
-    /// shape comes from the mmproj's `clip.vision.*` keys (a window of 112 pixels and a merge of 2 where it
-    /// states none, as llama.cpp reads it), the placeholder from the text model's vocabulary (`<|image_pad|>`).
-    pub fn from_gguf(text: &GgufFile, mmproj: &GgufFile, path: &Path) -> Result<Self> {
-        let bad = |what: String| Error::InvalidModel(format!("{}: {what}", path.display()));
-        if mmproj.get_str("general.architecture") != Some("clip")
-            || mmproj.get_bool("clip.has_vision_encoder") != Some(true)
-        {
-            return Err(bad("not an mmproj file with a vision encoder (general.architecture `clip`)".into()));
-        }
-        let projector = mmproj.get_str("clip.vision.projector_type").or_else(|| mmproj.get_str("clip.projector_type"));
-        let Some(&(_, arch)) = MMPROJ_TYPES.iter().find(|(p, _)| Some(*p) == projector) else {
-            return Err(Error::Unsupported(format!(
-                "{}: an mmproj of projector type `{}`; hearth runs {}",
-                path.display(),
-                projector.unwrap_or("(none)"),
-                MMPROJ_TYPES.iter().map(|(p, a)| format!("{p} ({a})")).collect::<Vec<_>>().join(", ")
-            )));
-        };
-        let text_arch = text.architecture()?;
-        if text_arch != "qwen2vl" {
-            return Err(Error::InvalidModel(format!(
-                "{}'s vision tower ({arch}) goes with a `qwen2vl` text model, not `{text_arch}`",
-                path.display()
-            )));
-        }
-        let need = |k: &str| -> Result<usize> {
-            mmproj
-                .get_u64(&format!("clip.vision.{k}"))
-                .map(|v| v as usize)
-                .ok_or_else(|| bad(format!("no `clip.vision.{k}`")))
-        };
-        let opt = |k: &str, default: usize| mmproj.get_u64(&format!("clip.vision.{k}")).map_or(default, |v| v as usize);
-        let depth = need("block_count")?;
-        // Full-attention blocks: llama.cpp's `wa_layer_indexes` where given, else every `n_wa_pattern`-th block.
-        let listed: Option<Vec<usize>> = mmproj
-            .get("clip.vision.wa_layer_indexes")
-            .and_then(|v| v.to_vec().ok())
-            .map(|v| v.iter().filter_map(|x| x.to_i32().ok().map(|i| i.max(0) as usize)).collect());
-        let fullatt: Vec<usize> = match (listed, mmproj.get_u64("clip.vision.n_wa_pattern")) {
-            (Some(l), _) => l,
-            (None, Some(n)) if n > 0 => (0..depth).filter(|i| (i + 1) % n as usize == 0).collect(),
-            _ => return Err(bad("no window-attention pattern (`clip.vision.n_wa_pattern`)".into())),
-        };
-        let (patch, merge) = (need("patch_size")?, opt("spatial_merge_size", 2));
-        let vision_config = serde_json::json!({
-            "depth": depth,
-            "hidden_size": need("embedding_length")?,
-            "intermediate_size": need("feed_forward_length")?,
-            "num_heads": need("attention.head_count")?,
-            "patch_size": patch,
-            "spatial_merge_size": merge,
-            "temporal_patch_size": 2,
-            "window_size": opt("window_size", 112),
-            "out_hidden_size": need("projection_dim")?,
-            "fullatt_block_indexes": fullatt,
-            "hidden_act": "silu",
-        });
-        let triple = |k: &str| -> Result<[f32; 3]> {
-            let v = mmproj.get(&format!("clip.vision.{k}")).and_then(|v| v.to_vec().ok()).cloned().unwrap_or_default();
-            let f: Vec<f32> = v.iter().filter_map(|x| x.to_f32().ok()).collect();
-            f.try_into().map_err(|_| bad(format!("`clip.vision.{k}` is not three numbers")))
-        };
-        let processor = Qwen2VlProcessor {
-            patch,
-            merge,
-            temporal: 2,
-            min_pixels: opt("image_min_pixels", QWEN25VL_MIN_PIXELS),
-            max_pixels: opt("image_max_pixels", QWEN25VL_MAX_PIXELS),
-            mean: triple("image_mean")?,
-            std: triple("image_std")?,
-            rescale: 1.0 / 255.0,
-        };
-        let image_token = gguf_token_id(text, "<|image_pad|>")
-            .ok_or_else(|| Error::InvalidModel("the text model's vocabulary has no `<|image_pad|>`".into()))?;
-        Ok(VisionSpec { arch: arch.into(), processor: ImageProcessor::Qwen2Vl(processor), image_token, vision_config })
-    }
-}
-
-/// The id of the token spelled `text` in a GGUF's vocabulary (`tokenizer.ggml.tokens`).
-fn gguf_token_id(g: &GgufFile, text: &str) -> Option<u32> {
-    let tokens = g.get("tokenizer.ggml.tokens")?.to_vec().ok()?;
-    tokens.iter().position(|t| t.to_string().ok().is_some_and(|s| s == text)).map(|i| i as u32)
 }
