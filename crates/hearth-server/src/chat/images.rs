@@ -206,3 +206,38 @@ fn placeholder_count(found: usize, images: usize) -> ApiError {
     ))
     .with_code("template_error")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gemma() -> (VisionSpec, Tokenizer) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-gemma3-vision");
+        (VisionSpec::from_hf_dir(&dir).unwrap().unwrap(), Tokenizer::from_hf_dir(&dir).unwrap())
+    }
+
+    fn image(tokens: usize) -> PromptImage {
+        PromptImage { start: 0, tokens, hash: [7; 32], width: 1, height: 1, rgb: vec![0, 0, 0] }
+    }
+
+    /// Gemma 3's `<start_of_image>` becomes the processor's full sequence in text; each run of image tokens takes
+    /// its image, and a run of the wrong length or count is a template error.
+    #[test]
+    fn gemma3_images_are_expanded_in_text_and_placed_at_their_runs() {
+        let (spec, tok) = gemma();
+        let text = expand_text(&spec, &tok, "<start_of_turn>user\n<start_of_image>hi<start_of_image>");
+        let run = "<image_soft_token>".repeat(16);
+        let one = format!("\n\n<start_of_image>{run}<end_of_image>\n\n");
+        assert_eq!(text, format!("<start_of_turn>user\n{one}hi{one}"));
+        let ids = tok.encode_chat(&text).unwrap();
+        let (out, media) = splice(&spec, &ids, vec![image(16), image(16)]).unwrap();
+        assert_eq!(out, ids);
+        let starts: Vec<usize> = media.images.iter().map(|i| i.start).collect();
+        assert!(media.rope.is_none());
+        for s in &starts {
+            assert!(ids[*s..*s + 16].iter().all(|&t| t == spec.image_token) && ids[s - 1] != spec.image_token);
+        }
+        assert_eq!(splice(&spec, &ids, vec![image(16)]).unwrap_err().code, Some("template_error"));
+        assert_eq!(splice(&spec, &ids, vec![image(16), image(8)]).unwrap_err().code, Some("template_error"));
+    }
+}
