@@ -118,6 +118,9 @@ struct Layer {
     fc2: Linear,
 }
 
+/// Queries attended at a time.
+const ATTN_CHUNK: usize = 128;
+
 /// The loaded tower and projector (f32, on the model's device).
 pub struct Gemma3Vision {
     cfg: SiglipConfig,
@@ -238,9 +241,16 @@ impl Gemma3Vision {
         let x = self.layer_norm(h, &l.ln1)?;
         let split = |t: Tensor| -> Result<Tensor> { Ok(t.reshape((n, heads, hd))?.transpose(0, 1)?.contiguous()?) };
         let (q, k, v) = (split(l.q.forward(&x)?)?, split(l.k.forward(&x)?)?, split(l.v.forward(&x)?)?);
-        let att = (q.matmul(&k.t()?)? * (hd as f64).powf(-0.5))?;
-        let o = candle_nn::ops::softmax_last_dim(&att)?.matmul(&v)?;
-        let o = o.transpose(0, 1)?.reshape((n, self.cfg.hidden_size))?;
+        let q = (q * (hd as f64).powf(-0.5))?;
+        let kt = k.t()?.contiguous()?;
+        // Queries in chunks: each chunk's scores (heads x ATTN_CHUNK x n) stay small enough to be reused from the
+        // allocator and the caches, where one (heads x n x n) matrix is a GiB at 4,096 patches.
+        let mut outs = Vec::with_capacity(n.div_ceil(ATTN_CHUNK));
+        for c0 in (0..n).step_by(ATTN_CHUNK) {
+            let scores = q.narrow(1, c0, ATTN_CHUNK.min(n - c0))?.matmul(&kt)?;
+            outs.push(candle_nn::ops::softmax_last_dim(&scores)?.matmul(&v)?);
+        }
+        let o = Tensor::cat(&outs, 1)?.transpose(0, 1)?.reshape((n, self.cfg.hidden_size))?;
         let h = (h + l.out.forward(&o)?)?;
         let x = self.layer_norm(&h, &l.ln2)?;
         let m = l.fc2.forward(&l.fc1.forward(&x)?.gelu()?)?;
