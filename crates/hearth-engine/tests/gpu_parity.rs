@@ -218,38 +218,60 @@ fn tiny_gpu_matches_transformers(name: &str) {
     }
 }
 
-/// Gemma 3 with images on the GPU through the paged KV, in f32: the tower's embeddings spliced in and each image's
-/// tokens attending each other both ways (attended by the portable kernels there), logits at the golden's positions
-/// within 1e-3 of transformers' and greedy tokens equal (tests/goldens/tiny_gemma3_vision.json).
+/// Vision-language models with images on the GPU through the paged KV, in f32: the towers' embeddings spliced in
+/// at their placeholders, Qwen2.5-VL's 3D rope positions (and the delta after the prompt), Gemma 3's image tokens
+/// attending each other both ways (the portable kernels there); logits at the goldens' positions within 1e-3 of
+/// transformers' and greedy tokens equal (tests/goldens/tiny_qwen2_5_vl.json, tiny_gemma3_vision.json).
 #[test]
-fn tiny_gemma3_vision_gpu_matches_transformers() {
+fn tiny_vision_gpu_matches_transformers() {
+    for (fixture_name, golden_file) in
+        [("tiny-qwen2_5_vl", "tiny_qwen2_5_vl.json"), ("tiny-gemma3-vision", "tiny_gemma3_vision.json")]
+    {
+        vision_gpu_matches(fixture_name, golden_file);
+    }
+}
+
+fn vision_gpu_matches(fixture_name: &str, golden_file: &str) {
     use hearth_engine::attention::BatchMedia;
+    use hearth_engine::vision::qwen2_vl::rope_positions;
     use hearth_engine::vision::{Image, PromptImage, VisionSpec};
-    let dir = fixture("tiny-gemma3-vision");
-    let g = golden("tiny_gemma3_vision.json");
+    let dir = fixture(fixture_name);
+    let g = golden(golden_file);
     let spec = VisionSpec::from_hf_dir(&dir).unwrap().unwrap();
+    let qwen = spec.processor.qwen2_vl().cloned();
     let opts = LoadOptions { dtype: Some(DType::F32), ..Default::default() };
     let m = load_with(dir.to_str().unwrap(), &gpu(), None, &opts).unwrap();
     let c = m.model.config();
     for case in g["cases"].as_array().unwrap() {
-        let name = case["name"].as_str().unwrap();
+        let name = format!("{fixture_name} {}", case["name"].as_str().unwrap());
         let input = ids(&case["input_ids"]);
-        let (mut embeds, mut runs, mut at) = (Vec::new(), Vec::new(), 0);
+        let (mut media, mut grids, mut at) = (BatchMedia::default(), Vec::new(), 0);
         for key in case["images"].as_array().unwrap() {
             let e = &g["encoder"][key.as_str().unwrap()];
             let (w, h) = (e["size"][0].as_u64().unwrap() as usize, e["size"][1].as_u64().unwrap() as usize);
             let img = Image::new(w, h, image_pattern(e["pattern"].as_str().unwrap(), w, h)).unwrap();
             let r = spec.processor.resize(&img).unwrap();
             let tokens = spec.processor.tokens_for(w, h).unwrap();
+            if let Some(q) = &qwen {
+                grids.push([1, r.height / q.patch, r.width / q.patch]);
+            }
             let p = PromptImage { start: 0, tokens, hash: [0; 32], width: r.width, height: r.height, rgb: r.rgb };
             while input[at] != spec.image_token {
                 at += 1;
             }
-            embeds.push((at, m.model.encode_image(&p).unwrap()));
-            runs.push((0, at, at + tokens));
+            media.embeds.push((at, m.model.encode_image(&p).unwrap()));
+            if m.model.images_attend_both_ways() {
+                media.both_ways.push((0, at, at + tokens));
+            }
             at += tokens;
         }
-        let blocks = (input.len() + 8).div_ceil(16) + 1;
+        let t = input.len();
+        let rope = qwen.as_ref().map(|q| rope_positions(&input, spec.image_token, &grids, q.merge).unwrap());
+        let axes = |n: usize, rows: Vec<u32>| Some(Tensor::from_vec(rows, (3, n), &m.device).unwrap());
+        if let Some((rows, _)) = &rope {
+            media.rope_positions = axes(t, rows.iter().flatten().copied().collect());
+        }
+        let blocks = (t + 8).div_ceil(16) + 1;
         let mut kv = PagedAttention::new(
             c.num_layers,
             blocks,
@@ -263,26 +285,30 @@ fn tiny_gemma3_vision_gpu_matches_transformers() {
         .unwrap();
         let table: Vec<u32> = (0..blocks as u32).rev().collect();
         kv.storage_mut().set_tables([(0, table.as_slice())]);
-        let mut ctx = BatchContext::new(&[(0, 0, input.len())], true, &m.device).unwrap();
-        ctx.media = Some(BatchMedia { embeds, both_ways: runs, ..Default::default() });
+        let mut ctx = BatchContext::new(&[(0, 0, t)], true, &m.device).unwrap();
+        ctx.media = Some(media);
         let logits = m.model.forward(&Tensor::new(input.as_slice(), &m.device).unwrap(), &ctx, &mut kv).unwrap();
         let logits = logits.to_vec2::<f32>().unwrap();
         for (p, want) in case["logits_at"].as_object().unwrap() {
             let p: usize = p.parse().unwrap();
             let d = logits[p].iter().zip(floats(want)).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            eprintln!("gemma3 vision {name} position {p}: max-abs {d:.2e}");
-            assert!(d < 1e-3, "gemma3 vision {name} position {p}: max-abs {d}");
+            eprintln!("{name} position {p}: max-abs {d:.2e}");
+            assert!(d < 1e-3, "{name} position {p}: max-abs {d}");
         }
         let want = ids(&case["greedy"]);
         let argmax = hearth_engine::sampling::sampler::argmax;
-        let mut out = vec![argmax(&logits[input.len() - 1]) as u32];
+        let mut out = vec![argmax(&logits[t - 1]) as u32];
         while out.len() < want.len() {
-            let pos = input.len() + out.len() - 1;
-            let ctx = BatchContext::new(&[(0, pos, 1)], false, &m.device).unwrap();
+            let pos = t + out.len() - 1;
+            let mut ctx = BatchContext::new(&[(0, pos, 1)], false, &m.device).unwrap();
+            if let Some((_, delta)) = &rope {
+                let rp = (pos as i64 + delta) as u32;
+                ctx.media = Some(BatchMedia { rope_positions: axes(1, vec![rp; 3]), ..Default::default() });
+            }
             let last = Tensor::new(&out[out.len() - 1..], &m.device).unwrap();
             let l = m.model.forward(&last, &ctx, &mut kv).unwrap().to_vec2::<f32>().unwrap().remove(0);
             out.push(argmax(&l) as u32);
         }
-        assert_eq!(out, want, "gemma3 vision {name}: greedy tokens");
+        assert_eq!(out, want, "{name}: greedy tokens");
     }
 }
