@@ -53,7 +53,12 @@ impl AppState {
     }
 
     /// Install the loaded model (once; later calls are ignored); loading is then finished.
-    pub fn set_ready(&self, ready: Ready) -> bool {
+    pub fn set_ready(&self, mut ready: Ready) -> bool {
+        // An engine that takes no images (Gemma 3's over an encoded KV cache) is not offered them: `/v1/models`
+        // lists text only and image parts are refused before anything is fetched.
+        if ready.images.vision.is_some() && !ready.engine.info().images {
+            ready.images.vision = None;
+        }
         let set = self.ready.set(Arc::new(ready)).is_ok();
         self.finish_loading();
         set
