@@ -9,7 +9,8 @@ turn 1 is [image, question] and turn 2 the same conversation with turn 1's answe
 for one greedy token, so a request's latency is its time to the first token (TTFT), whatever the token decodes to
 (a random checkpoint's may decode to nothing, which a streamed TTFT could not see). Turn 1 pays the image's encoding
 and the whole prompt's prefill; turn 2 only what a server cannot reuse. A text-only request warms the server up
-first. Prints one JSON line per turn and the medians; where the server has hearth's `/stats`, the image encoder's
+first. `--text-only` sends the same two turns with a 150-word text in the image's place (the prefill of turn 2
+without any image work). Prints one JSON line per turn and the medians; where the server has hearth's `/stats`, the image encoder's
 time per image too. Stdlib only (the PNG is written by zlib).
 """
 import argparse
@@ -60,6 +61,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=448)
     ap.add_argument("--label", default="")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--text-only", action="store_true")
     ap.add_argument("--timeout", type=float, default=600)
     a = ap.parse_args()
     u = urllib.parse.urlparse(a.url)
@@ -76,8 +78,12 @@ def main() -> None:
     before = stats(a.url)
     first, second = [], []
     for i in range(a.pairs):
-        data = "data:image/png;base64," + base64.b64encode(png(a.size, 1000 + i)).decode()
-        q1 = [{"type": "image_url", "image_url": {"url": data}}, {"type": "text", "text": "Describe this image."}]
+        if a.text_only:
+            words = " ".join(f"w{j}" for j in range(150))
+            q1 = [{"type": "text", "text": f"case {i} {words}"}, {"type": "text", "text": "Describe this text."}]
+        else:
+            data = "data:image/png;base64," + base64.b64encode(png(a.size, 1000 + i)).decode()
+            q1 = [{"type": "image_url", "image_url": {"url": data}}, {"type": "text", "text": "Describe this image."}]
         msgs = [{"role": "user", "content": q1}]
         t1, answer, u1 = ask(msgs)
         msgs += [{"role": "assistant", "content": answer}, {"role": "user", "content": "Which colors are in it?"}]

@@ -6,7 +6,7 @@
 # DIR holds bench/make_vl_checkpoint.py's output (made there first if missing: a random Qwen2.5-VL with the
 # published vision tower and a 0.5B-shaped text model, f16 GGUFs; FAMILY=gemma3: Gemma 3's published SigLIP tower
 # and a 1B-shaped text model). PAIRS and SIZE set bench/images.py's load;
-# HEARTH_ARGS adds hearth serve flags; SKIP_LLAMA=1 / SKIP_HEARTH=1 run one side; HF=1 also serves the
+# IMAGES_ARGS adds bench/images.py flags (--text-only); HEARTH_ARGS adds hearth serve flags; SKIP_LLAMA=1 / SKIP_HEARTH=1 run one side; HF=1 also serves the
 # checkpoint's Hugging Face directory with hearth (the tower from safetensors, f32 on the CPU).
 # Needs: bench/setup-llama-cpp.sh, tools/oracle/setup.sh, cargo build --release -p hearth-cli.
 set -euo pipefail
@@ -18,7 +18,7 @@ SIZE="${SIZE:-448}"
 HPORT=18191; LPORT=18192
 [ -f "$DIR/mmproj.gguf" ] || .venv-oracle/bin/python bench/make_vl_checkpoint.py "$DIR" --family "${FAMILY:-qwen2.5-vl}"
 wait_ready() { for _ in $(seq 1 1500); do curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0; sleep 0.2; done; echo "server on $1 never got ready" >&2; return 1; }
-run() { python3 bench/images.py --url "http://127.0.0.1:$1" --pairs "$PAIRS" --size "$SIZE" --label "$2" --markdown; }
+run() { python3 bench/images.py --url "http://127.0.0.1:$1" --pairs "$PAIRS" --size "$SIZE" --label "$2" --markdown ${IMAGES_ARGS:-}; }
 
 trap '[ -n "${HPID:-}" ] && kill $HPID 2>/dev/null || true; [ -n "${LPID:-}" ] && kill $LPID 2>/dev/null || true' EXIT
 echo "| server | image | TTFT turn 1 (ms) | TTFT turn 2 (ms) | ratio | encoder ms/image |"
