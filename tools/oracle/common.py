@@ -6,6 +6,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -86,3 +87,24 @@ def _dump(obj, depth: int) -> str:
         items = [f"{pad}{_dump(e, depth + 1)}" for e in obj]
         return "[\n" + ",\n".join(items) + "\n" + end + "]"
     return compact(obj)
+
+
+def copy_tokenizer_with(src: Path, out: Path, added: dict[int, str], chat_template: str,
+                        extra_config: dict | None = None) -> None:
+    """The tokenizer files of `src` copied to `out` with `added` special tokens at their ids (unused by its
+    vocabulary), `chat_template`, and `extra_config` merged into tokenizer_config.json."""
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+        shutil.copy(src / f, out / f)
+    tok = json.loads((out / "tokenizer.json").read_text())
+    assert not set(tok["model"]["vocab"].values()) & set(added), "the added token ids are taken"
+    for i, content in sorted(added.items()):
+        tok["added_tokens"].append({"id": i, "content": content, "single_word": False, "lstrip": False,
+                                    "rstrip": False, "normalized": False, "special": True})
+    (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False) + "\n")
+    tcfg = json.loads((out / "tokenizer_config.json").read_text())
+    for i, content in sorted(added.items()):
+        tcfg["added_tokens_decoder"][str(i)] = {"content": content, "lstrip": False, "normalized": False,
+                                                "rstrip": False, "single_word": False, "special": True}
+    tcfg["chat_template"] = chat_template
+    tcfg.update(extra_config or {})
+    (out / "tokenizer_config.json").write_text(json.dumps(tcfg, indent=2) + "\n")

@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import FIXTURES, GOLDENS, dump_json, r6, reference  # noqa: E402
+from common import FIXTURES, GOLDENS, copy_tokenizer_with, dump_json, r6, reference  # noqa: E402
 from vision_goldens import pattern  # noqa: E402
 
 import torch  # noqa: E402
@@ -150,21 +150,8 @@ def write_fixture() -> torch.nn.Module:
     (OUT / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2) + "\n")
     (OUT / "processor_config.json").write_text(json.dumps({"image_seq_length": MM_TOKENS,
                                                            "processor_class": "Gemma3Processor"}, indent=2) + "\n")
-    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
-        shutil.copy(SRC_TOK / f, OUT / f)
-    tok = json.loads((OUT / "tokenizer.json").read_text())
-    assert not set(tok["model"]["vocab"].values()) & set(ADDED), "the added token ids are taken"
-    for i, content in sorted(ADDED.items()):
-        tok["added_tokens"].append({"id": i, "content": content, "single_word": False, "lstrip": False,
-                                    "rstrip": False, "normalized": False, "special": True})
-    (OUT / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False) + "\n")
-    tcfg = json.loads((OUT / "tokenizer_config.json").read_text())
-    for i, content in sorted(ADDED.items()):
-        tcfg["added_tokens_decoder"][str(i)] = {"content": content, "lstrip": False, "normalized": False,
-                                                "rstrip": False, "single_word": False, "special": True}
-    tcfg["chat_template"] = CHAT_TEMPLATE
-    tcfg["extra_special_tokens"] = {"boi_token": ADDED[BOI], "eoi_token": ADDED[EOI], "image_token": ADDED[IMAGE]}
-    (OUT / "tokenizer_config.json").write_text(json.dumps(tcfg, indent=2) + "\n")
+    copy_tokenizer_with(SRC_TOK, OUT, ADDED, CHAT_TEMPLATE, {"extra_special_tokens": {
+        "boi_token": ADDED[BOI], "eoi_token": ADDED[EOI], "image_token": ADDED[IMAGE]}})
     gen = json.loads((OUT / "generation_config.json").read_text())
     gen["eos_token_id"] = [2, EOT]
     (OUT / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import FIXTURES, GOLDENS, dump_json, r6, reference  # noqa: E402
+from common import FIXTURES, GOLDENS, copy_tokenizer_with, dump_json, r6, reference  # noqa: E402
 from vision_goldens import pattern  # noqa: E402
 
 import torch  # noqa: E402
@@ -137,23 +137,9 @@ def main() -> None:
            "torch_dtype": "bfloat16"}
     (OUT / "config.json").write_text(json.dumps(top, indent=2, sort_keys=True) + "\n")
     (OUT / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2) + "\n")
-    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
-        shutil.copy(SRC_TOK / f, OUT / f)
     # The vision tokens as special tokens at the config's ids (unused by the tiny BPE vocabulary), and the
     # published chat template.
-    tok = json.loads((OUT / "tokenizer.json").read_text())
-    used = set(tok["model"]["vocab"].values())
-    assert not used & set(VISION_TOKENS), "the vision token ids are taken"
-    for i, content in sorted(VISION_TOKENS.items()):
-        tok["added_tokens"].append({"id": i, "content": content, "single_word": False, "lstrip": False,
-                                    "rstrip": False, "normalized": False, "special": True})
-    (OUT / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False) + "\n")
-    tcfg = json.loads((OUT / "tokenizer_config.json").read_text())
-    for i, content in sorted(VISION_TOKENS.items()):
-        tcfg["added_tokens_decoder"][str(i)] = {"content": content, "lstrip": False, "normalized": False,
-                                                "rstrip": False, "single_word": False, "special": True}
-    tcfg["chat_template"] = CHAT_TEMPLATE
-    (OUT / "tokenizer_config.json").write_text(json.dumps(tcfg, indent=2) + "\n")
+    copy_tokenizer_with(SRC_TOK, OUT, VISION_TOKENS, CHAT_TEMPLATE)
 
     cfg = Qwen2_5_VLConfig.from_pretrained(str(OUT))
     torch.manual_seed(0)
