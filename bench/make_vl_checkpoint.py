@@ -15,7 +15,7 @@ SwiGLU 3420, windows of 112 pixels, full attention in blocks 7/15/23/31; 0.67B p
 Qwen2.5-0.5B's shape (--text 0.5b: 24 layers of width 896, 14 heads, 2 KV heads, MLP 4864) or Qwen2.5-VL-7B's
 (--text 7b: 28 layers of width 3584, 28 heads, 4 KV heads, MLP 18944), with the real vocabulary size (151936,
 the tokenizer's 452 tokens at its start). Weights are N(0, 0.02) (norms 1, biases 0): timing needs the shapes,
-not the values. Deterministic (seed 0).
+not the values. Deterministic (seed 0; drawn on the GPU where torch sees one, so the values differ from the CPU's).
 
 --family gemma3: Gemma 3's published SigLIP tower (27 layers of width 1152, 16 heads, MLP 4304, 896x896 images in
 14x14 patches, pooled to 256 tokens; 0.42B parameters) and Gemma 3 1B's text shape (26 layers of width 1152, 4
@@ -146,7 +146,9 @@ def write_gemma(out: Path) -> None:
 
 def save_random(out: Path, shapes_: dict, gemma: bool = False) -> None:
     """N(0, 0.02) weights in bf16 (norms: Gemma's `1 + w` at w = 0, others 1; biases 0)."""
-    g = torch.Generator().manual_seed(0)
+    # drawn on the GPU where there is one (the 8B shape on the device; other values than the CPU's, same shapes)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator(device=dev).manual_seed(0)
     tensors = {}
     for name, shape in shapes_.items():
         gemma_norm = gemma and name.startswith("language_model") and "norm" in name or "soft_emb_norm" in name
@@ -155,8 +157,8 @@ def save_random(out: Path, shapes_: dict, gemma: bool = False) -> None:
         elif name.endswith(".bias"):
             t = torch.zeros(shape)
         else:
-            t = torch.randn(shape, generator=g) * 0.02
-        tensors[name] = t.to(torch.bfloat16).contiguous()
+            t = torch.randn(shape, generator=g, device=dev) * 0.02
+        tensors[name] = t.to(torch.bfloat16).cpu().contiguous()
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     n = sum(t.numel() for t in tensors.values())
     print(f"{out}: {n / 1e9:.2f}B parameters", flush=True)

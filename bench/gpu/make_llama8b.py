@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Create a Llama-3.1-8B-shaped checkpoint with random bf16 weights (for speed measurements only).
 
-    python3 bench/gpu/make_llama8b.py OUT_DIR [--layers 32] [--steady]
+    python3 bench/gpu/make_llama8b.py OUT_DIR [--layers 32] [--steady] [--shape 8b|smollm2-135m|qwen2.5-0.5b]
 
 Shape: hidden 4096, 32 layers, 32 heads, 8 KV heads, intermediate 14336, rope theta 500000; vocabulary and
 tokenizer from SmolLM2 (bench/gpu/smollm2-tokenizer, 49152 tokens) so that it tokenizes and chats. Weights are
@@ -15,26 +15,37 @@ Here the embeddings are scaled by 50 and every layer's output projections (o_pro
 residual stream stays close to the input token's embedding, and the output head is the unscaled embedding table
 with its rows permuted: the next token after t is perm(t), ahead of the runner-up by a logit margin of ~80 against
 ~6. Every layer still runs in full.
+
+--shape: smollm2-135m (hidden 576, 30 layers, 9 heads, 3 KV heads, intermediate 1536) or qwen2.5-0.5b (hidden 896,
+24 layers, 14 heads, 2 KV heads, intermediate 4864, without Qwen2's q/k/v biases) instead of the 8B shape, with
+SmolLM2's vocabulary in every shape (Qwen2.5's own has 151,936 tokens): small models whose batch-1 speed is
+bound by launches, not bytes. --layers defaults to the shape's.
 """
 import argparse, json, os, shutil, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# shape: (hidden, intermediate, layers, heads, KV heads, head size)
+SHAPES = {"8b": (4096, 14336, 32, 32, 8, 128), "smollm2-135m": (576, 1536, 30, 9, 3, 64),
+          "qwen2.5-0.5b": (896, 4864, 24, 14, 2, 64)}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="8b")
     ap.add_argument("--shard-gb", type=float, default=4.0)
     ap.add_argument("--steady", action="store_true")
     a = ap.parse_args()
     import torch
     from safetensors.torch import save_file
 
+    h, i, layers, heads, kv_heads, hd = SHAPES[a.shape]
+    a.layers = a.layers or layers
     cfg = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-        "intermediate_size": 14336, "num_hidden_layers": a.layers, "num_attention_heads": 32,
-        "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu", "max_position_embeddings": 8192,
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h,
+        "intermediate_size": i, "num_hidden_layers": a.layers, "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads, "head_dim": hd, "hidden_act": "silu", "max_position_embeddings": 8192,
         "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "vocab_size": 49152, "tie_word_embeddings": False,
         "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16", "bos_token_id": 1,
         "eos_token_id": 2,
@@ -50,7 +61,7 @@ def main():
     json.dump(cfg, open(os.path.join(a.out, "config.json"), "w"), indent=1)
     json.dump({"bos_token_id": 1, "eos_token_id": 2}, open(os.path.join(a.out, "generation_config.json"), "w"))
 
-    h, i, v, kvd = 4096, 14336, 49152, 8 * 128
+    v, kvd = 49152, kv_heads * hd
     shapes = [("model.embed_tokens.weight", (v, h)), ("model.norm.weight", (h,)), ("lm_head.weight", (v, h))]
     for l in range(a.layers):
         p = f"model.layers.{l}."

@@ -13,5 +13,6 @@ py=python3
 [ -x .venv-oracle/bin/python ] && py=.venv-oracle/bin/python
 $py -m pip download --quiet --no-deps --only-binary :all: -d .gpu/wheels gguf
 $py -c 'import gguf' 2>/dev/null || $py -m pip install --quiet --no-deps .gpu/wheels/gguf-*.whl
+$py -c 'import numpy' 2>/dev/null || $py -m pip install --quiet numpy  # gguf's one dependency this step needs
 $py bench/gpu/make_gguf.py --vocab-only "$src" .gpu/tokenizer.gguf
 ls -la .gpu/wheels .gpu/tokenizer.gguf

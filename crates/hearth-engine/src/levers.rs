@@ -228,6 +228,7 @@ levers! {
     gpu_gemv_gated: bool = switch, "HEARTH_GPU_GEMV_GATED", Switch, true, "on", "SiLU/GELU x up runs in the one-row gate|up matmul's epilogue";
     gpu_qgemv: bool = switch, "HEARTH_GPU_QGEMV", Switch, true, "on", "quantized GGUF matmuls of up to 8 rows take hearth's kernels (q|k|v and gate|up stacked, add+norm and activation fused) instead of candle's";
     gpu_gemv_pdl: bool = switch, "HEARTH_GPU_GEMV_PDL", Switch, true, "on", "the skinny matmuls are launched with PDL like the other kernels";
+    cuda_graphs: bool = switch, "HEARTH_CUDA_GRAPHS", Switch, true, "off", "opt-in: decode-only steps of dense models (up to 64 rows) are captured once per (rows, context bucket) as a CUDA graph and replayed from fixed metadata buffers: one launch a step instead of hundreds";
     cuda_step_timing: bool = switch, "HEARTH_CUDA_STEP_TIMING", Diagnostic, true, "off", "CUDA events around every step: device time and inter-step gaps in /stats";
     cuda_diag_skip_attn: bool = switch, "HEARTH_CUDA_DIAG_SKIP_ATTN", Diagnostic, true, "off", "paged attention returns zeros without launching (outputs are wrong): what attention costs in a step";
     cuda_profile: Option<ProfileSpec> = profile, "HEARTH_CUDA_PROFILE", Diagnostic, true, "off", "ROWS:STEPS or prefill:STEPS: cuProfilerStart/Stop around those steps, for ncu";

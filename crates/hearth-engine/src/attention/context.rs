@@ -31,6 +31,24 @@ pub struct BatchContext {
     pub all_logits: bool,
     /// Images in the batch (multimodal models): their embeddings and 3D rope positions.
     pub media: Option<BatchMedia>,
+    /// The step's attention metadata already on the device in fixed buffers (a decode step a CUDA graph replays:
+    /// `gpu::graphs`); None: the KV store's backend builds and uploads its own.
+    pub fixed: Option<FixedMeta>,
+}
+
+/// A decode step's attention metadata in fixed device buffers, which the CUDA paged backend reads instead of
+/// uploading its own: every replay of a captured step reads the same addresses, refilled before it.
+#[derive(Debug, Clone)]
+pub struct FixedMeta {
+    /// Cache row of every packed token, (T,) u32.
+    pub slots: Tensor,
+    /// Batch row of every packed token, (T,) u32.
+    pub tok_row: Tensor,
+    /// Block tables, (R, max_blocks) u32.
+    pub tables: Tensor,
+    pub max_blocks: usize,
+    /// The most keys a token of any step this metadata serves sees (the launch shapes depend on it).
+    pub max_keys: usize,
 }
 
 /// What a multimodal batch adds to its tokens.
@@ -64,7 +82,13 @@ impl BatchContext {
             start += len;
         }
         let n = positions.len();
-        Ok(Self { rows: spans, positions: Tensor::from_vec(positions, n, device)?, all_logits, media: None })
+        Ok(Self {
+            rows: spans,
+            positions: Tensor::from_vec(positions, n, device)?,
+            all_logits,
+            media: None,
+            fixed: None,
+        })
     }
 
     /// Mark which rows compute prompt tokens (in packing order); rows are decode rows until marked.

@@ -13,7 +13,7 @@ pub mod portable;
 #[cfg(test)]
 pub(crate) mod test_util;
 
-pub use context::{BatchContext, BatchMedia, RowSpan};
+pub use context::{BatchContext, BatchMedia, FixedMeta, RowSpan};
 pub use contiguous_kv::ContiguousKv;
 pub use paged::{kv_dtype, kv_encoding, PagedAttention};
 

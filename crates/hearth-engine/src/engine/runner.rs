@@ -66,6 +66,9 @@ pub struct ModelRunner {
     drafter: Option<Drafter>,
     /// Image embeddings by content hash.
     encoder_cache: super::media::EncoderCache,
+    /// Decode steps replayed as CUDA graphs (`HEARTH_CUDA_GRAPHS`), where they serve the model.
+    #[cfg(feature = "cuda")]
+    graphs: Option<crate::gpu::graphs::StepGraphs>,
 }
 
 impl ModelRunner {
@@ -95,7 +98,15 @@ impl ModelRunner {
         }
         let block_bytes = crate::sizing::kv_bytes(model.as_ref(), 1, cfg.kv_block_size);
         let argmax_on_device = cfg!(feature = "cuda") && device.is_cuda() && crate::levers::get().gpu_argmax;
+        #[cfg(feature = "cuda")]
+        let graphs = crate::gpu::graphs::StepGraphs::choose(&device, model.as_ref(), &kv);
+        #[cfg(feature = "cuda")]
+        if graphs.is_some() {
+            tracing::info!("decode steps replay CUDA graphs (HEARTH_CUDA_GRAPHS)");
+        }
         Ok(Self {
+            #[cfg(feature = "cuda")]
+            graphs,
             mover: BlockMover::new(&device, cold, block_bytes, cfg.cache.max_blocks)?,
             observer: StepObserver::new(&device),
             model,
@@ -118,14 +129,19 @@ impl ModelRunner {
     fn step(&mut self, plan: &StepPlan, masks: Option<&mut Masks>) -> Result<StepOutput> {
         self.mover.busy();
         self.observer.start(plan.rows.len(), plan.num_tokens(), plan.decode_only());
-        let tokens: Vec<u32> = plan.rows.iter().flat_map(|r| r.tokens.iter().copied()).collect();
         self.kv.storage_mut().set_tables(plan.rows.iter().map(|r| (r.slot, r.blocks.as_slice())));
-        let mut ctx = BatchContext::new(&plan.spans(), false, &self.device)?;
-        ctx.mark_prompt(plan.rows.iter().map(|r| !r.decoding));
-        ctx.set_logits(plan.rows.iter().map(|r| r.logits));
-        ctx.media = super::media::batch_media(plan, self.model.as_ref(), &mut self.encoder_cache, &self.device)?;
-        let input = Tensor::new(tokens.as_slice(), &self.device)?;
-        let logits = self.model.forward(&input, &ctx, &mut self.kv)?;
+        let logits = match self.graph_step(plan)? {
+            Some(l) => l,
+            None => {
+                let tokens: Vec<u32> = plan.rows.iter().flat_map(|r| r.tokens.iter().copied()).collect();
+                let mut ctx = BatchContext::new(&plan.spans(), false, &self.device)?;
+                ctx.mark_prompt(plan.rows.iter().map(|r| !r.decoding));
+                ctx.set_logits(plan.rows.iter().map(|r| r.logits));
+                let media = super::media::batch_media(plan, self.model.as_ref(), &mut self.encoder_cache, &self.device);
+                ctx.media = media?;
+                self.model.forward(&Tensor::new(tokens.as_slice(), &self.device)?, &ctx, &mut self.kv)?
+            }
+        };
         self.kv.states().end_step();
         self.observer.issued();
         let out = match masks {
@@ -135,6 +151,20 @@ impl ModelRunner {
         };
         self.observer.done();
         Ok(out)
+    }
+
+    /// A decode-only step of rows without images (a vision model's rows with images carry M-RoPE positions)
+    /// through a CUDA graph; None: run it eagerly.
+    #[allow(unused_variables)]
+    fn graph_step(&mut self, plan: &StepPlan) -> Result<Option<Tensor>> {
+        #[cfg(feature = "cuda")]
+        if let Some(g) = self.graphs.as_mut() {
+            if plan.decode_only() && plan.rows.iter().all(|r| r.logits == 1 && r.media.is_none()) {
+                let rows: Vec<_> = plan.rows.iter().map(|r| (r.slot, r.pos0, r.tokens[0])).collect();
+                return g.run(self.model.as_ref(), &mut self.kv, &rows);
+            }
+        }
+        Ok(None)
     }
 
     /// Each output row's best allowed token, picked on the device (`masks`: each output row's mask words, None:

@@ -2,7 +2,7 @@
 //! kernels of the dense decode path ([`fused`]), the skinny matmuls of decode steps ([`gemv`], and [`qgemv`] for GGUF's quantized matrices) and greedy sampling
 //! on the device ([`argmax`]), launched with programmatic dependent launch on Hopper ([`launch`]). `build.rs`
 //! compiles the `.cu` files to PTX with the CUDA toolchain's nvcc; candle loads each module once per device. Also
-//! the prompt cache's spills off the decode path ([`spill`]) and the step observer ([`profile`]: device timing
+//! the prompt cache's spills off the decode path ([`spill`]), CUDA graphs of decode steps ([`graphs`]) and the step observer ([`profile`]: device timing
 //! and the profiling window), whose CPU form, the only part built without the feature, observes the host only.
 
 #[cfg(feature = "cuda")]
@@ -11,6 +11,8 @@ pub mod argmax;
 pub mod fused;
 #[cfg(feature = "cuda")]
 pub mod gemv;
+#[cfg(feature = "cuda")]
+pub mod graphs;
 #[cfg(feature = "cuda")]
 pub mod launch;
 pub mod profile;

@@ -235,6 +235,11 @@ impl Model for Llama {
         self.vision.is_some()
     }
 
+    /// Dense layers without attention sinks (MoE routing and gpt-oss's sinks take host-side or portable paths).
+    fn decode_capturable(&self) -> bool {
+        self.layers.iter().all(|b| matches!(b.mlp, FeedForward::Dense(_)) && b.attn.params.sinks.is_none())
+    }
+
     fn encode_image(&self, image: &crate::vision::PromptImage) -> Result<Tensor> {
         let Some(v) = &self.vision else {
             return Err(crate::Error::Unsupported(format!("the {} model does not take images", self.cfg.arch_name)));

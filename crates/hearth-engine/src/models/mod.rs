@@ -72,6 +72,12 @@ pub trait Model: Send + Sync {
     fn images_attend_both_ways(&self) -> bool {
         false
     }
+    /// A decode step's forward reads nothing from the host but its tokens, the batch's positions and the KV store's
+    /// metadata, and issues the same work for the same shapes (no host-side routing, no per-step uploads): a CUDA
+    /// graph may capture it and replay it with other tokens and positions (`gpu::graphs`).
+    fn decode_capturable(&self) -> bool {
+        false
+    }
     /// A vision-language model's image encoder: one image (at its processor size) to its LLM tokens'
     /// embeddings, (tokens, hidden). Text models refuse.
     fn encode_image(&self, image: &crate::vision::PromptImage) -> Result<Tensor> {

@@ -98,6 +98,26 @@ impl CudaPaged {
         })
     }
 
+    /// A decode step's metadata from the fixed buffers it was handed (no upload: a CUDA graph captures this step).
+    fn fixed_meta(f: &crate::attention::FixedMeta, ctx: &BatchContext) -> super::StepMeta {
+        super::StepMeta {
+            slots: f.slots.clone(),
+            tok_row: f.tok_row.clone(),
+            tok_pos: ctx.positions.clone(),
+            tables: f.tables.clone(),
+            max_blocks: f.max_blocks,
+            max_keys: f.max_keys,
+            decode_only: true,
+            tc: None,
+            identity: None,
+        }
+    }
+
+    /// Whether the cache is kept in the model's float dtype (an encoded one takes no fixed metadata).
+    pub fn float_cache(&self) -> bool {
+        self.encoded.is_none()
+    }
+
     /// This step's metadata, built at layer 0 (or when missing).
     fn meta(
         &mut self,
@@ -109,7 +129,10 @@ impl CudaPaged {
     ) -> Result<&super::StepMeta> {
         if layer == 0 || self.meta.is_none() {
             let encoded = self.encoded.is_some();
-            self.meta = Some(Self::build_meta(kv, ctx, heads.q, heads.kv, heads.dim, dtype, encoded)?);
+            self.meta = Some(match &ctx.fixed {
+                Some(f) if !encoded => Self::fixed_meta(f, ctx),
+                _ => Self::build_meta(kv, ctx, heads.q, heads.kv, heads.dim, dtype, encoded)?,
+            });
         }
         self.meta.as_ref().ok_or_else(|| Error::InvalidRequest("no step metadata".into()))
     }

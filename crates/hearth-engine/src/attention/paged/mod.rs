@@ -94,6 +94,20 @@ impl PagedAttention {
         }
     }
 
+    /// Whether a decode step over this store can be captured as a CUDA graph: the CUDA paged kernels serve it with
+    /// a float cache (they then read fixed metadata buffers: [`crate::attention::FixedMeta`]).
+    pub fn takes_fixed_meta(&self) -> bool {
+        match &self.backend {
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(c) => c.float_cache(),
+            _ => false,
+        }
+    }
+
+    pub fn storage(&self) -> &PagedKv {
+        &self.kv
+    }
+
     pub fn storage_mut(&mut self) -> &mut PagedKv {
         &mut self.kv
     }
