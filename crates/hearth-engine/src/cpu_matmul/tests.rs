@@ -170,7 +170,8 @@ fn decode_rows_are_the_same_whatever_shares_the_call() {
     // The serving engine's batch invariance: a row's output is bit-identical at any m, any position in the call
     // and on every ISA (each block's integer sum is exact; the float steps per row are fixed). n = 67 leaves a
     // short last group of weight rows; m = 23 runs tiles of 8 and 4 and single rows. One row alone takes the two-row
-    // kernel on the larger matrix (over the tests' 16 KiB threshold) and the 8-row one on the smaller.
+    // kernel on the larger matrix (over the tests' 16 KiB threshold) and the 8-row one on the smaller (Q4_1, Q5_0;
+    // Q8_0 takes the two-row kernel on both: HEARTH_Q8_ROW_PAIRS).
     let isas = isas();
     for (dtype, (n, k)) in DECODE_TYPES.into_iter().flat_map(|d| [(d, (67, 576)), (d, (13, 64))]) {
         let w = quantized(n, k, dtype, 41);

@@ -42,7 +42,8 @@ unsafe fn step<K: Kind, M: Mac, const MR: usize>(
 
 /// Weight bytes from which one activation row takes [`row_pair`] instead of the 8-row kernel: the 8-row kernel
 /// does less arithmetic per weight and wins on smaller matrices (up to a small model's vocabulary head); beyond,
-/// one row is memory-bound and two front-to-back streams read faster than eight interleaved ones.
+/// one row is memory-bound and two front-to-back streams read faster than eight interleaved ones. Q8_0 takes
+/// [`row_pair`] at any size ([`Kind::ROW_PAIRS`]).
 /// (16 KiB in unit tests, so that their small matrices run both kernels.)
 const STREAM_BYTES: usize = if cfg!(test) { 16 << 10 } else { 64 << 20 };
 
@@ -136,7 +137,7 @@ impl<K: Kind, M: Mac> RowKernel for Blocks32<K, M> {
     unsafe fn rows(a: Mat<XBlock>, rows: std::ops::Range<usize>) {
         let Mat { w, nb, x, m, n, out } = a;
         let row_bytes = nb * K::BYTES;
-        if m == 1 && n * row_bytes >= STREAM_BYTES {
+        if m == 1 && (n * row_bytes >= STREAM_BYTES || K::ROW_PAIRS && crate::levers::get().q8_row_pairs) {
             // One activation row against a matrix far beyond the caches (a vocabulary head) is memory-bound: two
             // weight rows at a time, taken from the two halves of the range so that each is read front to back
             // (eight interleaved rows read it slower, even with the prefetches).

@@ -27,6 +27,10 @@ pub trait Kind {
     /// Byte offsets of the block's f16 scale d and (where `HAS_MIN`) min m.
     const D_AT: usize = 0;
     const M_AT: usize = 2;
+    /// One activation row reads any matrix two weight rows at a time (`blocks32::row_pair`), not only those
+    /// beyond the caches (`HEARTH_Q8_ROW_PAIRS`): Q8_0, whose bytes need no unpacking, so the 8-row kernel's
+    /// transposition costs more than it saves.
+    const ROW_PAIRS: bool = false;
     /// The block's values, one per byte (value i in byte i).
     unsafe fn load(p: *const u8) -> __m256i;
     /// The loaded bytes in the form [`Kind::dot`] takes.
@@ -79,6 +83,7 @@ impl Kind for KQ5_0 {
 impl Kind for KQ8_0 {
     const BYTES: usize = 34;
     const HAS_MIN: bool = false;
+    const ROW_PAIRS: bool = true;
     #[inline(always)]
     unsafe fn load(p: *const u8) -> __m256i {
         _mm256_loadu_si256(p.add(2) as *const __m256i)
