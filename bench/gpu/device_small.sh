@@ -3,8 +3,9 @@
 #   bench/gpu/device_small.sh OUT_DIR [SHAPES (smollm2-135m,qwen2.5-0.5b)] [CONC (1,8)] [TYPE (q4_0)]
 # Small models are bound by launches, not bytes: each SHAPE (bench/gpu/make_llama8b.py --shape) is made on the
 # device with random weights and written as a TYPE GGUF (bench/gpu/make_gguf.py), then
-# 1. the GPU parity tests' CUDA-graph probe runs one decode step of it eagerly and as a replayed graph
-#    (gpu_parity decode_step_graph: logits equal, µs per step each way), with the tiny models' parity tests;
+# 1. the GPU parity tests: the CUDA-graph probe runs one decode step of it eagerly and as a replayed graph
+#    (gpu_parity decode_step_graph_*: logits equal, µs per step each way), the graphs' replay-equals-eager test
+#    (decode_graphs_*) and the tiny models' parity tests;
 # 2. bench/gpu/device_ab.sh serves it at each CONC, VARIANTS (device_ab.sh's form, newline-separated; default:
 #    hearth's defaults only).
 # Logs go to OUT_DIR.
@@ -23,7 +24,7 @@ done
 tail -3 "$OUT/make.log"
 FIRST="${SHAPES%%,*}"
 HEARTH_REPO_ROOT="$PWD" HEARTH_GRAPH_PROBE_MODEL=/tmp/llama-$FIRST-$TYPE.gguf timeout 300 /tmp/hbin/gpu_parity \
-  --test-threads 1 --nocapture decode_step_graph tiny_ > "$OUT/parity.log" 2>&1
+  --test-threads 1 --nocapture decode_ tiny_ > "$OUT/parity.log" 2>&1
 grep -E "^test |test result|graph probe|panicked|max-abs" "$OUT/parity.log" | head -40
 V="${VARIANTS:-default||}"
 mapfile -t VS <<< "$V"
