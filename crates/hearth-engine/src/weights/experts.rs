@@ -41,7 +41,7 @@ impl Weights {
                     let m = Mxfp4 { blocks, scales: &[], groups: cols / 32, layout: Layout::Ggml };
                     return mxfp4_matrix(&m, &(0..rows).collect::<Vec<_>>(), dtype, device);
                 }
-                Ok(QMatMul::from_arc(Arc::new(g.qtensor_part(&name, Some(expert), device)?))?)
+                super::gguf_matmul(Arc::new(g.qtensor_part(&name, Some(expert), device)?))
             }
             Weights::Hf(h) => {
                 let name = format!("model.layers.{layer}.mlp.experts.{expert}.{proj}.weight");

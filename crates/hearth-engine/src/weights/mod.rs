@@ -11,7 +11,7 @@ pub mod resolve;
 pub mod safetensors;
 
 use crate::{Error, Result};
-use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Tensor};
 use std::sync::Arc;
 
@@ -67,7 +67,7 @@ impl EmbeddingTable {
     /// The same table as an output projection (tied word embeddings).
     pub fn as_matmul(&self) -> Result<QMatMul> {
         Ok(match self {
-            EmbeddingTable::Quantized(q) => QMatMul::from_arc(q.clone())?,
+            EmbeddingTable::Quantized(q) => gguf_matmul(q.clone())?,
             EmbeddingTable::Dense(w) => QMatMul::Tensor(w.clone()),
         })
     }
@@ -92,7 +92,7 @@ impl Weights {
         match self {
             Weights::Gguf(g) => {
                 let q = g.qtensor(&Self::gguf_name(g, hf)?, device)?;
-                Ok(QMatMul::from_arc(Arc::new(q))?)
+                gguf_matmul(Arc::new(q))
             }
             Weights::Hf(h) => Ok(QMatMul::Tensor(h.tensor(hf, dtype, device)?)),
         }
@@ -111,5 +111,46 @@ impl Weights {
             Weights::Gguf(g) => Ok(EmbeddingTable::Quantized(Arc::new(g.qtensor(&Self::gguf_name(g, hf)?, device)?))),
             Weights::Hf(h) => Ok(EmbeddingTable::Dense(h.tensor(hf, dtype, device)?)),
         }
+    }
+}
+
+/// A GGUF matrix as the matmuls take it. candle widens F16 matrices to f32 (twice the file's memory, twice the bytes
+/// a decode step reads); with `HEARTH_CPU_F16_WEIGHTS=1` they stay f16 on the CPU and multiply in candle's f16
+/// matmul, the activations rounded to f16 first, as llama.cpp's CPU matmul does for F16 weights (opt-in: that matmul
+/// decodes one stream faster but prefills slower than the f32 one, docs/benchmarks.md).
+pub(crate) fn gguf_matmul(q: Arc<QTensor>) -> Result<QMatMul> {
+    gguf_matmul_as(q, crate::levers::get().cpu_f16_weights)
+}
+
+fn gguf_matmul_as(q: Arc<QTensor>, keep_f16: bool) -> Result<QMatMul> {
+    let device = q.device();
+    if keep_f16 && q.dtype() == GgmlDType::F16 && device.is_cpu() {
+        return Ok(QMatMul::TensorF16(q.dequantize_f16(&device)?));
+    }
+    Ok(QMatMul::from_arc(q)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Module;
+
+    /// An F16 matrix kept f16 multiplies within f16 rounding of the widened one; other types are untouched.
+    #[test]
+    fn f16_matrices_stay_f16_when_asked() {
+        let dev = Device::Cpu;
+        let w = Tensor::randn(0f32, 0.05, (48, 64), &dev).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (3, 64), &dev).unwrap();
+        let q = Arc::new(QTensor::quantize(&w, GgmlDType::F16).unwrap());
+        let kept = gguf_matmul_as(q.clone(), true).unwrap();
+        let wide = gguf_matmul_as(q, false).unwrap();
+        assert!(matches!(kept, QMatMul::TensorF16(_)) && matches!(wide, QMatMul::Tensor(_)));
+        let (a, b) = (kept.forward(&x).unwrap(), wide.forward(&x).unwrap());
+        assert_eq!(a.dtype(), DType::F32);
+        let err = (a - &b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        let scale = b.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert!(err > 0.0 && err < 2e-3 * scale.max(1.0), "f16 vs f32 max-abs {err} (scale {scale})");
+        let q8 = Arc::new(QTensor::quantize(&w, GgmlDType::Q8_0).unwrap());
+        assert!(matches!(gguf_matmul_as(q8, true).unwrap(), QMatMul::QTensor(_)));
     }
 }
