@@ -236,7 +236,6 @@ fn vision_gpu_matches(fixture_name: &str, golden_file: &str) {
     let qwen = spec.processor.qwen2_vl().cloned();
     let opts = LoadOptions { dtype: Some(DType::F32), ..Default::default() };
     let m = load_with(dir.to_str().unwrap(), &gpu(), None, &opts).unwrap();
-    let c = m.model.config();
     for case in g["cases"].as_array().unwrap() {
         let name = format!("{fixture_name} {}", case["name"].as_str().unwrap());
         let input = ids(&case["input_ids"]);
@@ -267,17 +266,7 @@ fn vision_gpu_matches(fixture_name: &str, golden_file: &str) {
             media.rope_positions = axes(t, rows.iter().flatten().copied().collect());
         }
         let blocks = (t + 8).div_ceil(16) + 1;
-        let mut kv = PagedAttention::new(
-            c.num_layers,
-            blocks,
-            16,
-            c.num_heads,
-            c.num_kv_heads,
-            c.head_dim,
-            DType::F32,
-            &m.device,
-        )
-        .unwrap();
+        let mut kv = paged_kv(&m, blocks);
         let table: Vec<u32> = (0..blocks as u32).rev().collect();
         kv.storage_mut().set_tables([(0, table.as_slice())]);
         let mut ctx = BatchContext::new(&[(0, 0, t)], true, &m.device).unwrap();

@@ -13,7 +13,7 @@
 
 use crate::attention::{BatchContext, FixedMeta, PagedAttention};
 use crate::models::Model;
-use crate::{Error, Result};
+use crate::Result;
 use candle_core::cuda_backend::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use candle_core::cuda_backend::cudarc::driver::CudaGraph;
 use candle_core::{Device, Tensor};
@@ -92,22 +92,20 @@ impl StepGraphs {
             let mut c = self.graphs.remove(i);
             let dev = c.buf.device().clone();
             c.buf.slice_set(&Tensor::from_vec(host, c.buf.dim(0)?, &dev)?, 0, 0)?;
-            c.graph.0.launch().map_err(|e| driver("CUDA graph launch", e))?;
+            c.graph.0.launch().map_err(|e| super::driver_error("CUDA graph launch", e))?;
             c.launched = true;
             let logits = c.logits.clone();
             self.graphs.push(c);
             return Ok(logits);
         }
         let Device::Cuda(cuda) = kv.storage().layer(0)?.0.device().clone() else { return Ok(None) };
-        let n = host.len();
-        let buf = Tensor::from_vec(host, n, &Device::Cuda(cuda.clone()))?;
-        let (input, ctx) = views(&buf, rows, key.1, kv.storage().block_size())?;
+        let (buf, input, ctx) = fixed_step(kv, rows, host, key.1)?;
         let _cache = cuda.enable_cuda_graph_htod_cache();
         let logits = model.forward(&input, &ctx, kv)?;
         let stream = cuda.cuda_stream();
         stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(|e| driver("CUDA graph capture", e))?;
+            .map_err(|e| super::driver_error("CUDA graph capture", e))?;
         let captured = model.forward(&input, &ctx, kv);
         // the step's own allocations belong to the graph; a relaunch frees the last launch's (the logits)
         let graph = stream.end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
@@ -136,9 +134,7 @@ impl StepGraphs {
     /// graph's replays against this).
     pub fn run_eager(model: &dyn Model, kv: &mut PagedAttention, rows: &[DecodeRow]) -> Result<Tensor> {
         let (host, key) = fill(kv, rows)?;
-        let n = host.len();
-        let buf = Tensor::from_vec(host, n, kv.storage().layer(0)?.0.device())?;
-        let (input, ctx) = views(&buf, rows, key.1, kv.storage().block_size())?;
+        let (_buf, input, ctx) = fixed_step(kv, rows, host, key.1)?;
         model.forward(&input, &ctx, kv)
     }
 
@@ -156,10 +152,6 @@ impl StepGraphs {
     pub fn off(&self) -> Option<&str> {
         self.off.as_deref()
     }
-}
-
-fn driver(what: &str, e: impl std::fmt::Debug) -> Error {
-    Error::Candle(candle_core::Error::Msg(format!("{what}: {e:?}")))
 }
 
 /// The step's buffer contents (tokens | positions | slots | token rows | tables padded to the bucket's blocks)
@@ -185,10 +177,18 @@ fn fill(kv: &PagedAttention, rows: &[DecodeRow]) -> Result<(Vec<u32>, (usize, us
     Ok((host, (r, bucket)))
 }
 
-/// The step's input tokens and batch context as views of `buf` (no copies: the graph reads these addresses).
-fn views(buf: &Tensor, rows: &[DecodeRow], bucket: usize, bs: usize) -> Result<(Tensor, BatchContext)> {
+/// The step's fixed buffer on the KV store's device, filled with `host`, and its input tokens and batch context as
+/// views of it (no copies: a graph reads these addresses).
+fn fixed_step(
+    kv: &PagedAttention,
+    rows: &[DecodeRow],
+    host: Vec<u32>,
+    bucket: usize,
+) -> Result<(Tensor, Tensor, BatchContext)> {
+    let n = host.len();
+    let buf = Tensor::from_vec(host, n, kv.storage().layer(0)?.0.device())?;
     let r = rows.len();
-    let max_blocks = bucket.div_ceil(bs);
+    let max_blocks = bucket.div_ceil(kv.storage().block_size());
     let spans: Vec<(usize, usize, usize)> = rows.iter().map(|&(slot, pos, _)| (slot, pos, 1)).collect();
     // the spans' host-side view (positions are replaced by the fixed buffer's)
     let mut ctx = BatchContext::new(&spans, false, &Device::Cpu)?;
@@ -200,5 +200,5 @@ fn views(buf: &Tensor, rows: &[DecodeRow], bucket: usize, bs: usize) -> Result<(
         max_blocks,
         max_keys: bucket,
     });
-    Ok((buf.narrow(0, 0, r)?, ctx))
+    Ok((buf.narrow(0, 0, r)?, buf, ctx))
 }

@@ -41,6 +41,12 @@ use crate::{Error, Result};
 #[cfg(feature = "cuda")]
 use candle_core::{CudaStorage, DType, Layout, Storage};
 
+/// A CUDA driver call's failure as hearth's error, naming what failed.
+#[cfg(feature = "cuda")]
+pub(crate) fn driver_error(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Candle(candle_core::Error::Msg(format!("{what}: {e}")))
+}
+
 /// The kernel-name suffix for a dtype.
 #[cfg(feature = "cuda")]
 pub(crate) fn sfx(dtype: DType) -> Result<&'static str> {

@@ -65,7 +65,7 @@ pub struct AsyncSpiller {
 }
 
 fn driver(e: impl std::fmt::Display) -> Error {
-    Error::Candle(candle_core::Error::Msg(format!("spill copy: {e}")))
+    super::driver_error("spill copy", e)
 }
 
 fn bytes_of(t: &Tensor) -> usize {
